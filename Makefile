@@ -1,0 +1,101 @@
+# mcp-lazy: `make`, `make check`, `make bench`, `make install`, `make demo`, `make clean`.
+VERSION := 0.1.0
+
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+DESTDIR ?=
+PKG_CONFIG ?= pkg-config
+PKGS := libcjson libsystemd yaml-0.1
+SYSTEMUNITDIR ?= $(shell $(PKG_CONFIG) --variable=systemdsystemunitdir systemd 2>/dev/null || echo /lib/systemd/system)
+USERUNITDIR ?= $(shell $(PKG_CONFIG) --variable=systemduserunitdir systemd 2>/dev/null || echo /usr/lib/systemd/user)
+
+CC ?= cc
+CFLAGS ?= -O2 -g
+WARN := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wmissing-prototypes -Wstrict-prototypes
+DEP_CFLAGS = $(shell $(PKG_CONFIG) --cflags $(PKGS))
+DEP_LIBS = $(shell $(PKG_CONFIG) --libs $(PKGS)) -lm
+ALL_CFLAGS = -std=gnu11 $(WARN) $(CFLAGS) -D_GNU_SOURCE -DMCP_LAZY_VERSION='"$(VERSION)"' -Icommon $(DEP_CFLAGS) -MMD -MP
+SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+
+COMMON_SRC := $(wildcard common/*.c)
+FRONTEND_SRC := $(wildcard frontend/*.c)
+SHIMD_SRC := $(wildcard shimd/*.c)
+UNIT_TESTS := $(patsubst tests/unit/%.c,%,$(wildcard tests/unit/test-*.c))
+
+B := build
+S := build/san
+
+.PHONY: all check check-unit check-integration bench install uninstall clean deps demo fuzz
+
+all: $(B)/mcp-lazy $(B)/mcp-lazy-shimd
+
+# $(call objs,BUILDDIR,SOURCES)
+objs = $(patsubst %.c,$(1)/%.o,$(2))
+
+$(B)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(S)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(SAN) -O1 -c $< -o $@
+
+$(B)/mcp-lazy: $(call objs,$(B),$(FRONTEND_SRC) $(COMMON_SRC))
+	$(CC) $(CFLAGS) -o $@ $^ $(DEP_LIBS)
+
+$(B)/mcp-lazy-shimd: $(call objs,$(B),$(SHIMD_SRC) $(COMMON_SRC))
+	$(CC) $(CFLAGS) -o $@ $^ $(DEP_LIBS)
+
+$(S)/mcp-lazy: $(call objs,$(S),$(FRONTEND_SRC) $(COMMON_SRC))
+	$(CC) $(SAN) -o $@ $^ $(DEP_LIBS)
+
+$(S)/mcp-lazy-shimd: $(call objs,$(S),$(SHIMD_SRC) $(COMMON_SRC))
+	$(CC) $(SAN) -o $@ $^ $(DEP_LIBS)
+
+$(B)/tests/%: tests/unit/%.c $(call objs,$(B),$(COMMON_SRC))
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Itests/unit -o $@ $^ $(DEP_LIBS)
+
+$(S)/tests/%: tests/unit/%.c $(call objs,$(S),$(COMMON_SRC))
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(SAN) -Itests/unit -o $@ $^ $(DEP_LIBS)
+
+# Installs what the build and the tests need when it is missing (Debian packages, npm packages in tests/).
+deps:
+	@tests/install-deps
+
+check: deps
+	$(MAKE) all $(S)/mcp-lazy $(S)/mcp-lazy-shimd
+	$(MAKE) check-unit
+	$(MAKE) check-integration
+
+check-unit: $(addprefix $(B)/tests/,$(UNIT_TESTS)) $(addprefix $(S)/tests/,$(UNIT_TESTS))
+	@set -e; for t in $^; do echo "== $$t"; (cd tests/unit && ../../$$t); done
+
+check-integration: all $(S)/mcp-lazy $(S)/mcp-lazy-shimd
+	cd tests && MCP_LAZY_BUILD=$(CURDIR)/$(S) node --test --test-concurrency=1 integration/
+
+bench: deps all
+	cd tests && MCP_LAZY_BUILD=$(CURDIR)/$(B) node bench/bench.mjs
+
+demo: deps all
+	cd tests && MCP_LAZY_BUILD=$(CURDIR)/$(B) node demo.mjs ../manifests/demo.yaml
+
+install: all
+	install -Dm755 $(B)/mcp-lazy $(DESTDIR)$(BINDIR)/mcp-lazy
+	install -Dm755 $(B)/mcp-lazy-shimd $(DESTDIR)$(BINDIR)/mcp-lazy-shimd
+	for d in $(SYSTEMUNITDIR) $(USERUNITDIR); do \
+		for u in units/mcp-lazy@.socket units/mcp-lazy@.service; do \
+			mkdir -p $(DESTDIR)$$d; \
+			sed -e 's|@bindir@|$(BINDIR)|g' $$u > $(DESTDIR)$$d/$$(basename $$u); \
+		done; \
+	done
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/mcp-lazy $(DESTDIR)$(BINDIR)/mcp-lazy-shimd
+	for d in $(SYSTEMUNITDIR) $(USERUNITDIR); do rm -f $(DESTDIR)$$d/mcp-lazy@.socket $(DESTDIR)$$d/mcp-lazy@.service; done
+
+clean:
+	rm -rf build
+
+-include $(shell find build -name '*.d' 2>/dev/null)

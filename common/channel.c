@@ -1,0 +1,398 @@
+/* Line channel: reads lines off one fd and writes queued lines to another, both non-blocking. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+
+#include "channel.h"
+#include "framing.h"
+#include "macros.h"
+
+#define READ_CHUNK (64U * 1024U)
+/* Past this much unsent output we stop reading from the peer until it catches up. */
+#define OUT_HIGH_WATER (8U * 1024U * 1024U)
+
+typedef struct OutChunk {
+        struct OutChunk *next;
+        size_t len, done;
+        char data[];
+} OutChunk;
+
+struct Channel {
+        sd_event *event;
+        int in_fd, out_fd;
+        bool same_fd;
+        bool out_is_socket; /* half-close with shutdown(), which a dup'ed fd also reaches */
+        bool in_pollable, out_pollable; /* regular files cannot be polled: plain read/write them */
+        sd_event_source *in_source, *out_source, *file_source, *error_source;
+        int write_error;
+        LineBuffer lines;
+        OutChunk *out_head, *out_tail;
+        size_t out_bytes;
+        bool reading_wanted, close_write_pending, write_closed, eof_seen;
+        unsigned dispatching;
+        bool free_pending;
+        channel_handler_t handler;
+        void *userdata;
+};
+
+static void channel_update_reading(Channel *c);
+
+static int fd_make_nonblocking(int fd, bool *ret_pollable) {
+        struct stat st;
+        int flags;
+
+        if (fstat(fd, &st) < 0)
+                return -errno;
+        *ret_pollable = !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
+        if (!*ret_pollable)
+                return 0;
+        flags = fcntl(fd, F_GETFL);
+        if (flags < 0)
+                return -errno;
+        if (!(flags & O_NONBLOCK) && fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
+                return -errno;
+        return 0;
+}
+
+static void channel_really_free(Channel *c) {
+        sd_event_source_disable_unref(c->in_source);
+        sd_event_source_disable_unref(c->out_source);
+        sd_event_source_disable_unref(c->file_source);
+        sd_event_source_disable_unref(c->error_source);
+        while (c->out_head) {
+                OutChunk *n = c->out_head->next;
+                free(c->out_head);
+                c->out_head = n;
+        }
+        line_buffer_done(&c->lines);
+        if (!c->same_fd)
+                safe_close(c->out_fd);
+        safe_close(c->in_fd);
+        sd_event_unref(c->event);
+        free(c);
+}
+
+Channel *channel_free(Channel *c) {
+        if (!c)
+                return NULL;
+        if (c->dispatching > 0) {
+                c->free_pending = true;
+                c->handler = NULL;
+                sd_event_source_set_enabled(c->in_source, SD_EVENT_OFF);
+                sd_event_source_set_enabled(c->out_source, SD_EVENT_OFF);
+                sd_event_source_set_enabled(c->file_source, SD_EVENT_OFF);
+                sd_event_source_set_enabled(c->error_source, SD_EVENT_OFF);
+                return NULL;
+        }
+        channel_really_free(c);
+        return NULL;
+}
+
+/* Calls the handler; returns false when the channel was freed meanwhile and must not be touched. */
+static bool channel_emit(Channel *c, ChannelEvent ev, const char *line, size_t len, int error) {
+        c->dispatching++;
+        if (c->handler)
+                c->handler(c, ev, line, len, error, c->userdata);
+        c->dispatching--;
+        if (c->free_pending) {
+                if (c->dispatching == 0)
+                        channel_really_free(c);
+                return false;
+        }
+        return true;
+}
+
+static void channel_flush(Channel *c);
+
+static int on_write_error(sd_event_source *s, void *userdata) {
+        Channel *c = userdata;
+
+        (void) s;
+        c->error_source = sd_event_source_disable_unref(c->error_source);
+        (void) channel_emit(c, CHANNEL_WRITE_ERROR, NULL, 0, c->write_error);
+        return 0;
+}
+
+/* Reported from a defer source, never from inside channel_send(): the caller of a send must not
+ * find its own objects freed under it by the error handler. */
+static void channel_error_write(Channel *c, int r) {
+        /* Drop what can no longer be delivered, and tell the owner once. */
+        while (c->out_head) {
+                OutChunk *n = c->out_head->next;
+                free(c->out_head);
+                c->out_head = n;
+        }
+        c->out_tail = NULL;
+        c->out_bytes = 0;
+        c->write_closed = true;
+        sd_event_source_set_enabled(c->out_source, SD_EVENT_OFF);
+        channel_update_reading(c);
+        c->write_error = r;
+        if (sd_event_add_defer(c->event, &c->error_source, on_write_error, c) >= 0)
+                (void) sd_event_source_set_enabled(c->error_source, SD_EVENT_ONESHOT);
+}
+
+static void channel_finish_close_write(Channel *c) {
+        c->close_write_pending = false;
+        c->write_closed = true;
+        c->out_source = sd_event_source_disable_unref(c->out_source);
+        if (c->out_is_socket)
+                (void) shutdown(c->out_fd, SHUT_WR);
+        if (!c->same_fd)
+                c->out_fd = safe_close(c->out_fd);
+}
+
+static void channel_flush(Channel *c) {
+        while (c->out_head) {
+                struct iovec iov[16];
+                int n = 0;
+                ssize_t k;
+
+                for (OutChunk *o = c->out_head; o && n < (int) ELEMENTSOF(iov); o = o->next, n++)
+                        iov[n] = (struct iovec) { o->data + o->done, o->len - o->done };
+                k = writev(c->out_fd, iov, n);
+                if (k < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno == EAGAIN)
+                                break;
+                        channel_error_write(c, -errno);
+                        return;
+                }
+                c->out_bytes -= (size_t) k;
+                while (k > 0) {
+                        OutChunk *o = c->out_head;
+                        size_t left = o->len - o->done;
+
+                        if ((size_t) k < left) {
+                                o->done += (size_t) k;
+                                break;
+                        }
+                        k -= (ssize_t) left;
+                        c->out_head = o->next;
+                        free(o);
+                }
+                if (!c->out_head)
+                        c->out_tail = NULL;
+        }
+        if (c->out_pollable && c->out_source)
+                sd_event_source_set_enabled(c->out_source, c->out_head ? SD_EVENT_ON : SD_EVENT_OFF);
+        if (!c->out_head && c->close_write_pending)
+                channel_finish_close_write(c);
+        channel_update_reading(c);
+}
+
+static int on_out(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        Channel *c = userdata;
+
+        (void) s, (void) fd, (void) revents;
+        c->dispatching++;
+        channel_flush(c);
+        c->dispatching--;
+        if (c->free_pending && c->dispatching == 0)
+                channel_really_free(c);
+        return 0;
+}
+
+/* Hand every complete line to the handler. */
+static bool channel_dispatch_lines(Channel *c) {
+        for (;;) {
+                const char *line;
+                size_t len;
+                int k = line_buffer_next(&c->lines, &line, &len);
+
+                if (k == LINE_NONE)
+                        return true;
+                if (!channel_emit(c, k == LINE_OK ? CHANNEL_LINE : CHANNEL_OVERSIZE, line, len, 0))
+                        return false;
+                if (!c->reading_wanted)
+                        return true;
+        }
+}
+
+static void channel_read(Channel *c) {
+        for (int rounds = 0; rounds < 16 && !c->eof_seen && c->reading_wanted; rounds++) {
+                char *p;
+                size_t avail;
+                ssize_t n;
+                int r = line_buffer_reserve(&c->lines, READ_CHUNK, &p, &avail);
+
+                if (r < 0) {
+                        c->eof_seen = true;
+                        (void) channel_emit(c, CHANNEL_EOF, NULL, 0, r);
+                        return;
+                }
+                n = read(c->in_fd, p, avail);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        if (errno == EAGAIN)
+                                return;
+                        /* ECONNRESET and friends: as good as EOF, but say why. */
+                        c->eof_seen = true;
+                        channel_update_reading(c);
+                        (void) channel_emit(c, CHANNEL_EOF, NULL, 0, -errno);
+                        return;
+                }
+                if (n == 0) {
+                        c->eof_seen = true;
+                        channel_update_reading(c);
+                        (void) channel_emit(c, CHANNEL_EOF, NULL, 0, 0);
+                        return;
+                }
+                line_buffer_commit(&c->lines, (size_t) n);
+                if (!channel_dispatch_lines(c))
+                        return;
+        }
+}
+
+static int on_in(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        Channel *c = userdata;
+
+        (void) s, (void) fd, (void) revents;
+        c->dispatching++;
+        channel_read(c);
+        c->dispatching--;
+        if (c->free_pending && c->dispatching == 0)
+                channel_really_free(c);
+        return 0;
+}
+
+static int on_file(sd_event_source *s, void *userdata) {
+        return on_in(s, -1, 0, userdata);
+}
+
+static void channel_update_reading(Channel *c) {
+        bool on = c->reading_wanted && !c->eof_seen && c->out_bytes < OUT_HIGH_WATER;
+
+        if (c->in_source)
+                sd_event_source_set_enabled(c->in_source, on ? SD_EVENT_ON : SD_EVENT_OFF);
+        if (c->file_source)
+                sd_event_source_set_enabled(c->file_source, on ? SD_EVENT_ON : SD_EVENT_OFF);
+}
+
+int channel_new(sd_event *e, int in_fd, int out_fd, size_t max_line, channel_handler_t handler, void *userdata,
+                Channel **ret) {
+        Channel *c;
+        int r;
+
+        c = calloc(1, sizeof *c);
+        if (!c)
+                return -ENOMEM;
+        c->event = sd_event_ref(e);
+        c->in_fd = in_fd;
+        c->out_fd = out_fd;
+        c->same_fd = in_fd == out_fd;
+        c->handler = handler;
+        c->userdata = userdata;
+        c->reading_wanted = true;
+        line_buffer_init(&c->lines, max_line);
+
+        r = fd_make_nonblocking(in_fd, &c->in_pollable);
+        if (r >= 0 && out_fd >= 0 && !c->same_fd)
+                r = fd_make_nonblocking(out_fd, &c->out_pollable);
+        else
+                c->out_pollable = c->in_pollable;
+        if (r < 0)
+                goto fail;
+
+        if (c->in_pollable)
+                r = sd_event_add_io(e, &c->in_source, in_fd, EPOLLIN, on_in, c);
+        else
+                r = sd_event_add_defer(e, &c->file_source, on_file, c);
+        if (r >= 0 && c->file_source)
+                r = sd_event_source_set_enabled(c->file_source, SD_EVENT_ON);
+        if (r >= 0 && out_fd >= 0 && c->out_pollable) {
+                /* When in and out are one socket, epoll wants a second fd for a second source. */
+                int ofd = out_fd;
+                if (c->same_fd) {
+                        ofd = fcntl(out_fd, F_DUPFD_CLOEXEC, 3);
+                        if (ofd < 0) {
+                                r = -errno;
+                                goto fail;
+                        }
+                        c->out_fd = ofd;
+                        c->same_fd = false;
+                        c->out_is_socket = true;
+                }
+                r = sd_event_add_io(e, &c->out_source, ofd, EPOLLOUT, on_out, c);
+                if (r >= 0)
+                        r = sd_event_source_set_enabled(c->out_source, SD_EVENT_OFF);
+        }
+        if (r < 0)
+                goto fail;
+        *ret = c;
+        return 0;
+fail:
+        channel_really_free(c);
+        return r;
+}
+
+int channel_send(Channel *c, const char *data, size_t len) {
+        OutChunk *o;
+
+        if (c->write_closed || c->close_write_pending)
+                return -EPIPE;
+        o = malloc(sizeof *o + len + 1);
+        if (!o)
+                return -ENOMEM;
+        memcpy(o->data, data, len);
+        o->data[len] = '\n';
+        o->len = len + 1;
+        o->done = 0;
+        o->next = NULL;
+        if (c->out_tail)
+                c->out_tail->next = o;
+        else
+                c->out_head = o;
+        c->out_tail = o;
+        c->out_bytes += o->len;
+
+        /* Write right away: a reply usually fits the pipe, and that saves a trip through epoll. */
+        if (c->out_head == o)
+                channel_flush(c);
+        else
+                channel_update_reading(c);
+        return 0;
+}
+
+int channel_send_json(Channel *c, const cJSON *message) {
+        _cleanup_free_ char *s = cJSON_PrintUnformatted(message);
+
+        if (!s)
+                return -ENOMEM;
+        return channel_send(c, s, strlen(s));
+}
+
+void channel_close_write(Channel *c) {
+        if (c->write_closed)
+                return;
+        c->close_write_pending = true;
+        if (!c->out_head)
+                channel_finish_close_write(c);
+}
+
+void channel_set_reading(Channel *c, bool b) {
+        c->reading_wanted = b;
+        channel_update_reading(c);
+}
+
+size_t channel_queued(const Channel *c) {
+        return c->out_bytes;
+}
+
+bool channel_write_closed(const Channel *c) {
+        return c->write_closed;
+}
+
+void channel_set_userdata(Channel *c, void *userdata) {
+        c->userdata = userdata;
+}
+
+int channel_in_fd(const Channel *c) {
+        return c->in_fd;
+}

@@ -1,0 +1,17 @@
+/* A string-keyed hash map (open addressing) for request-id tables. Keys are owned by the map. */
+#pragma once
+
+#include <stddef.h>
+
+typedef struct Hashmap Hashmap;
+
+Hashmap *hashmap_new(void);
+/* Frees the map and its keys; values belong to the caller. */
+Hashmap *hashmap_free(Hashmap *h);
+/* -EEXIST if present. */
+int hashmap_put(Hashmap *h, const char *key, void *value);
+void *hashmap_get(const Hashmap *h, const char *key);
+void *hashmap_remove(Hashmap *h, const char *key);
+size_t hashmap_size(const Hashmap *h);
+/* Iteration: *state starts at 0; returns 0 at the end. Removing the current entry is allowed. */
+int hashmap_iterate(Hashmap *h, size_t *state, const char **ret_key, void **ret_value);

@@ -1,0 +1,70 @@
+/* Ownership and small helpers shared by every file: _cleanup_, TAKE_PTR, ELEMENTSOF. */
+#pragma once
+
+#include <errno.h>
+#include <stdlib.h>
+#include <unistd.h>
+#include <cjson/cJSON.h>
+
+#define _cleanup_(f) __attribute__((cleanup(f)))
+#define _unused_ __attribute__((unused))
+#define _printf_(a, b) __attribute__((format(printf, a, b)))
+
+#define ELEMENTSOF(x) (sizeof(x) / sizeof((x)[0]))
+
+/* Hand a pointer on: returns it and leaves NULL behind, so the local's cleanup does nothing. */
+#define TAKE_PTR(p)                                \
+        ({                                         \
+                __typeof__(p) _p_ = (p);           \
+                (p) = NULL;                        \
+                _p_;                               \
+        })
+
+#define TAKE_FD(fd)                                \
+        ({                                         \
+                int _fd_ = (fd);                   \
+                (fd) = -EBADF;                     \
+                _fd_;                              \
+        })
+
+static inline void freep(void *p) {
+        free(*(void **) p);
+}
+
+static inline int safe_close(int fd) {
+        if (fd >= 0) {
+                int saved = errno;
+                (void) close(fd);
+                errno = saved;
+        }
+        return -EBADF;
+}
+
+static inline void closep(int *fd) {
+        *fd = safe_close(*fd);
+}
+#define _cleanup_close_ _cleanup_(closep)
+#define _cleanup_free_ _cleanup_(freep)
+
+static inline void cJSON_Deletep(cJSON **j) {
+        cJSON_Delete(*j);
+}
+#define _cleanup_json_ _cleanup_(cJSON_Deletep)
+
+static inline void strv_free(char **l) {
+        if (!l)
+                return;
+        for (char **i = l; *i; i++)
+                free(*i);
+        free(l);
+}
+static inline void strv_freep(char ***l) {
+        strv_free(*l);
+}
+#define _cleanup_strv_free_ _cleanup_(strv_freep)
+
+#define streq(a, b) (strcmp((a), (b)) == 0)
+
+#define USEC_PER_MSEC 1000ULL
+#define USEC_PER_SEC 1000000ULL
+#define USEC_INFINITY ((uint64_t) UINT64_MAX)

@@ -1,0 +1,642 @@
+/* The manifest reader: YAML tree -> Manifest, with every mistake reported at its line and column. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "duration.h"
+#include "macros.h"
+#include "manifest.h"
+#include "yaml_tree.h"
+
+#define MAX_ERRORS 20U
+
+#ifndef MCP_LAZY_VERSION
+#define MCP_LAZY_VERSION "0"
+#endif
+
+typedef struct Loader {
+        const char *file;
+        const char *dir;
+        char *errors;
+        size_t errors_len;
+        unsigned n_errors;
+        Manifest *m;
+        int oom;
+} Loader;
+
+static int loader_error_append(Loader *l, const char *msg) {
+        char *line = NULL, *p;
+
+        if (++l->n_errors > MAX_ERRORS)
+                return -EINVAL;
+        if (asprintf(&line, "%s%s:%s", l->errors ? "\n" : "", l->file, msg) < 0) {
+                l->oom = 1;
+                return -ENOMEM;
+        }
+        p = realloc(l->errors, l->errors_len + strlen(line) + 1);
+        if (!p) {
+                free(line);
+                l->oom = 1;
+                return -ENOMEM;
+        }
+        strcpy(p + l->errors_len, line);
+        l->errors = p;
+        l->errors_len += strlen(line);
+        free(line);
+        return -EINVAL;
+}
+
+_printf_(3, 4) static int loader_error(Loader *l, const YNode *at, const char *fmt, ...) {
+        _cleanup_free_ char *msg = NULL, *full = NULL;
+        va_list ap;
+        int k;
+
+        va_start(ap, fmt);
+        k = vasprintf(&msg, fmt, ap);
+        va_end(ap);
+        if (k < 0 || asprintf(&full, "%u:%u: %s", at ? at->line : 1, at ? at->column : 1, msg) < 0) {
+                l->oom = 1;
+                return -ENOMEM;
+        }
+        return loader_error_append(l, full);
+}
+
+static unsigned edit_distance(const char *a, const char *b) {
+        size_t la = strlen(a), lb = strlen(b);
+        unsigned row[64];
+
+        if (la >= 63 || lb >= 63)
+                return UINT_MAX;
+        for (size_t j = 0; j <= lb; j++)
+                row[j] = (unsigned) j;
+        for (size_t i = 1; i <= la; i++) {
+                unsigned prev = row[0];
+                row[0] = (unsigned) i;
+                for (size_t j = 1; j <= lb; j++) {
+                        unsigned cur = row[j];
+                        unsigned best = prev + (a[i - 1] != b[j - 1]);
+                        if (row[j] + 1 < best)
+                                best = row[j] + 1;
+                        if (row[j - 1] + 1 < best)
+                                best = row[j - 1] + 1;
+                        row[j] = best;
+                        prev = cur;
+                }
+        }
+        return row[lb];
+}
+
+/* Every key of map must be in known[]; an unknown one is reported with the closest known key. */
+static void check_keys(Loader *l, const YNode *map, const char *const *known, const char *where) {
+        for (size_t i = 0; i < map->n_items; i += 2) {
+                const YNode *k = map->items[i];
+                const char *best = NULL;
+                unsigned best_d = 3;
+                bool ok = false;
+
+                for (const char *const *c = known; *c; c++) {
+                        unsigned d = edit_distance(k->value, *c);
+                        if (d == 0)
+                                ok = true;
+                        else if (d < best_d)
+                                best_d = d, best = *c;
+                }
+                if (ok)
+                        continue;
+                if (best)
+                        loader_error(l, k, "unknown key '%s' in %s; did you mean '%s'?", k->value, where, best);
+                else
+                        loader_error(l, k, "unknown key '%s' in %s", k->value, where);
+        }
+}
+
+static bool expect_kind(Loader *l, const YNode *n, YNodeKind kind, const char *what) {
+        if (n->kind == kind)
+                return true;
+        loader_error(l, n, "%s must be %s, not %s", what, ynode_kind_name(kind), ynode_kind_name(n->kind));
+        return false;
+}
+
+bool tool_name_valid(const char *s) {
+        size_t n = strlen(s);
+        return n >= 1 && n <= 128 &&
+               strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") == n;
+}
+
+bool backend_name_valid(const char *s) {
+        size_t n = strlen(s);
+        /* It becomes a unit instance and a socket file name: keep it to what both take verbatim. */
+        return n >= 1 && n <= BACKEND_NAME_MAX && s[0] != '.' && s[0] != '-' &&
+               strspn(s, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-") == n;
+}
+
+static int strv_from_seq(Loader *l, const YNode *seq, const char *what, char ***ret) {
+        char **v = calloc(seq->n_items + 1, sizeof *v);
+
+        if (!v)
+                return -ENOMEM;
+        for (size_t i = 0; i < seq->n_items; i++) {
+                const YNode *it = seq->items[i];
+                if (!expect_kind(l, it, YNODE_SCALAR, what) || it->length == 0 || strlen(it->value) != it->length) {
+                        if (it->kind == YNODE_SCALAR)
+                                loader_error(l, it, "%s must be a non-empty string without NUL", what);
+                        strv_free(v);
+                        return -EINVAL;
+                }
+                v[i] = strdup(it->value);
+                if (!v[i]) {
+                        strv_free(v);
+                        return -ENOMEM;
+                }
+        }
+        *ret = v;
+        return 0;
+}
+
+static int parse_timeout(Loader *l, const YNode *n, const char *key, const char *backend, uint64_t *ret) {
+        uint64_t usec;
+        int r;
+
+        if (!expect_kind(l, n, YNODE_SCALAR, key))
+                return -EINVAL;
+        r = duration_parse(n->value, &usec);
+        if (r < 0)
+                return loader_error(l, n, "%s '%s' of backend '%s' is not a duration; write e.g. 90s, 5m, 2h or 0 for never",
+                                    key, n->value, backend);
+        *ret = usec == 0 ? USEC_INFINITY : usec;
+        return 0;
+}
+
+static int parse_env(Loader *l, const YNode *n, Backend *b) {
+        size_t k = 0;
+
+        if (!expect_kind(l, n, YNODE_MAPPING, "env"))
+                return -EINVAL;
+        b->env = calloc(n->n_items / 2 + 1, sizeof(char *));
+        if (!b->env)
+                return -ENOMEM;
+        for (size_t i = 0; i < n->n_items; i += 2) {
+                const YNode *key = n->items[i], *val = n->items[i + 1];
+
+                if (key->length == 0 || strspn(key->value, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") !=
+                                                key->length || (key->value[0] >= '0' && key->value[0] <= '9')) {
+                        loader_error(l, key, "'%s' is not a valid environment variable name", key->value);
+                        continue;
+                }
+                if (!expect_kind(l, val, YNODE_SCALAR, "an env value"))
+                        continue;
+                if (asprintf(&b->env[k], "%s=%s", key->value, val->value) < 0)
+                        return -ENOMEM;
+                k++;
+        }
+        return 0;
+}
+
+static int parse_path(Loader *l, const YNode *n, const char *what, bool relative_ok, char **ret) {
+        if (!expect_kind(l, n, YNODE_SCALAR, what))
+                return -EINVAL;
+        if (n->length == 0 || strlen(n->value) != n->length)
+                return loader_error(l, n, "%s must be a non-empty path", what);
+        if (n->value[0] == '/')
+                *ret = strdup(n->value);
+        else if (!relative_ok)
+                return loader_error(l, n, "%s must be an absolute path", what);
+        else if (asprintf(ret, "%s/%s", l->dir, n->value) < 0)
+                *ret = NULL;
+        return *ret ? 0 : -ENOMEM;
+}
+
+static const char *const backend_keys[] = {
+        "command", "env", "cwd", "idle_timeout", "init_timeout", "sharing", "socket", NULL,
+};
+
+static int parse_backend(Loader *l, const YNode *key, const YNode *n, Backend *b) {
+        const YNode *v;
+        int r;
+
+        b->idle_timeout_usec = MANIFEST_DEFAULT_IDLE_TIMEOUT_USEC;
+        b->init_timeout_usec = MANIFEST_DEFAULT_INIT_TIMEOUT_USEC;
+        b->name = strdup(key->value);
+        if (!b->name)
+                return -ENOMEM;
+        if (!backend_name_valid(key->value))
+                loader_error(l, key, "backend name '%s' is invalid: use 1-%u characters of A-Z a-z 0-9 _ . - , not starting with . or -",
+                             key->value, BACKEND_NAME_MAX);
+        if (!expect_kind(l, n, YNODE_MAPPING, "a backend"))
+                return -EINVAL;
+        check_keys(l, n, backend_keys, "a backend");
+
+        v = ynode_get(n, "command");
+        if (!v)
+                loader_error(l, key, "backend '%s' has no command", b->name);
+        else if (v->kind != YNODE_SEQUENCE)
+                loader_error(l, v, "command of backend '%s' must be a list, e.g. [npx, -y, some-mcp-server]", b->name);
+        else if (v->n_items == 0)
+                loader_error(l, v, "command of backend '%s' is empty", b->name);
+        else if ((r = strv_from_seq(l, v, "a command argument", &b->command)) == -ENOMEM)
+                return r;
+
+        if ((v = ynode_get(n, "idle_timeout")))
+                (void) parse_timeout(l, v, "idle_timeout", b->name, &b->idle_timeout_usec);
+        if ((v = ynode_get(n, "init_timeout")))
+                (void) parse_timeout(l, v, "init_timeout", b->name, &b->init_timeout_usec);
+        if ((v = ynode_get(n, "env")) && parse_env(l, v, b) == -ENOMEM)
+                return -ENOMEM;
+        if ((v = ynode_get(n, "cwd")) && parse_path(l, v, "cwd", true, &b->cwd) == -ENOMEM)
+                return -ENOMEM;
+        if ((v = ynode_get(n, "socket"))) {
+                if (parse_path(l, v, "socket", false, &b->socket) == -ENOMEM)
+                        return -ENOMEM;
+                if (b->socket && strlen(b->socket) >= 108)
+                        loader_error(l, v, "socket path of backend '%s' is longer than a unix socket allows (107 bytes)", b->name);
+        }
+        if ((v = ynode_get(n, "sharing")) && expect_kind(l, v, YNODE_SCALAR, "sharing")) {
+                if (streq(v->value, "pooled"))
+                        b->sharing = SHARING_POOLED;
+                else if (streq(v->value, "session"))
+                        b->sharing = SHARING_SESSION;
+                else
+                        loader_error(l, v, "sharing of backend '%s' must be 'pooled' or 'session', not '%s'", b->name, v->value);
+        }
+        return 0;
+}
+
+static int parse_backends(Loader *l, const YNode *n) {
+        if (!expect_kind(l, n, YNODE_MAPPING, "backends"))
+                return -EINVAL;
+        l->m->backends = calloc(n->n_items / 2 + 1, sizeof(Backend));
+        if (!l->m->backends)
+                return -ENOMEM;
+        for (size_t i = 0; i < n->n_items; i += 2) {
+                int r = parse_backend(l, n->items[i], n->items[i + 1], &l->m->backends[l->m->n_backends++]);
+                if (r == -ENOMEM)
+                        return r;
+        }
+        return 0;
+}
+
+/* Manifest spelling -> tools/list spelling. Both spellings are accepted. */
+static const struct {
+        const char *manifest, *mcp;
+        YNodeKind kind;
+} tool_keys[] = {
+        { "name", "name", YNODE_SCALAR },
+        { "title", "title", YNODE_SCALAR },
+        { "description", "description", YNODE_SCALAR },
+        { "input_schema", "inputSchema", YNODE_MAPPING },
+        { "inputSchema", "inputSchema", YNODE_MAPPING },
+        { "output_schema", "outputSchema", YNODE_MAPPING },
+        { "outputSchema", "outputSchema", YNODE_MAPPING },
+        { "annotations", "annotations", YNODE_MAPPING },
+        { "icons", "icons", YNODE_SEQUENCE },
+        { "execution", "execution", YNODE_MAPPING },
+        { "_meta", "_meta", YNODE_MAPPING },
+        { "backend", NULL, YNODE_SCALAR },
+};
+
+static const char *const tool_key_names[] = {
+        "name", "title", "description", "input_schema", "inputSchema", "output_schema", "outputSchema",
+        "annotations", "icons", "execution", "_meta", "backend", NULL,
+};
+
+static bool schema_is_object(const cJSON *schema) {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(schema, "type");
+        return cJSON_IsString(t) && streq(t->valuestring, "object");
+}
+
+/* Adds one manifest key of a tool to its JSON; the manifest's order is the output's order. */
+static int tool_add_key(Loader *l, cJSON *json, const YNode *key, const YNode *val, const char *tool) {
+        _cleanup_json_ cJSON *v = NULL;
+        _cleanup_free_ char *err = NULL;
+        size_t i;
+        int r;
+
+        for (i = 0; i < ELEMENTSOF(tool_keys); i++)
+                if (streq(key->value, tool_keys[i].manifest))
+                        break;
+        if (i == ELEMENTSOF(tool_keys) || !tool_keys[i].mcp)
+                return 0;
+        if (!expect_kind(l, val, tool_keys[i].kind, key->value))
+                return 0;
+        if (cJSON_HasObjectItem(json, tool_keys[i].mcp))
+                return loader_error(l, key, "tool '%s' sets %s twice (as %s and another spelling)", tool,
+                                    tool_keys[i].mcp, key->value);
+        if (val->kind == YNODE_SCALAR)
+                v = cJSON_CreateString(val->value); /* text fields stay text, even "1.0" or "yes" */
+        else {
+                r = ynode_to_json(val, &v, &err);
+                if (r == -EINVAL)
+                        return loader_error_append(l, err); /* err carries its own position */
+                if (r < 0)
+                        return r;
+        }
+        if (!v)
+                return -ENOMEM;
+        if ((streq(tool_keys[i].mcp, "inputSchema") || streq(tool_keys[i].mcp, "outputSchema")) && !schema_is_object(v))
+                return loader_error(l, val, "%s of tool '%s' must be an object schema (type: object)", key->value, tool);
+        if (!cJSON_AddItemToObject(json, tool_keys[i].mcp, v))
+                return -ENOMEM;
+        v = NULL;
+        return 0;
+}
+
+static int parse_tool(Loader *l, const YNode *n, Tool *t) {
+        _cleanup_json_ cJSON *json = NULL;
+        const YNode *name, *backend;
+        const char *tname = "?";
+        int r;
+
+        if (!expect_kind(l, n, YNODE_MAPPING, "a tool"))
+                return -EINVAL;
+        check_keys(l, n, tool_key_names, "a tool");
+
+        name = ynode_get(n, "name");
+        if (!name)
+                return loader_error(l, n, "tool has no name");
+        if (!expect_kind(l, name, YNODE_SCALAR, "a tool name"))
+                return -EINVAL;
+        tname = name->value;
+        if (!tool_name_valid(tname))
+                loader_error(l, name, "tool name '%s' is invalid: MCP allows 1-128 characters of A-Z a-z 0-9 _ . -", tname);
+        if (!ynode_get(n, "input_schema") && !ynode_get(n, "inputSchema"))
+                loader_error(l, n, "tool '%s' has no input_schema", tname);
+
+        backend = ynode_get(n, "backend");
+        if (!backend)
+                loader_error(l, n, "tool '%s' has no backend", tname);
+        else if (expect_kind(l, backend, YNODE_SCALAR, "backend")) {
+                const Backend *b = manifest_find_backend(l->m, backend->value);
+                if (!b)
+                        loader_error(l, backend, "tool '%s' names backend '%s', which is not defined under backends", tname,
+                                     backend->value);
+                else {
+                        t->backend = (size_t) (b - l->m->backends);
+                        l->m->backends[t->backend].n_tools++;
+                }
+        }
+
+        json = cJSON_CreateObject();
+        if (!json)
+                return -ENOMEM;
+        for (size_t i = 0; i < n->n_items; i += 2) {
+                r = tool_add_key(l, json, n->items[i], n->items[i + 1], tname);
+                if (r == -ENOMEM)
+                        return r;
+        }
+        t->json = TAKE_PTR(json);
+        t->name = cJSON_GetObjectItemCaseSensitive(t->json, "name")->valuestring;
+        return 0;
+}
+
+static int parse_tools(Loader *l, const YNode *n) {
+        if (!expect_kind(l, n, YNODE_SEQUENCE, "tools"))
+                return -EINVAL;
+        l->m->tools = calloc(n->n_items + 1, sizeof(Tool));
+        if (!l->m->tools)
+                return -ENOMEM;
+        for (size_t i = 0; i < n->n_items; i++) {
+                Tool *t = &l->m->tools[l->m->n_tools];
+                const Tool *dup;
+                int r = parse_tool(l, n->items[i], t);
+
+                if (r == -ENOMEM)
+                        return r;
+                if (!t->json)
+                        continue;
+                dup = manifest_find_tool(l->m, t->name);
+                if (dup) {
+                        loader_error(l, ynode_get(n->items[i], "name"), "duplicate tool name '%s' (tool #%zu has it too)",
+                                     t->name, (size_t) (dup - l->m->tools) + 1);
+                        t->json = (cJSON_Delete(t->json), NULL);
+                        continue;
+                }
+                l->m->n_tools++;
+        }
+        return 0;
+}
+
+static const char *const server_keys[] = { "name", "title", "version", "instructions", "page_size", NULL };
+
+static int parse_server(Loader *l, const YNode *n) {
+        const YNode *v;
+        cJSON *info = l->m->server_info;
+
+        if (!expect_kind(l, n, YNODE_MAPPING, "server"))
+                return -EINVAL;
+        check_keys(l, n, server_keys, "server");
+        for (const char *const *k = server_keys; *k; k++) {
+                v = ynode_get(n, *k);
+                if (!v || !expect_kind(l, v, YNODE_SCALAR, *k))
+                        continue;
+                if (streq(*k, "instructions")) {
+                        l->m->instructions = strdup(v->value);
+                        if (!l->m->instructions)
+                                return -ENOMEM;
+                } else if (streq(*k, "page_size")) {
+                        char *end;
+                        unsigned long p = strtoul(v->value, &end, 10);
+                        if (*end || !v->length || p > 100000 || v->value[0] == '-')
+                                loader_error(l, v, "page_size must be a whole number from 0 (no paging) to 100000");
+                        l->m->page_size = p;
+                } else {
+                        cJSON_DeleteItemFromObjectCaseSensitive(info, *k);
+                        if (!cJSON_AddStringToObject(info, *k, v->value))
+                                return -ENOMEM;
+                }
+        }
+        return 0;
+}
+
+static int server_info_default(Manifest *m) {
+        m->server_info = cJSON_CreateObject();
+        if (!m->server_info || !cJSON_AddStringToObject(m->server_info, "name", "mcp-lazy") ||
+            !cJSON_AddStringToObject(m->server_info, "version", MCP_LAZY_VERSION))
+                return -ENOMEM;
+        return 0;
+}
+
+static const char *const top_keys[] = { "server", "backends", "tools", NULL };
+
+static int load_tree(Loader *l, const YNode *root) {
+        const YNode *v;
+        int r;
+
+        r = server_info_default(l->m);
+        if (r < 0)
+                return r;
+        if (!expect_kind(l, root, YNODE_MAPPING, "the manifest"))
+                return -EINVAL;
+        check_keys(l, root, top_keys, "the manifest");
+        if ((v = ynode_get(root, "server")) && (r = parse_server(l, v)) == -ENOMEM)
+                return r;
+        if ((v = ynode_get(root, "backends")) && (r = parse_backends(l, v)) == -ENOMEM)
+                return r;
+        if ((v = ynode_get(root, "tools")) && (r = parse_tools(l, v)) == -ENOMEM)
+                return r;
+        return 0;
+}
+
+Manifest *manifest_free(Manifest *m) {
+        if (!m)
+                return NULL;
+        for (size_t i = 0; i < m->n_backends; i++) {
+                Backend *b = &m->backends[i];
+                free(b->name);
+                strv_free(b->command);
+                strv_free(b->env);
+                free(b->cwd);
+                free(b->socket);
+        }
+        free(m->backends);
+        for (size_t i = 0; i < m->n_tools; i++)
+                cJSON_Delete(m->tools[i].json);
+        free(m->tools);
+        cJSON_Delete(m->server_info);
+        free(m->instructions);
+        free(m->path);
+        free(m);
+        return NULL;
+}
+
+static void manifest_freep(Manifest **m) {
+        manifest_free(*m);
+}
+
+int manifest_load_string(const char *text, size_t len, const char *name, const char *dir, Manifest **ret,
+                         char **ret_error) {
+        _cleanup_(manifest_freep) Manifest *m = NULL;
+        YNode *root = NULL;
+        _cleanup_free_ char *err = NULL;
+        Loader l = { .file = name, .dir = dir };
+        int r;
+
+        m = calloc(1, sizeof *m);
+        if (!m)
+                return -ENOMEM;
+        m->path = strdup(name);
+        if (!m->path)
+                return -ENOMEM;
+        l.m = m;
+
+        r = yaml_tree_load(text, len, &root, &err);
+        if (r == -EINVAL) {
+                if (asprintf(ret_error, "%s:%s", name, err) < 0)
+                        *ret_error = NULL;
+                return -EINVAL;
+        }
+        if (r < 0)
+                return r;
+        r = load_tree(&l, root);
+        ynode_free(root);
+        if (l.oom || r == -ENOMEM) {
+                free(l.errors);
+                return -ENOMEM;
+        }
+        if (l.n_errors > 0) {
+                if (l.n_errors > MAX_ERRORS) {
+                        char *p = NULL;
+                        if (asprintf(&p, "%s\n%s: %u more problems not shown", l.errors, name, l.n_errors - MAX_ERRORS) >= 0) {
+                                free(l.errors);
+                                l.errors = p;
+                        }
+                }
+                *ret_error = l.errors;
+                return -EINVAL;
+        }
+        *ret = TAKE_PTR(m);
+        return 0;
+}
+
+static int read_file(const char *path, char **ret, size_t *ret_len) {
+        _cleanup_close_ int fd = -EBADF;
+        _cleanup_free_ char *buf = NULL;
+        struct stat st;
+        size_t len = 0;
+
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0)
+                return -errno;
+        if (fstat(fd, &st) < 0)
+                return -errno;
+        if (S_ISDIR(st.st_mode))
+                return -EISDIR;
+        if (st.st_size > (off_t) MANIFEST_MAX_SIZE)
+                return -EFBIG;
+        buf = malloc(MANIFEST_MAX_SIZE / 64);
+        size_t alloc = MANIFEST_MAX_SIZE / 64;
+        if (!buf)
+                return -ENOMEM;
+        for (;;) {
+                ssize_t n;
+                if (len == alloc) {
+                        char *p;
+                        if (alloc >= MANIFEST_MAX_SIZE)
+                                return -EFBIG;
+                        alloc *= 2;
+                        p = realloc(buf, alloc);
+                        if (!p)
+                                return -ENOMEM;
+                        buf = p;
+                }
+                n = read(fd, buf + len, alloc - len);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                if (n == 0)
+                        break;
+                len += (size_t) n;
+        }
+        *ret = TAKE_PTR(buf);
+        *ret_len = len;
+        return 0;
+}
+
+int manifest_load_file(const char *path, Manifest **ret, char **ret_error) {
+        _cleanup_free_ char *text = NULL, *dir = NULL;
+        char cwd[PATH_MAX];
+        const char *slash;
+        size_t len = 0;
+        int r;
+
+        r = read_file(path, &text, &len);
+        if (r < 0) {
+                errno = -r;
+                if (asprintf(ret_error, "%s: cannot read manifest: %s", path,
+                             r == -EFBIG ? "larger than 64 MiB" : strerror(-r)) < 0)
+                        *ret_error = NULL;
+                return r;
+        }
+        /* A relative cwd in the manifest is relative to the manifest, wherever we were started. */
+        slash = strrchr(path, '/');
+        if (path[0] == '/')
+                dir = strndup(path, slash == path ? 1 : (size_t) (slash - path));
+        else if (!getcwd(cwd, sizeof cwd))
+                return -errno;
+        else if (slash)
+                r = asprintf(&dir, "%s/%.*s", cwd, (int) (slash - path), path);
+        else
+                dir = strdup(cwd);
+        if (r < 0 || !dir)
+                return -ENOMEM;
+        return manifest_load_string(text, len, path, dir, ret, ret_error);
+}
+
+const Backend *manifest_find_backend(const Manifest *m, const char *name) {
+        for (size_t i = 0; i < m->n_backends; i++)
+                if (m->backends[i].name && streq(m->backends[i].name, name))
+                        return &m->backends[i];
+        return NULL;
+}
+
+const Tool *manifest_find_tool(const Manifest *m, const char *name) {
+        for (size_t i = 0; i < m->n_tools; i++)
+                if (streq(m->tools[i].name, name))
+                        return &m->tools[i];
+        return NULL;
+}

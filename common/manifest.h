@@ -1,0 +1,58 @@
+/* The manifest: backends to run and the tools they serve, read from YAML (or JSON) and checked. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cjson/cJSON.h>
+
+#define MANIFEST_MAX_SIZE (64U * 1024U * 1024U)
+#define MANIFEST_DEFAULT_IDLE_TIMEOUT_USEC (5ULL * 60ULL * 1000000ULL)
+#define MANIFEST_DEFAULT_INIT_TIMEOUT_USEC (120ULL * 1000000ULL) /* a cold npx fetches a package first */
+#define BACKEND_NAME_MAX 64U
+
+typedef enum Sharing {
+        SHARING_POOLED,
+        SHARING_SESSION,
+} Sharing;
+
+typedef struct Backend {
+        char *name;
+        char **command;  /* argv, NULL-terminated, never empty */
+        char **env;      /* "KEY=VALUE", NULL-terminated, may be NULL */
+        char *cwd;       /* absolute, or NULL */
+        char *socket;    /* absolute socket path, or NULL for the default */
+        uint64_t idle_timeout_usec; /* UINT64_MAX: never */
+        uint64_t init_timeout_usec; /* UINT64_MAX: never */
+        Sharing sharing;
+        size_t n_tools;
+} Backend;
+
+typedef struct Tool {
+        const char *name;  /* points into json */
+        size_t backend;    /* index into Manifest.backends */
+        cJSON *json;       /* the tools/list entry, MCP spelling */
+} Tool;
+
+typedef struct Manifest {
+        char *path;
+        Backend *backends;
+        size_t n_backends;
+        Tool *tools;
+        size_t n_tools;
+        cJSON *server_info;  /* initialize's serverInfo */
+        char *instructions;  /* NULL if none */
+        size_t page_size;    /* tools per tools/list page; 0: all in one */
+} Manifest;
+
+/* On a manifest mistake: -EINVAL and *ret_error holds every problem found, one per line, each as
+ * "FILE:LINE:COLUMN: sentence". Other negative errnos are I/O or OOM (with *ret_error saying which file). */
+int manifest_load_file(const char *path, Manifest **ret, char **ret_error);
+/* 'name' is used in messages, 'dir' to resolve a relative cwd. */
+int manifest_load_string(const char *text, size_t len, const char *name, const char *dir, Manifest **ret,
+                         char **ret_error);
+Manifest *manifest_free(Manifest *m);
+const Backend *manifest_find_backend(const Manifest *m, const char *name);
+const Tool *manifest_find_tool(const Manifest *m, const char *name);
+bool tool_name_valid(const char *s);
+bool backend_name_valid(const char *s);

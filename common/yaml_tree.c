@@ -1,0 +1,300 @@
+/* libyaml events -> YNode tree. Aliases are refused and depth is capped: libyaml 0.2.5 has neither limit. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <yaml.h>
+
+#include "macros.h"
+#include "yaml_tree.h"
+
+YNode *ynode_free(YNode *n) {
+        if (!n)
+                return NULL;
+        for (size_t i = 0; i < n->n_items; i++)
+                ynode_free(n->items[i]);
+        free(n->items);
+        free(n->value);
+        free(n);
+        return NULL;
+}
+
+static void ynode_freep(YNode **n) {
+        ynode_free(*n);
+}
+
+const char *ynode_kind_name(YNodeKind k) {
+        return k == YNODE_SCALAR ? "a scalar" : k == YNODE_SEQUENCE ? "a list" : "a mapping";
+}
+
+_printf_(4, 5) static int set_error(char **ret_error, unsigned line, unsigned column, const char *fmt, ...) {
+        _cleanup_free_ char *msg = NULL;
+        va_list ap;
+        int k;
+
+        va_start(ap, fmt);
+        k = vasprintf(&msg, fmt, ap);
+        va_end(ap);
+        if (k < 0)
+                return -ENOMEM;
+        free(*ret_error);
+        if (asprintf(ret_error, "%u:%u: %s", line, column, msg) < 0) {
+                *ret_error = NULL;
+                return -ENOMEM;
+        }
+        return -EINVAL;
+}
+
+static int item_append(YNode *parent, YNode *child) {
+        YNode **l = realloc(parent->items, (parent->n_items + 1) * sizeof *l);
+
+        if (!l)
+                return -ENOMEM;
+        parent->items = l;
+        l[parent->n_items++] = child;
+        return 0;
+}
+
+const YNode *ynode_get(const YNode *map, const char *key) {
+        if (!map || map->kind != YNODE_MAPPING)
+                return NULL;
+        for (size_t i = 0; i + 1 < map->n_items; i += 2)
+                if (map->items[i]->kind == YNODE_SCALAR && streq(map->items[i]->value, key))
+                        return map->items[i + 1];
+        return NULL;
+}
+
+typedef struct Parser {
+        yaml_parser_t parser;
+        char **error;
+} Parser;
+
+static int parse_node(Parser *p, yaml_event_t *ev, unsigned depth, YNode **ret);
+
+static int parse_children(Parser *p, YNode *n, yaml_event_type_t end, unsigned depth) {
+        for (;;) {
+                _cleanup_(ynode_freep) YNode *child = NULL;
+                yaml_event_t ev;
+                int r;
+
+                if (!yaml_parser_parse(&p->parser, &ev))
+                        return set_error(p->error, p->parser.problem_mark.line + 1, p->parser.problem_mark.column + 1,
+                                         "%s%s%s", p->parser.problem ?: "invalid YAML",
+                                         p->parser.context ? " " : "", p->parser.context ?: "");
+                if (ev.type == end) {
+                        yaml_event_delete(&ev);
+                        return 0;
+                }
+                r = parse_node(p, &ev, depth + 1, &child);
+                yaml_event_delete(&ev);
+                if (r < 0)
+                        return r;
+                if (n->kind == YNODE_MAPPING && n->n_items % 2 == 0) {
+                        if (child->kind != YNODE_SCALAR)
+                                return set_error(p->error, child->line, child->column,
+                                                 "mapping keys must be plain strings, not %s",
+                                                 ynode_kind_name(child->kind));
+                        if (ynode_get(n, child->value))
+                                return set_error(p->error, child->line, child->column, "duplicate key '%s'",
+                                                 child->value);
+                }
+                r = item_append(n, child);
+                if (r < 0)
+                        return r;
+                child = NULL;
+        }
+}
+
+static int parse_node(Parser *p, yaml_event_t *ev, unsigned depth, YNode **ret) {
+        _cleanup_(ynode_freep) YNode *n = NULL;
+        unsigned line = ev->start_mark.line + 1, column = ev->start_mark.column + 1;
+        const char *tag = NULL;
+        int r;
+
+        if (ev->type == YAML_ALIAS_EVENT)
+                return set_error(p->error, line, column, "YAML aliases (*%s) are not supported; write the value out",
+                                 ev->data.alias.anchor);
+        if (depth > YAML_TREE_MAX_DEPTH)
+                return set_error(p->error, line, column, "nesting deeper than %u levels", YAML_TREE_MAX_DEPTH);
+
+        n = calloc(1, sizeof *n);
+        if (!n)
+                return -ENOMEM;
+        n->line = line;
+        n->column = column;
+
+        switch (ev->type) {
+        case YAML_SCALAR_EVENT:
+                tag = (const char *) ev->data.scalar.tag;
+                n->kind = YNODE_SCALAR;
+                n->length = ev->data.scalar.length;
+                n->value = malloc(n->length + 1);
+                if (!n->value)
+                        return -ENOMEM;
+                memcpy(n->value, ev->data.scalar.value, n->length);
+                n->value[n->length] = 0;
+                n->plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+                if (tag && streq(tag, YAML_STR_TAG)) {
+                        n->plain = false;
+                        tag = NULL;
+                }
+                break;
+        case YAML_SEQUENCE_START_EVENT:
+                tag = (const char *) ev->data.sequence_start.tag;
+                n->kind = YNODE_SEQUENCE;
+                r = parse_children(p, n, YAML_SEQUENCE_END_EVENT, depth);
+                if (r < 0)
+                        return r;
+                break;
+        case YAML_MAPPING_START_EVENT:
+                tag = (const char *) ev->data.mapping_start.tag;
+                n->kind = YNODE_MAPPING;
+                r = parse_children(p, n, YAML_MAPPING_END_EVENT, depth);
+                if (r < 0)
+                        return r;
+                break;
+        default:
+                return set_error(p->error, line, column, "unexpected YAML event");
+        }
+        if (tag && !streq(tag, YAML_SEQ_TAG) && !streq(tag, YAML_MAP_TAG))
+                return set_error(p->error, line, column, "YAML tag '%s' is not supported", tag);
+        *ret = TAKE_PTR(n);
+        return 0;
+}
+
+/* Expects the next event to be of type t; fails with a sentence otherwise. */
+static int expect_event(Parser *p, yaml_event_type_t t, yaml_event_t *ret) {
+        if (!yaml_parser_parse(&p->parser, ret))
+                return set_error(p->error, p->parser.problem_mark.line + 1, p->parser.problem_mark.column + 1, "%s%s%s",
+                                 p->parser.problem ?: "invalid YAML", p->parser.context ? " " : "",
+                                 p->parser.context ?: "");
+        if (ret->type != t) {
+                unsigned line = ret->start_mark.line + 1, col = ret->start_mark.column + 1;
+                yaml_event_delete(ret);
+                return set_error(p->error, line, col,
+                                 t == YAML_STREAM_END_EVENT ? "only one YAML document is allowed" : "unexpected content");
+        }
+        return 0;
+}
+
+int yaml_tree_load(const char *text, size_t len, YNode **ret, char **ret_error) {
+        _cleanup_(ynode_freep) YNode *root = NULL;
+        Parser p = { .error = ret_error };
+        yaml_event_t ev;
+        int r;
+
+        if (!yaml_parser_initialize(&p.parser))
+                return -ENOMEM;
+        yaml_parser_set_input_string(&p.parser, (const unsigned char *) text, len);
+
+        r = expect_event(&p, YAML_STREAM_START_EVENT, &ev);
+        if (r < 0)
+                goto finish;
+        yaml_event_delete(&ev);
+
+        if (!yaml_parser_parse(&p.parser, &ev)) {
+                r = set_error(ret_error, p.parser.problem_mark.line + 1, p.parser.problem_mark.column + 1, "%s%s%s",
+                              p.parser.problem ?: "invalid YAML", p.parser.context ? " " : "", p.parser.context ?: "");
+                goto finish;
+        }
+        if (ev.type == YAML_STREAM_END_EVENT) {
+                yaml_event_delete(&ev);
+                r = set_error(ret_error, 1, 1, "the file is empty");
+                goto finish;
+        }
+        yaml_event_delete(&ev); /* DOCUMENT-START */
+
+        if (!yaml_parser_parse(&p.parser, &ev)) {
+                r = set_error(ret_error, p.parser.problem_mark.line + 1, p.parser.problem_mark.column + 1, "%s%s%s",
+                              p.parser.problem ?: "invalid YAML", p.parser.context ? " " : "", p.parser.context ?: "");
+                goto finish;
+        }
+        r = parse_node(&p, &ev, 1, &root);
+        yaml_event_delete(&ev);
+        if (r < 0)
+                goto finish;
+        r = expect_event(&p, YAML_DOCUMENT_END_EVENT, &ev);
+        if (r < 0)
+                goto finish;
+        yaml_event_delete(&ev);
+        r = expect_event(&p, YAML_STREAM_END_EVENT, &ev);
+        if (r < 0)
+                goto finish;
+        yaml_event_delete(&ev);
+        *ret = TAKE_PTR(root);
+finish:
+        yaml_parser_delete(&p.parser);
+        return r;
+}
+
+static bool all_of(const char *s, const char *set) {
+        return *s && strspn(s, set) == strlen(s);
+}
+
+/* YAML 1.2 core schema for plain scalars: null, bool, int, float; anything else is a string. */
+static int plain_scalar_to_json(const YNode *n, cJSON **ret, char **ret_error) {
+        const char *v = n->value, *digits = v + (*v == '-' || *v == '+');
+        char *end;
+        double d;
+
+        if (n->length == 0 || streq(v, "~") || streq(v, "null") || streq(v, "Null") || streq(v, "NULL"))
+                *ret = cJSON_CreateNull();
+        else if (streq(v, "true") || streq(v, "True") || streq(v, "TRUE"))
+                *ret = cJSON_CreateTrue();
+        else if (streq(v, "false") || streq(v, "False") || streq(v, "FALSE"))
+                *ret = cJSON_CreateFalse();
+        else if (strncmp(v, "0x", 2) == 0 && all_of(v + 2, "0123456789abcdefABCDEF"))
+                *ret = cJSON_CreateNumber((double) strtoull(v + 2, NULL, 16));
+        else if (strncmp(v, "0o", 2) == 0 && all_of(v + 2, "01234567"))
+                *ret = cJSON_CreateNumber((double) strtoull(v + 2, NULL, 8));
+        else if (strcasecmp(digits, ".inf") == 0 || strcasecmp(v, ".nan") == 0)
+                return set_error(ret_error, n->line, n->column, "'%s' has no JSON equivalent; quote it for a string", v);
+        else if ((digits[0] >= '0' && digits[0] <= '9') || (digits[0] == '.' && digits[1] >= '0' && digits[1] <= '9')) {
+                errno = 0;
+                d = strtod(v, &end);
+                if (*end == 0 && errno == 0 && isfinite(d) && all_of(digits, "0123456789.eE+-"))
+                        *ret = cJSON_CreateNumber(d);
+                else
+                        *ret = cJSON_CreateString(v);
+        } else
+                *ret = cJSON_CreateString(v);
+        return *ret ? 0 : -ENOMEM;
+}
+
+int ynode_to_json(const YNode *n, cJSON **ret, char **ret_error) {
+        _cleanup_json_ cJSON *j = NULL;
+        int r;
+
+        if (n->kind == YNODE_SCALAR) {
+                if (!n->plain) {
+                        j = cJSON_CreateString(n->value);
+                        if (!j)
+                                return -ENOMEM;
+                        if (strlen(n->value) != n->length)
+                                return set_error(ret_error, n->line, n->column, "strings may not contain NUL");
+                        *ret = TAKE_PTR(j);
+                        return 0;
+                }
+                return plain_scalar_to_json(n, ret, ret_error);
+        }
+
+        j = n->kind == YNODE_SEQUENCE ? cJSON_CreateArray() : cJSON_CreateObject();
+        if (!j)
+                return -ENOMEM;
+        for (size_t i = 0; i < n->n_items; i++) {
+                const YNode *key = n->kind == YNODE_MAPPING ? n->items[i++] : NULL;
+                cJSON *child;
+
+                r = ynode_to_json(n->items[i], &child, ret_error);
+                if (r < 0)
+                        return r;
+                if (!(key ? cJSON_AddItemToObject(j, key->value, child) : cJSON_AddItemToArray(j, child))) {
+                        cJSON_Delete(child);
+                        return -ENOMEM;
+                }
+        }
+        *ret = TAKE_PTR(j);
+        return 0;
+}

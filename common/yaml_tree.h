@@ -1,0 +1,35 @@
+/* A small document tree from libyaml events, keeping line and column for every node. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <cjson/cJSON.h>
+
+typedef enum YNodeKind {
+        YNODE_SCALAR,
+        YNODE_SEQUENCE,
+        YNODE_MAPPING,
+} YNodeKind;
+
+typedef struct YNode YNode;
+struct YNode {
+        YNodeKind kind;
+        unsigned line, column; /* 1-based */
+        char *value;           /* scalars */
+        size_t length;
+        bool plain;            /* unquoted scalar: may be a number, a bool or null */
+        YNode **items;         /* sequences: items; mappings: key, value, key, value, ... */
+        size_t n_items;        /* for mappings, the number of pairs times two */
+};
+
+#define YAML_TREE_MAX_DEPTH 64U
+
+/* On a YAML error returns -EINVAL and sets *ret_error to "LINE:COLUMN: sentence". */
+int yaml_tree_load(const char *text, size_t len, YNode **ret, char **ret_error);
+YNode *ynode_free(YNode *n);
+/* Value of key in a mapping, or NULL. */
+const YNode *ynode_get(const YNode *map, const char *key);
+/* JSON value of a subtree, typed like YAML 1.2's core schema. On failure returns -EINVAL with
+ * *ret_error "LINE:COLUMN: sentence". */
+int ynode_to_json(const YNode *n, cJSON **ret, char **ret_error);
+const char *ynode_kind_name(YNodeKind k);

@@ -1,0 +1,189 @@
+/* Activation: reach a backend's shim through its socket, or say exactly why not, or start it directly. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <systemd/sd-bus.h>
+#include <systemd/sd-daemon.h>
+
+#include "frontend.h"
+#include "log.h"
+#include "macros.h"
+
+char *backend_socket_path(const Backend *b) {
+        const char *rt;
+        char *p = NULL;
+
+        if (b->socket)
+                return strdup(b->socket);
+        /* %t of the manager that owns the socket unit: the system one for root, the user's otherwise. */
+        if (geteuid() == 0)
+                rt = "/run";
+        else
+                rt = getenv("XDG_RUNTIME_DIR");
+        if (rt && rt[0] == '/')
+                return asprintf(&p, "%s/mcp-lazy/%s.sock", rt, b->name) < 0 ? NULL : p;
+        return asprintf(&p, "/run/user/%u/mcp-lazy/%s.sock", (unsigned) geteuid(), b->name) < 0 ? NULL : p;
+}
+
+static int socket_connect(const char *path, int *ret_fd) {
+        _cleanup_close_ int fd = -EBADF;
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+        if (strlen(path) >= sizeof sa.sun_path)
+                return -ENAMETOOLONG;
+        memcpy(sa.sun_path, path, strlen(path));
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        /* Local connects complete at once (systemd holds the listener); the channel makes it non-blocking. */
+        if (connect(fd, (struct sockaddr *) &sa, sizeof sa) < 0)
+                return -errno;
+        *ret_fd = TAKE_FD(fd);
+        return 0;
+}
+
+static const char *user_flag(void) {
+        return geteuid() == 0 ? "" : " --user";
+}
+
+static int unit_property(sd_bus *bus, const char *path, const char *prop, char **ret) {
+        _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
+        return sd_bus_get_property_string(bus, "org.freedesktop.systemd1", path, "org.freedesktop.systemd1.Unit", prop,
+                                          &e, ret);
+}
+
+/* Asks the service manager why the socket is not there, and words the answer as something to do. */
+static char *systemd_diagnosis(const Backend *b, const char *path, int connect_error) {
+        _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
+        _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        _cleanup_free_ char *load = NULL, *active = NULL, *result = NULL;
+        const char *unit_path, *u = user_flag();
+        char unit[128], *text = NULL;
+        int r;
+
+        snprintf(unit, sizeof unit, "mcp-lazy@%s.socket", b->name);
+        r = geteuid() == 0 ? sd_bus_open_system(&bus) : sd_bus_open_user(&bus);
+        if (r >= 0)
+                r = sd_bus_call_method(bus, "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
+                                       "org.freedesktop.systemd1.Manager", "LoadUnit", &e, &reply, "s", unit);
+        if (r >= 0)
+                r = sd_bus_message_read(reply, "o", &unit_path);
+        if (r >= 0)
+                r = unit_property(bus, unit_path, "LoadState", &load);
+        if (r >= 0)
+                r = unit_property(bus, unit_path, "ActiveState", &active);
+        if (r < 0) {
+                r = asprintf(&text,
+                             "backend '%s' is not reachable at %s (%s), and systemd could not be asked why; "
+                             "run 'systemctl%s enable --now %s'",
+                             b->name, path, strerror(-connect_error), u, unit);
+                return r < 0 ? NULL : text;
+        }
+        if (streq(load, "not-found"))
+                r = asprintf(&text,
+                             "backend '%s' has no socket unit: install mcp-lazy's units ('make install'), then run "
+                             "'systemctl%s enable --now %s'",
+                             b->name, u, unit);
+        else if (streq(active, "failed")) {
+                (void) sd_bus_get_property_string(bus, "org.freedesktop.systemd1", unit_path,
+                                                  "org.freedesktop.systemd1.Socket", "Result", &e, &result);
+                r = asprintf(&text,
+                             "backend '%s' has failed (%s: %s); see 'journalctl%s -u mcp-lazy@%s.service', then run "
+                             "'systemctl%s reset-failed %s mcp-lazy@%s.service && systemctl%s start %s'",
+                             b->name, unit, result ?: "failed", u, b->name, u, unit, b->name, u, unit);
+        } else if (streq(active, "active"))
+                r = asprintf(&text, "backend '%s': %s is active but %s refused the connection (%s)", b->name, unit,
+                             path, strerror(-connect_error));
+        else
+                r = asprintf(&text, "backend '%s' is not enabled: run 'systemctl%s enable --now %s'", b->name, u, unit);
+        return r < 0 ? NULL : text;
+}
+
+static int on_shim_exit(sd_event_source *s, const siginfo_t *si, void *userdata) {
+        (void) userdata;
+        if (si->si_code != CLD_EXITED || si->si_status != 0)
+                log_debug("mcp-lazy-shimd (pid %d) ended abnormally (code %d, status %d).", (int) si->si_pid,
+                          si->si_code, si->si_status);
+        sd_event_source_unref(s);
+        return 0;
+}
+
+/* Like systemd's Accept=yes: the shim gets one connected socket as fd 3, with LISTEN_FDS=1. */
+static int direct_spawn(const Options *o, const Backend *b, sd_event *e, int *ret_fd) {
+        _cleanup_close_ int ours = -EBADF, theirs = -EBADF;
+        int sv[2], null_fd;
+        pid_t pid;
+
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+                return -errno;
+        ours = sv[0];
+        theirs = sv[1];
+        null_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (null_fd < 0)
+                return -errno;
+
+        pid = fork();
+        if (pid < 0) {
+                safe_close(null_fd);
+                return -errno;
+        }
+        if (pid == 0) {
+                char pidbuf[32];
+                sigset_t all;
+
+                /* Our stdout is the client's protocol stream: the shim must never write there. */
+                if (dup2(null_fd, STDIN_FILENO) < 0 || dup2(null_fd, STDOUT_FILENO) < 0 || dup2(theirs, 3) < 0)
+                        _exit(127);
+                snprintf(pidbuf, sizeof pidbuf, "%d", (int) getpid());
+                setenv("LISTEN_FDS", "1", 1);
+                setenv("LISTEN_PID", pidbuf, 1);
+                setenv("LISTEN_FDNAMES", "connection", 1);
+                sigemptyset(&all);
+                sigprocmask(SIG_SETMASK, &all, NULL);
+                execl(o->shimd_path, o->shimd_path, "--manifest", o->manifest_path, b->name, (char *) NULL);
+                if (!strchr(o->shimd_path, '/'))
+                        execlp(o->shimd_path, o->shimd_path, "--manifest", o->manifest_path, b->name, (char *) NULL);
+                fprintf(stderr, "mcp-lazy: cannot execute %s: %m\n", o->shimd_path);
+                _exit(127);
+        }
+        safe_close(null_fd);
+        /* Reap it whenever it exits; it is ours only until then. */
+        {
+                sd_event_source *child = NULL;
+                if (sd_event_add_child(e, &child, pid, WEXITED, on_shim_exit, NULL) < 0)
+                        log_debug("Cannot watch mcp-lazy-shimd (pid %d); it will be reaped at exit.", (int) pid);
+        }
+        log_debug("Started mcp-lazy-shimd for '%s' directly as pid %d.", b->name, (int) pid);
+        *ret_fd = TAKE_FD(ours);
+        return 0;
+}
+
+int activation_connect(const Options *o, const Backend *b, sd_event *e, int *ret_fd, char **ret_text) {
+        _cleanup_free_ char *path = backend_socket_path(b);
+        int r;
+
+        if (!path)
+                return -ENOMEM;
+        r = socket_connect(path, ret_fd);
+        if (r >= 0)
+                return 0;
+        if (r != -ENOENT && r != -ECONNREFUSED && r != -ENOTDIR) {
+                if (asprintf(ret_text, "backend '%s': cannot connect to %s: %s", b->name, path, strerror(-r)) < 0)
+                        *ret_text = NULL;
+                return r;
+        }
+        if (o->activation == ACTIVATION_DIRECT || (o->activation == ACTIVATION_AUTO && sd_booted() <= 0)) {
+                r = direct_spawn(o, b, e, ret_fd);
+                if (r < 0 && asprintf(ret_text, "backend '%s': cannot start %s: %s", b->name, o->shimd_path, strerror(-r)) < 0)
+                        *ret_text = NULL;
+                return r;
+        }
+        *ret_text = systemd_diagnosis(b, path, r);
+        return r;
+}

@@ -1,0 +1,82 @@
+/* The frontend's objects: one Session with the client on stdio, one Upstream per backend it called. */
+#pragma once
+
+#include <stdbool.h>
+#include <systemd/sd-event.h>
+
+#include "channel.h"
+#include "hashmap.h"
+#include "manifest.h"
+
+#define SESSION_MAX_PENDING 4096U
+#define UPSTREAM_INIT_ID "mcp-lazy/initialize"
+#define DRAINING_METHOD "notifications/mcp-lazy/draining"
+
+typedef enum ActivationMode {
+        ACTIVATION_AUTO,    /* the socket, else systemd's verdict when systemd runs, else direct */
+        ACTIVATION_DIRECT,  /* the socket, else start the shim ourselves */
+        ACTIVATION_SYSTEMD, /* the socket only */
+} ActivationMode;
+
+typedef struct Options {
+        const char *manifest_path; /* absolute */
+        const char *shimd_path;
+        size_t max_line;
+        ActivationMode activation;
+} Options;
+
+typedef struct Session Session;
+typedef struct UpConn UpConn;
+typedef struct Upstream Upstream;
+
+/* A batch (JSON-RPC 2.0, only with 2025-03-26) answers once every member has an answer. */
+typedef struct Batch {
+        cJSON *responses;
+        unsigned outstanding;
+        bool sealed; /* all members were read */
+} Batch;
+
+/* A client request that went to a backend and awaits its response. */
+typedef struct Pending {
+        char *key;       /* jsonrpc_id_key() of the client's id */
+        cJSON *request;  /* as the client sent it */
+        Batch *batch;
+        UpConn *conn;
+        size_t backend;
+        bool is_tool_call;
+} Pending;
+
+struct Session {
+        sd_event *event;
+        Manifest *manifest;
+        const Options *options;
+        Channel *client;
+        cJSON *client_params;   /* initialize's params, handed to each backend */
+        char *protocol_version; /* negotiated */
+        bool batches_allowed;
+        Hashmap *pending;       /* id key -> Pending */
+        Upstream **upstreams;   /* per backend, created on first use */
+};
+
+struct Session *session_new(sd_event *e, Manifest *m, const Options *o);
+Session *session_free(Session *s);
+int session_start(Session *s, int in_fd, int out_fd);
+
+/* Answer a pending request (takes response; NULL response means OOM) and forget it. */
+void session_complete(Session *s, Pending *p, cJSON *response);
+/* Fail a pending request with text: a tool error for tools/call, a JSON-RPC error otherwise. */
+void session_fail(Session *s, Pending *p, const char *text);
+void session_send(Session *s, const cJSON *message);
+
+/* upstream.c */
+Upstream *upstream_new(Session *s, size_t backend);
+Upstream *upstream_free(Upstream *u);
+/* Sends p->request to the backend, connecting (and activating) first if needed. */
+void upstream_forward(Upstream *u, Pending *p);
+/* Forget p's slot on its connection (it was answered or is being failed). */
+void upconn_release(UpConn *c);
+
+/* activation.c */
+/* Connects to the backend's shim: -errno on failure with *ret_text telling the user what to do. */
+int activation_connect(const Options *o, const Backend *b, sd_event *e, int *ret_fd, char **ret_text);
+char *backend_socket_path(const Backend *b);

@@ -1,0 +1,208 @@
+/* mcp-lazy: the stdio MCP server a client launches; tools/list from the manifest, calls to backend shims. */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <systemd/sd-event.h>
+
+#include "duration.h"
+#include "framing.h"
+#include "frontend.h"
+#include "log.h"
+#include "macros.h"
+#include "manifest.h"
+
+#ifndef MCP_LAZY_VERSION
+#define MCP_LAZY_VERSION "0"
+#endif
+
+static void manifest_freep(Manifest **m) {
+        manifest_free(*m);
+}
+
+static void help(void) {
+        printf("Usage: mcp-lazy --manifest FILE [OPTIONS]\n"
+               "       mcp-lazy check FILE\n\n"
+               "An MCP server on stdio that lists the manifest's tools without starting anything,\n"
+               "and starts each backend (through its systemd socket) only when one of its tools is called.\n\n"
+               "  --manifest FILE          the manifest (YAML or JSON)\n"
+               "  --activation=MODE        auto (default), direct (start mcp-lazy-shimd ourselves when\n"
+               "                           the socket is missing) or systemd (sockets only)\n"
+               "  --shimd PATH             mcp-lazy-shimd to run for direct activation\n"
+               "  --max-line-bytes N       longest message accepted (default 16777216)\n"
+               "  --version, --help\n");
+}
+
+static int check(const char *path) {
+        _cleanup_(manifest_freep) Manifest *m = NULL;
+        _cleanup_free_ char *err = NULL;
+        int r = manifest_load_file(path, &m, &err);
+
+        if (r < 0) {
+                fprintf(stderr, "%s\n", err ?: strerror(-r));
+                return 1;
+        }
+        printf("%s: %zu backend%s, %zu tool%s\n", path, m->n_backends, m->n_backends == 1 ? "" : "s", m->n_tools,
+               m->n_tools == 1 ? "" : "s");
+        for (size_t i = 0; i < m->n_backends; i++) {
+                const Backend *b = &m->backends[i];
+                char idle[32];
+
+                printf("  %-20s %zu tool%s, idle_timeout %s, sharing %s, command:", b->name, b->n_tools,
+                       b->n_tools == 1 ? "" : "s", duration_format(b->idle_timeout_usec, idle, sizeof idle),
+                       b->sharing == SHARING_POOLED ? "pooled" : "session");
+                for (char **a = b->command; a && *a; a++)
+                        printf(" %s", *a);
+                printf("\n");
+        }
+        return 0;
+}
+
+/* The shim next to our own binary wins (a build tree, or an install), then PATH. */
+static char *find_shimd(void) {
+        char self[PATH_MAX], *p = NULL;
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+
+        if (n > 0) {
+                char *slash;
+                self[n] = 0;
+                slash = strrchr(self, '/');
+                if (slash) {
+                        *slash = 0;
+                        if (asprintf(&p, "%s/mcp-lazy-shimd", self) < 0)
+                                return NULL;
+                        if (access(p, X_OK) == 0)
+                                return p;
+                        free(p);
+                }
+        }
+        return strdup("mcp-lazy-shimd");
+}
+
+static int run(Options *o) {
+        _cleanup_(manifest_freep) Manifest *m = NULL;
+        _cleanup_(sd_event_unrefp) sd_event *e = NULL;
+        _cleanup_free_ char *err = NULL;
+        Session *s;
+        sigset_t mask;
+        int r;
+
+        r = manifest_load_file(o->manifest_path, &m, &err);
+        if (r < 0) {
+                fprintf(stderr, "%s\n", err ?: strerror(-r));
+                return r;
+        }
+
+        /* SIGCHLD: sd-event watches the shims we start; SIGTERM/SIGINT: exit 0 at once. */
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGCHLD);
+        sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGINT);
+        sigprocmask(SIG_BLOCK, &mask, NULL);
+        signal(SIGPIPE, SIG_IGN);
+
+        r = sd_event_default(&e);
+        if (r < 0)
+                return log_error_errno(r, "Failed to allocate event loop: %m");
+        r = sd_event_add_signal(e, NULL, SIGTERM, NULL, NULL);
+        if (r >= 0)
+                r = sd_event_add_signal(e, NULL, SIGINT, NULL, NULL);
+        if (r < 0)
+                return log_error_errno(r, "Failed to watch signals: %m");
+
+        s = session_new(e, m, o);
+        if (!s)
+                return log_oom();
+        r = session_start(s, STDIN_FILENO, STDOUT_FILENO);
+        if (r < 0) {
+                session_free(s);
+                return log_error_errno(r, "Failed to set up stdio: %m");
+        }
+        r = sd_event_loop(e);
+        session_free(s);
+        return r < 0 ? log_error_errno(r, "Event loop failed: %m") : 0;
+}
+
+int main(int argc, char *argv[]) {
+        enum { ARG_ACTIVATION = 0x100, ARG_SHIMD, ARG_MAX_LINE, ARG_VERSION };
+        static const struct option options[] = {
+                { "manifest", required_argument, NULL, 'm' },
+                { "activation", required_argument, NULL, ARG_ACTIVATION },
+                { "shimd", required_argument, NULL, ARG_SHIMD },
+                { "max-line-bytes", required_argument, NULL, ARG_MAX_LINE },
+                { "version", no_argument, NULL, ARG_VERSION },
+                { "help", no_argument, NULL, 'h' },
+                {},
+        };
+        Options o = { .max_line = FRAMING_DEFAULT_MAX_LINE };
+        _cleanup_free_ char *manifest = NULL, *shimd = NULL;
+        const char *manifest_arg = NULL;
+        int c, r;
+
+        log_setup("mcp-lazy");
+        if (argc >= 2 && streq(argv[1], "check")) {
+                if (argc != 3) {
+                        fprintf(stderr, "Usage: mcp-lazy check FILE\n");
+                        return 2;
+                }
+                return check(argv[2]);
+        }
+        while ((c = getopt_long(argc, argv, "m:h", options, NULL)) >= 0)
+                switch (c) {
+                case 'm':
+                        manifest_arg = optarg;
+                        break;
+                case ARG_ACTIVATION:
+                        if (streq(optarg, "auto"))
+                                o.activation = ACTIVATION_AUTO;
+                        else if (streq(optarg, "direct"))
+                                o.activation = ACTIVATION_DIRECT;
+                        else if (streq(optarg, "systemd"))
+                                o.activation = ACTIVATION_SYSTEMD;
+                        else {
+                                fprintf(stderr, "mcp-lazy: --activation takes auto, direct or systemd\n");
+                                return 2;
+                        }
+                        break;
+                case ARG_SHIMD:
+                        shimd = strdup(optarg);
+                        break;
+                case ARG_MAX_LINE: {
+                        char *end;
+                        unsigned long long v = strtoull(optarg, &end, 10);
+                        if (*end || v < 1024 || v > (1ULL << 30)) {
+                                fprintf(stderr, "mcp-lazy: --max-line-bytes takes a number from 1024 to 1073741824\n");
+                                return 2;
+                        }
+                        o.max_line = (size_t) v;
+                        break;
+                }
+                case ARG_VERSION:
+                        printf("mcp-lazy %s\n", MCP_LAZY_VERSION);
+                        return 0;
+                case 'h':
+                        help();
+                        return 0;
+                default:
+                        return 2;
+                }
+        if (!manifest_arg || optind != argc) {
+                fprintf(stderr, "Usage: mcp-lazy --manifest FILE (see --help)\n");
+                return 2;
+        }
+        /* The shim we may start resolves the manifest on its own: hand it an absolute path. */
+        manifest = realpath(manifest_arg, NULL);
+        if (!manifest) {
+                fprintf(stderr, "mcp-lazy: %s: cannot read manifest: %m\n", manifest_arg);
+                return 1;
+        }
+        o.manifest_path = manifest;
+        o.shimd_path = shimd ?: (shimd = find_shimd());
+        if (!o.shimd_path)
+                return 1;
+        r = run(&o);
+        return r < 0 ? 1 : 0;
+}

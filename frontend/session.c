@@ -1,0 +1,400 @@
+/* The session with the client: JSON-RPC over stdio, answered from the manifest or routed to a backend. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "frontend.h"
+#include "jsonrpc.h"
+#include "log.h"
+#include "macros.h"
+
+/* Oldest first; an unknown version from the client gets the newest. */
+static const char *const protocol_versions[] = { "2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25" };
+#define CURSOR_PREFIX "mcp-lazy:tools:"
+
+Session *session_new(sd_event *e, Manifest *m, const Options *o) {
+        Session *s = calloc(1, sizeof *s);
+
+        if (!s)
+                return NULL;
+        s->event = sd_event_ref(e);
+        s->manifest = m;
+        s->options = o;
+        s->pending = hashmap_new();
+        s->upstreams = calloc(m->n_backends + 1, sizeof(Upstream *));
+        if (!s->pending || !s->upstreams)
+                return session_free(s);
+        return s;
+}
+
+static Pending *pending_free(Pending *p) {
+        if (!p)
+                return NULL;
+        free(p->key);
+        cJSON_Delete(p->request);
+        free(p);
+        return NULL;
+}
+
+Session *session_free(Session *s) {
+        const char *key;
+        void *v;
+        size_t state = 0;
+
+        if (!s)
+                return NULL;
+        for (size_t i = 0; s->upstreams && i < s->manifest->n_backends; i++)
+                upstream_free(s->upstreams[i]);
+        free(s->upstreams);
+        while (s->pending && hashmap_iterate(s->pending, &state, &key, &v)) {
+                Pending *p = v;
+                free(p->batch ? (cJSON_Delete(p->batch->responses), p->batch) : NULL);
+                pending_free(p);
+        }
+        hashmap_free(s->pending);
+        channel_free(s->client);
+        cJSON_Delete(s->client_params);
+        free(s->protocol_version);
+        sd_event_unref(s->event);
+        free(s);
+        return NULL;
+}
+
+void session_send(Session *s, const cJSON *message) {
+        int r = channel_send_json(s->client, message);
+        if (r < 0 && r != -EPIPE)
+                log_warning_errno(r, "Failed to queue a message for the client, dropping it: %m");
+}
+
+static void batch_maybe_finish(Session *s, Batch *b) {
+        if (!b->sealed || b->outstanding > 0)
+                return;
+        /* Only notifications in the batch: JSON-RPC says nothing at all is returned. */
+        if (cJSON_GetArraySize(b->responses) > 0)
+                session_send(s, b->responses);
+        cJSON_Delete(b->responses);
+        free(b);
+}
+
+/* Takes msg. Within a batch the reply joins the batch's array; otherwise it is sent now. */
+static void reply(Session *s, Batch *batch, cJSON *msg) {
+        if (!msg) {
+                log_oom();
+                return;
+        }
+        if (batch) {
+                if (!cJSON_AddItemToArray(batch->responses, msg))
+                        cJSON_Delete(msg);
+                return;
+        }
+        session_send(s, msg);
+        cJSON_Delete(msg);
+}
+
+static void reply_error(Session *s, Batch *batch, const cJSON *id, int code, const char *fmt, ...) _printf_(5, 6);
+static void reply_error(Session *s, Batch *batch, const cJSON *id, int code, const char *fmt, ...) {
+        char text[1024];
+        va_list ap;
+
+        va_start(ap, fmt);
+        vsnprintf(text, sizeof text, fmt, ap);
+        va_end(ap);
+        reply(s, batch, jsonrpc_error_new(id, code, text));
+}
+
+void session_complete(Session *s, Pending *p, cJSON *response) {
+        Batch *b = p->batch;
+
+        hashmap_remove(s->pending, p->key);
+        if (p->conn)
+                upconn_release(p->conn);
+        pending_free(p);
+        reply(s, b, response);
+        if (b) {
+                b->outstanding--;
+                batch_maybe_finish(s, b);
+        }
+}
+
+void session_fail(Session *s, Pending *p, const char *text) {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(p->request, "id");
+        cJSON *m = p->is_tool_call ? jsonrpc_result_new(id, tool_error_result_new(text))
+                                   : jsonrpc_error_new(id, JSONRPC_INTERNAL_ERROR, text);
+        session_complete(s, p, m);
+}
+
+static const char *negotiate_version(const char *asked) {
+        for (size_t i = 0; i < ELEMENTSOF(protocol_versions); i++)
+                if (streq(asked, protocol_versions[i]))
+                        return protocol_versions[i];
+        return protocol_versions[ELEMENTSOF(protocol_versions) - 1];
+}
+
+static cJSON *initialize_result_new(Session *s, const char *version) {
+        _cleanup_json_ cJSON *r = cJSON_CreateObject();
+        cJSON *caps, *info;
+
+        if (!r || !cJSON_AddStringToObject(r, "protocolVersion", version))
+                return NULL;
+        /* Only what we really do: tools. listChanged stays off until manifest reloads exist. */
+        caps = cJSON_AddObjectToObject(r, "capabilities");
+        if (!caps || !cJSON_AddObjectToObject(caps, "tools"))
+                return NULL;
+        info = cJSON_Duplicate(s->manifest->server_info, true);
+        if (!info || !cJSON_AddItemToObject(r, "serverInfo", info)) {
+                cJSON_Delete(info);
+                return NULL;
+        }
+        if (s->manifest->instructions && !cJSON_AddStringToObject(r, "instructions", s->manifest->instructions))
+                return NULL;
+        return TAKE_PTR(r);
+}
+
+static void handle_initialize(Session *s, const JsonRpcMessage *m, Batch *batch) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(m->params, "protocolVersion");
+        const char *version;
+
+        if (!cJSON_IsObject(m->params) || !cJSON_IsString(v))
+                return reply_error(s, batch, m->id, JSONRPC_INVALID_PARAMS,
+                                   "initialize needs params with a string protocolVersion");
+        if (s->protocol_version)
+                return reply_error(s, batch, m->id, JSONRPC_INVALID_REQUEST, "the session is already initialized");
+        version = negotiate_version(v->valuestring);
+        s->protocol_version = strdup(version);
+        s->client_params = cJSON_Duplicate(m->params, true);
+        if (!s->protocol_version || !s->client_params) {
+                log_oom();
+                return reply_error(s, batch, m->id, JSONRPC_INTERNAL_ERROR, "out of memory");
+        }
+        /* What the backends see is the version we agreed on, not one they would have to refuse. */
+        cJSON_ReplaceItemInObjectCaseSensitive(s->client_params, "protocolVersion", cJSON_CreateString(version));
+        s->batches_allowed = streq(version, "2025-03-26");
+        reply(s, batch, jsonrpc_result_new(m->id, initialize_result_new(s, version)));
+}
+
+/* Cursor -> offset; -EINVAL for anything we did not hand out. */
+static int cursor_parse(const Manifest *mf, const cJSON *params, size_t *ret) {
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(params, "cursor");
+        const char *p;
+        char *end;
+        unsigned long long off;
+
+        *ret = 0;
+        if (!c || cJSON_IsNull(c))
+                return 0;
+        if (!cJSON_IsString(c) || strncmp(c->valuestring, CURSOR_PREFIX, strlen(CURSOR_PREFIX)) != 0)
+                return -EINVAL;
+        p = c->valuestring + strlen(CURSOR_PREFIX);
+        if (*p < '1' || *p > '9')
+                return -EINVAL;
+        errno = 0;
+        off = strtoull(p, &end, 10);
+        if (*end || errno || off >= mf->n_tools)
+                return -EINVAL;
+        *ret = (size_t) off;
+        return 0;
+}
+
+static cJSON *tools_page_new(const Manifest *mf, size_t offset) {
+        _cleanup_json_ cJSON *r = cJSON_CreateObject();
+        size_t end = mf->page_size ? offset + mf->page_size : mf->n_tools;
+        cJSON *tools;
+
+        if (end > mf->n_tools)
+                end = mf->n_tools;
+        if (!r || !(tools = cJSON_AddArrayToObject(r, "tools")))
+                return NULL;
+        /* References: the manifest's JSON is printed as it is, never copied. */
+        for (size_t i = offset; i < end; i++)
+                if (!cJSON_AddItemReferenceToArray(tools, mf->tools[i].json))
+                        return NULL;
+        if (end < mf->n_tools) {
+                char cursor[64];
+                snprintf(cursor, sizeof cursor, CURSOR_PREFIX "%zu", end);
+                if (!cJSON_AddStringToObject(r, "nextCursor", cursor))
+                        return NULL;
+        }
+        return TAKE_PTR(r);
+}
+
+static void handle_tools_list(Session *s, const JsonRpcMessage *m, Batch *batch) {
+        size_t offset;
+
+        if (m->params && !cJSON_IsObject(m->params))
+                return reply_error(s, batch, m->id, JSONRPC_INVALID_PARAMS, "tools/list params must be an object");
+        if (cursor_parse(s->manifest, m->params, &offset) < 0)
+                return reply_error(s, batch, m->id, JSONRPC_INVALID_PARAMS,
+                                   "unknown cursor: pass back a nextCursor from an earlier tools/list, or none");
+        reply(s, batch, jsonrpc_result_new(m->id, tools_page_new(s->manifest, offset)));
+}
+
+static int pending_new(Session *s, const cJSON *msg, const JsonRpcMessage *m, size_t backend, Batch *batch,
+                       Pending **ret) {
+        _cleanup_free_ Pending *p = calloc(1, sizeof *p);
+        int r;
+
+        if (!p)
+                return -ENOMEM;
+        p->key = jsonrpc_id_key(m->id);
+        p->request = cJSON_Duplicate(msg, true);
+        if (!p->key || !p->request) {
+                free(p->key);
+                cJSON_Delete(p->request);
+                return -ENOMEM;
+        }
+        p->backend = backend;
+        p->batch = batch;
+        p->is_tool_call = streq(m->method, "tools/call");
+        r = hashmap_put(s->pending, p->key, p);
+        if (r < 0) {
+                free(p->key);
+                cJSON_Delete(p->request);
+                return r;
+        }
+        if (batch)
+                batch->outstanding++;
+        *ret = TAKE_PTR(p);
+        return 0;
+}
+
+static void route_to_backend(Session *s, const cJSON *msg, const JsonRpcMessage *m, size_t backend, Batch *batch) {
+        Pending *p;
+        int r;
+
+        if (hashmap_size(s->pending) >= SESSION_MAX_PENDING)
+                return reply_error(s, batch, m->id, JSONRPC_INTERNAL_ERROR,
+                                   "too many requests in flight (%u); wait for some to finish", SESSION_MAX_PENDING);
+        if (cJSON_IsString(m->id) && streq(m->id->valuestring, UPSTREAM_INIT_ID))
+                return reply_error(s, batch, m->id, JSONRPC_INVALID_REQUEST, "request id '%s' is reserved by mcp-lazy",
+                                   UPSTREAM_INIT_ID);
+        r = pending_new(s, msg, m, backend, batch, &p);
+        if (r == -EEXIST)
+                return reply_error(s, batch, m->id, JSONRPC_INVALID_REQUEST,
+                                   "request id is already used by a request still in flight");
+        if (r < 0)
+                return reply_error(s, batch, m->id, JSONRPC_INTERNAL_ERROR, "out of memory");
+        if (!s->upstreams[backend]) {
+                s->upstreams[backend] = upstream_new(s, backend);
+                if (!s->upstreams[backend])
+                        return session_fail(s, p, "out of memory");
+        }
+        upstream_forward(s->upstreams[backend], p);
+}
+
+static void handle_tools_call(Session *s, const cJSON *msg, const JsonRpcMessage *m, Batch *batch) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(m->params, "name");
+        const Tool *t;
+
+        if (!cJSON_IsObject(m->params) || !cJSON_IsString(name))
+                return reply_error(s, batch, m->id, JSONRPC_INVALID_PARAMS, "tools/call needs params with a string name");
+        t = manifest_find_tool(s->manifest, name->valuestring);
+        if (!t)
+                return reply_error(s, batch, m->id, JSONRPC_INVALID_PARAMS, "Unknown tool: '%.200s'", name->valuestring);
+        route_to_backend(s, msg, m, t->backend, batch);
+}
+
+static void handle_request(Session *s, const cJSON *msg, const JsonRpcMessage *m, Batch *batch) {
+        if (streq(m->method, "initialize"))
+                handle_initialize(s, m, batch);
+        else if (streq(m->method, "ping"))
+                reply(s, batch, jsonrpc_result_new(m->id, cJSON_CreateObject()));
+        else if (streq(m->method, "tools/list"))
+                handle_tools_list(s, m, batch);
+        else if (streq(m->method, "tools/call"))
+                handle_tools_call(s, msg, m, batch);
+        else
+                reply_error(s, batch, m->id, JSONRPC_METHOD_NOT_FOUND, "Method not found: '%.200s'", m->method);
+}
+
+static void handle_notification(Session *s, const JsonRpcMessage *m) {
+        (void) s;
+        /* notifications/initialized and anything we do not know: nothing to do, and never an answer. */
+        log_debug("Notification '%s' from the client.", m->method);
+}
+
+static void handle_message(Session *s, const cJSON *msg, Batch *batch) {
+        JsonRpcMessage m = jsonrpc_classify(msg);
+
+        switch (m.kind) {
+        case JSONRPC_REQUEST:
+                return handle_request(s, msg, &m, batch);
+        case JSONRPC_NOTIFICATION:
+                return handle_notification(s, &m);
+        case JSONRPC_RESPONSE:
+                log_debug("Dropping a response to a request mcp-lazy never sent.");
+                return;
+        case JSONRPC_INVALID:
+                return reply_error(s, batch, m.id, JSONRPC_INVALID_REQUEST, "Invalid Request: %s", m.problem);
+        }
+}
+
+static void handle_batch(Session *s, const cJSON *array) {
+        Batch *b;
+        const cJSON *item;
+
+        if (!s->batches_allowed)
+                return reply_error(s, NULL, NULL, JSONRPC_INVALID_REQUEST,
+                                   "Invalid Request: JSON-RPC batches are only allowed with protocol version 2025-03-26");
+        if (cJSON_GetArraySize(array) == 0)
+                return reply_error(s, NULL, NULL, JSONRPC_INVALID_REQUEST, "Invalid Request: empty batch");
+        b = calloc(1, sizeof *b);
+        if (!b || !(b->responses = cJSON_CreateArray())) {
+                free(b);
+                return reply_error(s, NULL, NULL, JSONRPC_INTERNAL_ERROR, "out of memory");
+        }
+        cJSON_ArrayForEach(item, array) {
+                if (cJSON_IsObject(item) && streq(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(item, "method")) ?: "",
+                                                  "initialize"))
+                        reply_error(s, b, cJSON_GetObjectItemCaseSensitive(item, "id"), JSONRPC_INVALID_REQUEST,
+                                    "Invalid Request: initialize must not be part of a batch");
+                else
+                        handle_message(s, item, b);
+        }
+        b->sealed = true;
+        batch_maybe_finish(s, b);
+}
+
+static void handle_line(Session *s, const char *line, size_t len) {
+        _cleanup_json_ cJSON *msg = NULL;
+        int r = jsonrpc_parse(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &msg);
+
+        if (r == -E2BIG)
+                return reply_error(s, NULL, NULL, JSONRPC_INVALID_REQUEST,
+                                   "Invalid Request: JSON nested deeper than %u levels", JSONRPC_DEFAULT_MAX_DEPTH);
+        if (r < 0)
+                return reply_error(s, NULL, NULL, JSONRPC_PARSE_ERROR,
+                                   "Parse error: a message must be one line of valid UTF-8 JSON");
+        if (cJSON_IsArray(msg))
+                handle_batch(s, msg);
+        else
+                handle_message(s, msg, NULL);
+}
+
+static void on_client(Channel *c, ChannelEvent ev, const char *line, size_t len, int error, void *userdata) {
+        Session *s = userdata;
+
+        (void) c;
+        switch (ev) {
+        case CHANNEL_LINE:
+                handle_line(s, line, len);
+                break;
+        case CHANNEL_OVERSIZE:
+                reply_error(s, NULL, NULL, JSONRPC_INVALID_REQUEST,
+                            "Invalid Request: message longer than the %zu-byte limit (see --max-line-bytes)",
+                            s->options->max_line);
+                break;
+        case CHANNEL_EOF:
+                if (error < 0)
+                        log_warning_errno(error, "Reading from the client failed: %m");
+                (void) sd_event_exit(s->event, 0);
+                break;
+        case CHANNEL_WRITE_ERROR:
+                (void) sd_event_exit(s->event, 0);
+                break;
+        }
+}
+
+int session_start(Session *s, int in_fd, int out_fd) {
+        return channel_new(s->event, in_fd, out_fd, s->options->max_line, on_client, s, &s->client);
+}
