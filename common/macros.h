@@ -68,3 +68,6 @@ static inline void strv_freep(char ***l) {
 #define USEC_PER_MSEC 1000ULL
 #define USEC_PER_SEC 1000000ULL
 #define USEC_INFINITY ((uint64_t) UINT64_MAX)
+
+#define _fallthrough_ __attribute__((fallthrough))
+#define _noreturn_ __attribute__((noreturn))

@@ -1,6 +1,306 @@
-/* mcp-lazy-shimd: placeholder until the shim lands. */
+/* mcp-lazy-shimd: takes the backend's socket from systemd, runs the backend while it is used, exits when idle. */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
-int main(void) {
-        fprintf(stderr, "mcp-lazy-shimd: not implemented yet\n");
-        return 1;
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <systemd/sd-daemon.h>
+#include <systemd/sd-event.h>
+
+#include "duration.h"
+#include "log.h"
+#include "macros.h"
+#include "manifest.h"
+#include "shimd.h"
+
+static sd_event_source *update_source;
+
+unsigned shim_in_flight(const Shim *s) {
+        unsigned n = 0;
+        for (Instance *i = s->instances; i; i = i->next)
+                n += instance_in_flight(i);
+        return n;
+}
+
+static void shim_notify_status(Shim *s) {
+        char status[256];
+        size_t off = 0;
+
+        for (Instance *i = s->instances; i && off < sizeof status / 2; i = i->next)
+                if (i->pid > 0)
+                        off += (size_t) snprintf(status + off, sizeof status - off, "%sbackend pid %d (%s)",
+                                                 off ? ", " : "", (int) i->pid,
+                                                 i->state == INSTANCE_READY ? "ready" :
+                                                 i->state == INSTANCE_STARTING ? "starting" : "stopping");
+        snprintf(status + off, sizeof status - off, "%s%s, %u session%s, %u in flight, %llu call%s served",
+                 off ? "" : "backend idle", s->draining ? ", stopping" : "", s->n_clients, s->n_clients == 1 ? "" : "s",
+                 shim_in_flight(s), (unsigned long long) s->calls_served, s->calls_served == 1 ? "" : "s");
+        (void) sd_notifyf(false, "STATUS=%s", status);
+}
+
+static void listeners_enable(Shim *s, bool on) {
+        for (size_t i = 0; i < s->n_listeners; i++)
+                (void) sd_event_source_set_enabled(s->listeners[i], on ? SD_EVENT_ON : SD_EVENT_OFF);
+}
+
+static int on_idle(sd_event_source *src, uint64_t usec, void *userdata);
+
+static void begin_drain(Shim *s) {
+        if (s->draining)
+                return;
+        s->draining = true;
+        (void) sd_notify(false, "STOPPING=1");
+        /* New connections wait in systemd's backlog: the next activation takes them. */
+        listeners_enable(s, false);
+        for (Client *c = s->clients; c; c = c->next)
+                client_send_draining(c);
+        (void) sd_event_source_set_time_relative(s->drain_source, DRAIN_GRACE_USEC);
+        (void) sd_event_source_set_enabled(s->drain_source, SD_EVENT_ONESHOT);
+}
+
+/* Everything that depends on counts (idle timer, reaping, exit, status) is decided here, once per
+ * loop iteration, never in the middle of another object's callback. */
+static int on_update(sd_event_source *src, void *userdata) {
+        Shim *s = userdata;
+        bool all_down = true;
+        unsigned in_flight;
+
+        (void) src;
+        for (Client *c = s->clients, *n; c; c = n) {
+                n = c->next;
+                if (c->eof && hashmap_size(c->pending) == 0)
+                        client_free(c);
+        }
+        in_flight = shim_in_flight(s);
+        if (s->inetd && s->n_clients == 0)
+                s->draining = true; /* the one connection is gone: nothing more can come */
+
+        if (!s->draining) {
+                int enabled = SD_EVENT_OFF;
+                (void) sd_event_source_get_enabled(s->idle_source, &enabled);
+                if (in_flight > 0)
+                        (void) sd_event_source_set_enabled(s->idle_source, SD_EVENT_OFF);
+                else if (enabled == SD_EVENT_OFF && s->backend->idle_timeout_usec != USEC_INFINITY) {
+                        (void) sd_event_source_set_time_relative(s->idle_source, s->backend->idle_timeout_usec);
+                        (void) sd_event_source_set_enabled(s->idle_source, SD_EVENT_ONESHOT);
+                }
+                listeners_enable(s, s->n_clients < SHIM_MAX_CLIENTS);
+        } else if (s->n_clients == 0 && in_flight == 0) {
+                for (Instance *i = s->instances; i; i = i->next) {
+                        instance_stop(i);
+                        if (i->state != INSTANCE_DOWN)
+                                all_down = false;
+                }
+                if (all_down)
+                        (void) sd_event_exit(s->event, s->exit_code);
+        }
+        shim_notify_status(s);
+        return 0;
+}
+
+void shim_update(Shim *s) {
+        (void) sd_event_source_set_enabled(update_source, SD_EVENT_ONESHOT);
+        (void) s;
+}
+
+static int on_idle(sd_event_source *src, uint64_t usec, void *userdata) {
+        Shim *s = userdata;
+        char d[32];
+
+        (void) src, (void) usec;
+        log_info("Idle for %s, stopping.", duration_format(s->backend->idle_timeout_usec, d, sizeof d));
+        begin_drain(s);
+        shim_update(s);
+        return 0;
+}
+
+/* Peers that ignore the draining notice are closed once nothing of theirs is in flight. */
+static int on_drain_grace(sd_event_source *src, uint64_t usec, void *userdata) {
+        Shim *s = userdata;
+
+        (void) usec;
+        if (shim_in_flight(s) > 0) {
+                (void) sd_event_source_set_time_relative(src, DRAIN_GRACE_USEC);
+                return sd_event_source_set_enabled(src, SD_EVENT_ONESHOT);
+        }
+        while (s->clients)
+                client_free(s->clients);
+        shim_update(s);
+        return 0;
+}
+
+static int on_accept(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
+        Shim *s = userdata;
+        int cfd;
+
+        (void) src, (void) revents;
+        cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (cfd < 0) {
+                if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+                        log_warning_errno(-errno, "Failed to accept a connection, ignoring: %m");
+                return 0;
+        }
+        if (client_new(s, cfd) < 0)
+                log_warning("Failed to set up a connection, closed it.");
+        return 0;
+}
+
+static int on_terminate(sd_event_source *src, const struct signalfd_siginfo *si, void *userdata) {
+        Shim *s = userdata;
+
+        (void) src;
+        log_info("Received %s, stopping.", sigabbrev_np((int) si->ssi_signo) ?: "signal");
+        begin_drain(s);
+        while (s->clients)
+                client_free(s->clients);
+        for (Instance *i = s->instances; i; i = i->next)
+                instance_stop(i);
+        shim_update(s);
+        return 0;
+}
+
+/* With Accept=yes the instance is named after the connection, so the backend's name comes from the
+ * socket's own address: .../NAME.sock. */
+static char *name_from_socket(int fd) {
+        struct sockaddr_un sa = {};
+        socklen_t len = sizeof sa;
+        const char *base, *dot;
+
+        if (getsockname(fd, (struct sockaddr *) &sa, &len) < 0 || sa.sun_family != AF_UNIX || !sa.sun_path[0])
+                return NULL;
+        base = strrchr(sa.sun_path, '/');
+        base = base ? base + 1 : sa.sun_path;
+        dot = strrchr(base, '.');
+        return dot && streq(dot, ".sock") ? strndup(base, (size_t) (dot - base)) : NULL;
+}
+
+static int setup_fds(Shim *s, int n) {
+        s->listeners = calloc((size_t) n, sizeof(sd_event_source *));
+        if (!s->listeners)
+                return -ENOMEM;
+        for (int fd = SD_LISTEN_FDS_START; fd < SD_LISTEN_FDS_START + n; fd++) {
+                int r;
+                if (sd_is_socket(fd, AF_UNSPEC, SOCK_STREAM, 1) > 0) {
+                        r = sd_event_add_io(s->event, &s->listeners[s->n_listeners], fd, EPOLLIN, on_accept, s);
+                        if (r < 0)
+                                return log_error_errno(r, "Failed to watch listening socket: %m");
+                        s->n_listeners++;
+                } else if (sd_is_socket(fd, AF_UNSPEC, SOCK_STREAM, 0) > 0) {
+                        s->inetd = true; /* Accept=yes, or a frontend's socketpair */
+                        r = client_new(s, fd);
+                        if (r < 0)
+                                return log_error_errno(r, "Failed to set up the connection: %m");
+                } else
+                        return log_error_errno(-EBADF, "File descriptor %d from systemd is not a stream socket.", fd);
+        }
+        return 0;
+}
+
+static void manifest_freep(Manifest **m) {
+        manifest_free(*m);
+}
+
+static int run(const char *manifest_path, const char *name_arg) {
+        _cleanup_(manifest_freep) Manifest *m = NULL;
+        _cleanup_(sd_event_unrefp) sd_event *e = NULL;
+        _cleanup_free_ char *err = NULL, *name = NULL;
+        Shim s = {};
+        sigset_t mask;
+        int n, r;
+
+        n = sd_listen_fds(true);
+        if (n < 0)
+                return log_error_errno(n, "Failed to take sockets from systemd: %m");
+        if (n == 0)
+                return log_error_errno(-EINVAL, "No socket passed in. mcp-lazy-shimd is started by systemd through "
+                                                "mcp-lazy@NAME.socket, or by mcp-lazy --activation=direct.");
+        name = name_arg ? strdup(name_arg) : name_from_socket(SD_LISTEN_FDS_START);
+        if (!name)
+                return log_error_errno(-EINVAL, "No backend name given, and the socket's address does not end in NAME.sock.");
+        log_set_field("MCP_LAZY_BACKEND", name);
+
+        r = manifest_load_file(manifest_path, &m, &err);
+        if (r < 0)
+                return log_error_errno(r, "%s", err ?: "Failed to load manifest: %m");
+        s.manifest = m;
+        s.backend = manifest_find_backend(m, name);
+        if (!s.backend)
+                return log_error_errno(-ENOENT, "Backend '%s' is not in %s.", name, manifest_path);
+
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGCHLD);
+        sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGINT);
+        sigprocmask(SIG_BLOCK, &mask, NULL);
+        signal(SIGPIPE, SIG_IGN);
+
+        r = sd_event_default(&e);
+        if (r < 0)
+                return log_error_errno(r, "Failed to allocate event loop: %m");
+        s.event = e;
+        r = sd_event_add_signal(e, NULL, SIGTERM, on_terminate, &s);
+        if (r >= 0)
+                r = sd_event_add_signal(e, NULL, SIGINT, on_terminate, &s);
+        if (r >= 0)
+                r = sd_event_add_defer(e, &update_source, on_update, &s);
+        if (r >= 0)
+                r = sd_event_add_time(e, &s.idle_source, CLOCK_MONOTONIC, 0, 0, on_idle, &s);
+        if (r >= 0)
+                r = sd_event_add_time(e, &s.drain_source, CLOCK_MONOTONIC, 0, 0, on_drain_grace, &s);
+        if (r < 0)
+                return log_error_errno(r, "Failed to set up event sources: %m");
+        (void) sd_event_source_set_enabled(s.idle_source, SD_EVENT_OFF);
+        (void) sd_event_source_set_enabled(s.drain_source, SD_EVENT_OFF);
+
+        r = setup_fds(&s, n);
+        if (r < 0)
+                return r;
+        shim_update(&s);
+        (void) sd_notify(false, "READY=1");
+
+        r = sd_event_loop(e);
+
+        while (s.clients)
+                client_free(s.clients);
+        while (s.instances)
+                instance_free(s.instances);
+        for (size_t i = 0; i < s.n_listeners; i++)
+                sd_event_source_disable_unref(s.listeners[i]);
+        free(s.listeners);
+        update_source = sd_event_source_disable_unref(update_source);
+        sd_event_source_disable_unref(s.idle_source);
+        sd_event_source_disable_unref(s.drain_source);
+        return r < 0 ? log_error_errno(r, "Event loop failed: %m") : 0;
+}
+
+int main(int argc, char *argv[]) {
+        static const struct option options[] = {
+                { "manifest", required_argument, NULL, 'm' },
+                { "help", no_argument, NULL, 'h' },
+                {},
+        };
+        const char *manifest = NULL;
+        int c;
+
+        log_setup("mcp-lazy-shimd");
+        while ((c = getopt_long(argc, argv, "m:h", options, NULL)) >= 0)
+                switch (c) {
+                case 'm':
+                        manifest = optarg;
+                        break;
+                case 'h':
+                        printf("Usage: mcp-lazy-shimd --manifest FILE [NAME]\n\n"
+                               "Runs one backend of the manifest behind the socket systemd passes in\n"
+                               "(mcp-lazy@NAME.socket). NAME defaults to the socket's file name without .sock.\n");
+                        return 0;
+                default:
+                        return 2;
+                }
+        if (!manifest || argc - optind > 1) {
+                fprintf(stderr, "Usage: mcp-lazy-shimd --manifest FILE [NAME]\n");
+                return 2;
+        }
+        return run(manifest, optind < argc ? argv[optind] : NULL) < 0 ? 1 : 0;
 }

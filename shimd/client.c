@@ -1,0 +1,177 @@
+/* Client connections: plain MCP from frontends (or any MCP client) on the backend's socket. */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "jsonrpc.h"
+#include "log.h"
+#include "macros.h"
+#include "shimd.h"
+
+void client_send(Client *c, const cJSON *m) {
+        int r = channel_send_json(c->ch, m);
+        if (r < 0 && r != -EPIPE)
+                log_warning_errno(r, "Failed to queue a message for connection %llu, dropping it: %m",
+                                  (unsigned long long) c->serial);
+}
+
+static void reply_error(Client *c, const cJSON *id, int code, const char *text) {
+        _cleanup_json_ cJSON *m = jsonrpc_error_new(id, code, text);
+        if (m)
+                client_send(c, m);
+}
+
+void client_send_draining(Client *c) {
+        _cleanup_json_ cJSON *m = jsonrpc_notification_new(DRAINING_METHOD, NULL);
+        if (m)
+                client_send(c, m);
+}
+
+void client_detach(Client *c) {
+        if (!c->instance)
+                return;
+        instance_forget_client(c->instance, c);
+        c->instance = NULL;
+}
+
+Client *client_free(Client *c) {
+        Shim *s;
+
+        if (!c)
+                return NULL;
+        s = c->shim;
+        client_detach(c);
+        for (Client **p = &s->clients; *p; p = &(*p)->next)
+                if (*p == c) {
+                        *p = c->next;
+                        s->n_clients--;
+                        break;
+                }
+        hashmap_free(c->pending);
+        channel_free(c->ch);
+        cJSON_Delete(c->init_params);
+        free(c);
+        shim_update(s);
+        return NULL;
+}
+
+static void handle_initialize(Client *c, const cJSON *msg, const JsonRpcMessage *m) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(m->params, "protocolVersion");
+
+        if (!cJSON_IsObject(m->params) || !cJSON_IsString(v))
+                return reply_error(c, m->id, JSONRPC_INVALID_PARAMS, "initialize needs params with a string protocolVersion");
+        if (c->init_params)
+                return reply_error(c, m->id, JSONRPC_INVALID_REQUEST, "the connection is already initialized");
+        c->init_params = cJSON_Duplicate(m->params, true);
+        if (c->init_params)
+                c->instance = instance_get(c->shim, c);
+        if (!c->instance)
+                return reply_error(c, m->id, JSONRPC_INTERNAL_ERROR, "out of memory");
+        instance_submit(c->instance, c, msg);
+}
+
+static void handle_message(Client *c, const cJSON *msg) {
+        JsonRpcMessage m = jsonrpc_classify(msg);
+
+        switch (m.kind) {
+        case JSONRPC_REQUEST:
+                if (streq(m.method, "initialize"))
+                        return handle_initialize(c, msg, &m);
+                if (streq(m.method, "ping")) {
+                        _cleanup_json_ cJSON *r = jsonrpc_result_new(m.id, cJSON_CreateObject());
+                        if (r)
+                                client_send(c, r);
+                        return;
+                }
+                if (!c->instance)
+                        return reply_error(c, m.id, JSONRPC_INVALID_REQUEST, "send initialize first");
+                return instance_submit(c->instance, c, msg);
+        case JSONRPC_NOTIFICATION:
+                /* The backend got its own notifications/initialized when it started. */
+                if (streq(m.method, "notifications/initialized") || !c->instance)
+                        return;
+                if (streq(m.method, "notifications/cancelled"))
+                        return instance_cancel(c->instance, c, m.params);
+                return instance_submit(c->instance, c, msg);
+        case JSONRPC_RESPONSE:
+                log_debug("Dropping a response from connection %llu to a request never sent.", (unsigned long long) c->serial);
+                return;
+        case JSONRPC_INVALID:
+                return reply_error(c, m.id, JSONRPC_INVALID_REQUEST, m.problem);
+        }
+}
+
+static void handle_line(Client *c, const char *line, size_t len) {
+        _cleanup_json_ cJSON *msg = NULL;
+        int r = jsonrpc_parse(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &msg);
+
+        if (r == -E2BIG)
+                return reply_error(c, NULL, JSONRPC_INVALID_REQUEST, "JSON nested too deeply");
+        if (r < 0)
+                return reply_error(c, NULL, JSONRPC_PARSE_ERROR, "Parse error: a message must be one line of valid UTF-8 JSON");
+        if (cJSON_IsArray(msg))
+                return reply_error(c, NULL, JSONRPC_INVALID_REQUEST, "mcp-lazy-shimd does not take JSON-RPC batches");
+        handle_message(c, msg);
+}
+
+/* EOF alone may be a half-close (a frontend that got our draining notice and still wants its
+ * answers); POLLHUP says the peer is gone altogether. */
+static bool peer_gone(Client *c) {
+        struct pollfd p = { .fd = channel_in_fd(c->ch), .events = POLLOUT };
+        return poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR));
+}
+
+static void on_client(Channel *ch, ChannelEvent ev, const char *line, size_t len, int error, void *userdata) {
+        Client *c = userdata;
+
+        (void) ch;
+        switch (ev) {
+        case CHANNEL_LINE:
+                return handle_line(c, line, len);
+        case CHANNEL_OVERSIZE:
+                return reply_error(c, NULL, JSONRPC_INVALID_REQUEST, "message longer than the line limit");
+        case CHANNEL_EOF:
+                c->eof = true;
+                if (hashmap_size(c->pending) == 0 || error < 0 || peer_gone(c)) {
+                        client_free(c);
+                        return;
+                }
+                shim_update(c->shim);
+                return;
+        case CHANNEL_WRITE_ERROR:
+                client_free(c);
+                return;
+        }
+}
+
+int client_new(Shim *s, int fd) {
+        Client *c = calloc(1, sizeof *c);
+        int r;
+
+        if (!c) {
+                safe_close(fd);
+                return -ENOMEM;
+        }
+        c->shim = s;
+        c->serial = ++s->next_client_serial;
+        c->pending = hashmap_new();
+        if (!c->pending) {
+                free(c);
+                safe_close(fd);
+                return -ENOMEM;
+        }
+        r = channel_new(s->event, fd, fd, 0, on_client, c, &c->ch);
+        if (r < 0) {
+                hashmap_free(c->pending);
+                free(c);
+                return r;
+        }
+        c->next = s->clients;
+        s->clients = c;
+        s->n_clients++;
+        if (s->draining)
+                client_send_draining(c);
+        shim_update(s);
+        return 0;
+}

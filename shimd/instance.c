@@ -1,0 +1,608 @@
+/* Backend instances: the real MCP server as a child, its handshake, request-id mapping, stop and crash. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "jsonrpc.h"
+#include "log.h"
+#include "duration.h"
+#include "macros.h"
+#include "process.h"
+#include "shimd.h"
+
+struct QueueItem {
+        Client *client;
+        cJSON *message;
+        QueueItem *next;
+};
+
+static uint64_t now_usec(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
+}
+
+const char *shim_backend_name(const Shim *s) {
+        return s->backend->name;
+}
+
+static const char *iname(const Instance *i) {
+        return i->shim->backend->name;
+}
+
+static char *pool_key(const Client *c) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(c->init_params, "protocolVersion");
+        _cleanup_free_ char *caps = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(c->init_params, "capabilities"));
+        char *k = NULL;
+
+        if (asprintf(&k, "%s %s", cJSON_GetStringValue(v) ?: "", caps ?: "{}") < 0)
+                return NULL;
+        return k;
+}
+
+Instance *instance_get(Shim *s, Client *c) {
+        _cleanup_free_ char *key = pool_key(c);
+        Instance *i;
+
+        if (!key)
+                return NULL;
+        /* Pooled: one backend per distinct client version and capabilities, since a backend acts on what
+         * its client declared (sampling, roots, elicitation) and must not be shown someone else's. */
+        if (s->backend->sharing == SHARING_POOLED)
+                for (i = s->instances; i; i = i->next)
+                        if (!i->session_owned && streq(i->key, key)) {
+                                i->n_clients++;
+                                return i;
+                        }
+        i = calloc(1, sizeof *i);
+        if (!i)
+                return NULL;
+        i->routes = hashmap_new();
+        if (!i->routes) {
+                free(i);
+                return NULL;
+        }
+        i->shim = s;
+        i->key = TAKE_PTR(key);
+        i->next_id = INIT_REQUEST_ID + 1;
+        i->n_clients = 1;
+        i->session_owned = s->backend->sharing == SHARING_SESSION;
+        i->next = s->instances;
+        s->instances = i;
+        return i;
+}
+
+static void route_free(Route *r) {
+        if (!r)
+                return;
+        cJSON_Delete(r->client_id);
+        cJSON_Delete(r->progress_token);
+        free(r->client_key);
+        free(r->method);
+        free(r);
+}
+
+/* Takes the route out of both maps. */
+static void route_remove(Instance *i, Route *r) {
+        char key[32];
+
+        snprintf(key, sizeof key, "n:%lld", (long long) r->backend_id);
+        hashmap_remove(i->routes, key);
+        if (r->client)
+                hashmap_remove(r->client->pending, r->client_key);
+        route_free(r);
+}
+
+static Route *route_find(Instance *i, int64_t id) {
+        char key[32];
+
+        snprintf(key, sizeof key, "n:%lld", (long long) id);
+        return hashmap_get(i->routes, key);
+}
+
+static void reply_failure(Client *c, const cJSON *id, bool tool_call, const char *text) {
+        _cleanup_json_ cJSON *m = tool_call ? jsonrpc_result_new(id, tool_error_result_new(text))
+                                            : jsonrpc_error_new(id, JSONRPC_INTERNAL_ERROR, text);
+        if (m)
+                client_send(c, m);
+}
+
+static void fail_message(Client *c, const cJSON *msg, const char *text) {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(msg, "id");
+        const char *method = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(msg, "method"));
+
+        if (!id || !method)
+                return; /* notifications get no answer, not even a failure */
+        reply_failure(c, id, streq(method, "tools/call"), text);
+}
+
+static void fail_everything(Instance *i, const char *text) {
+        size_t state = 0;
+        void *v;
+
+        while (hashmap_iterate(i->routes, &state, NULL, &v)) {
+                Route *r = v;
+                if (r->client)
+                        reply_failure(r->client, r->client_id, r->is_tool_call, text);
+                route_remove(i, r);
+        }
+        while (i->queue) {
+                QueueItem *q = i->queue;
+                i->queue = q->next;
+                fail_message(q->client, q->message, text);
+                cJSON_Delete(q->message);
+                free(q);
+        }
+}
+
+Instance *instance_free(Instance *i) {
+        if (!i)
+                return NULL;
+        fail_everything(i, "mcp-lazy-shimd is shutting down");
+        for (Instance **p = &i->shim->instances; *p; p = &(*p)->next)
+                if (*p == i) {
+                        *p = i->next;
+                        break;
+                }
+        if (i->pid > 0) {
+                (void) kill(-i->pid, SIGKILL);
+                (void) kill(i->pid, SIGKILL);
+        }
+        sd_event_source_disable_unref(i->child_source);
+        sd_event_source_disable_unref(i->timer_source);
+        channel_free(i->ch);
+        hashmap_free(i->routes);
+        cJSON_Delete(i->init_result);
+        free(i->last_exit);
+        free(i->key);
+        free(i);
+        return NULL;
+}
+
+unsigned instance_in_flight(const Instance *i) {
+        unsigned n = (unsigned) hashmap_size(i->routes);
+        for (QueueItem *q = i->queue; q; q = q->next)
+                n++;
+        return n;
+}
+
+static int instance_send(Instance *i, const cJSON *m) {
+        return i->ch ? channel_send_json(i->ch, m) : -ENOTCONN;
+}
+
+/* A request goes to the backend under an id of ours, so that no two clients' ids collide. */
+static void forward_request(Instance *i, Client *c, const cJSON *msg, const JsonRpcMessage *m) {
+        _cleanup_json_ cJSON *copy = NULL;
+        const cJSON *meta = cJSON_GetObjectItemCaseSensitive(m->params, "_meta");
+        const cJSON *token = cJSON_GetObjectItemCaseSensitive(meta, "progressToken");
+        Route *r;
+        char key[32];
+        int k;
+
+        if (hashmap_size(c->pending) >= CLIENT_MAX_PENDING)
+                return reply_failure(c, m->id, false, "too many requests in flight on this connection");
+        r = calloc(1, sizeof *r);
+        if (!r)
+                return;
+        r->backend_id = i->next_id++;
+        r->client = c;
+        r->client_id = cJSON_Duplicate(m->id, true);
+        r->client_key = jsonrpc_id_key(m->id);
+        r->method = strdup(m->method);
+        r->progress_token = token ? cJSON_Duplicate(token, true) : NULL;
+        r->is_tool_call = streq(m->method, "tools/call");
+        copy = cJSON_Duplicate(msg, true);
+        if (!r->client_id || !r->client_key || !r->method || !copy || (token && !r->progress_token)) {
+                route_free(r);
+                return reply_failure(c, m->id, false, "out of memory");
+        }
+        k = hashmap_put(c->pending, r->client_key, r);
+        if (k == -EEXIST) {
+                route_free(r);
+                return reply_failure(c, m->id, false, "request id is already used by a request still in flight");
+        }
+        snprintf(key, sizeof key, "n:%lld", (long long) r->backend_id);
+        if (k < 0 || hashmap_put(i->routes, key, r) < 0) {
+                hashmap_remove(c->pending, r->client_key);
+                route_free(r);
+                return reply_failure(c, m->id, false, "out of memory");
+        }
+        cJSON_ReplaceItemInObjectCaseSensitive(copy, "id", cJSON_CreateNumber((double) r->backend_id));
+        if (instance_send(i, copy) < 0) {
+                reply_failure(c, m->id, r->is_tool_call, "the backend's stdin is closed");
+                route_remove(i, r);
+        }
+}
+
+static void reply_initialize(Instance *i, Client *c, const cJSON *id) {
+        _cleanup_json_ cJSON *m = jsonrpc_result_new(id, cJSON_Duplicate(i->init_result, true));
+        if (m)
+                client_send(c, m);
+}
+
+static void deliver(Instance *i, Client *c, const cJSON *msg) {
+        JsonRpcMessage m = jsonrpc_classify(msg);
+
+        if (m.kind == JSONRPC_REQUEST && streq(m.method, "initialize"))
+                reply_initialize(i, c, m.id);
+        else if (m.kind == JSONRPC_REQUEST)
+                forward_request(i, c, msg, &m);
+        else if (m.kind == JSONRPC_NOTIFICATION)
+                (void) instance_send(i, msg);
+}
+
+static void flush_queue(Instance *i) {
+        while (i->queue && i->state == INSTANCE_READY) {
+                QueueItem *q = i->queue;
+                i->queue = q->next;
+                deliver(i, q->client, q->message);
+                cJSON_Delete(q->message);
+                free(q);
+        }
+}
+
+static int queue_append(Instance *i, Client *c, const cJSON *msg) {
+        QueueItem *q = calloc(1, sizeof *q), **tail;
+
+        if (!q || !(q->message = cJSON_Duplicate(msg, true))) {
+                free(q);
+                return -ENOMEM;
+        }
+        q->client = c;
+        for (tail = &i->queue; *tail; tail = &(*tail)->next)
+                ;
+        *tail = q;
+        return 0;
+}
+
+
+static uint64_t backoff_usec(unsigned crashes) {
+        /* The first crash restarts at once (the next call just works); a crash loop slows to 30 s. */
+        if (crashes <= 1)
+                return 0;
+        if (crashes >= 7)
+                return 30 * USEC_PER_SEC;
+        return (USEC_PER_SEC / 2) << (crashes - 2);
+}
+
+static int arm_timer(Instance *i, uint64_t usec);
+
+static void handle_init_response(Instance *i, const cJSON *msg) {
+        const cJSON *result = cJSON_GetObjectItemCaseSensitive(msg, "result");
+        const cJSON *err = cJSON_GetObjectItemCaseSensitive(msg, "error");
+        _cleanup_json_ cJSON *initialized = NULL;
+        char text[512];
+
+        if (!cJSON_IsObject(result)) {
+                snprintf(text, sizeof text, "backend '%s' refused initialize: %s", iname(i),
+                         cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(err, "message")) ?: "no result");
+                log_warning("%s", text);
+                fail_everything(i, text);
+                i->broken = true;
+                return instance_stop(i);
+        }
+        i->init_result = cJSON_Duplicate(result, true);
+        initialized = jsonrpc_notification_new("notifications/initialized", NULL);
+        if (!i->init_result || !initialized || instance_send(i, initialized) < 0) {
+                fail_everything(i, "out of memory");
+                return instance_stop(i);
+        }
+        i->state = INSTANCE_READY;
+        sd_event_source_set_enabled(i->timer_source, SD_EVENT_OFF);
+        log_info("Backend '%s' (pid %d) is ready after %llu ms.", iname(i), (int) i->pid,
+                 (unsigned long long) ((now_usec() - i->started_usec) / USEC_PER_MSEC));
+        flush_queue(i);
+}
+
+static void handle_backend_response(Instance *i, const cJSON *msg, const JsonRpcMessage *m) {
+        _cleanup_json_ cJSON *copy = NULL;
+        Route *r;
+        int64_t id;
+
+        if (!cJSON_IsNumber(m->id))
+                return;
+        id = (int64_t) m->id->valuedouble;
+        if (id == INIT_REQUEST_ID) {
+                if (i->state == INSTANCE_STARTING)
+                        handle_init_response(i, msg);
+                return;
+        }
+        r = route_find(i, id);
+        if (!r) {
+                log_debug("Dropping backend '%s''s answer to request %lld (cancelled or unknown).", iname(i), (long long) id);
+                return;
+        }
+        copy = cJSON_Duplicate(msg, true);
+        if (copy && cJSON_ReplaceItemInObjectCaseSensitive(copy, "id", cJSON_Duplicate(r->client_id, true)))
+                client_send(r->client, copy);
+        i->answered = true;
+        i->shim->calls_served++;
+        route_remove(i, r);
+        shim_update(i->shim);
+}
+
+/* Progress belongs to the session whose request carried the token; other notifications concern
+ * every session the backend serves. */
+static void handle_backend_notification(Instance *i, const cJSON *msg, const JsonRpcMessage *m) {
+        if (streq(m->method, "notifications/progress")) {
+                const cJSON *token = cJSON_GetObjectItemCaseSensitive(m->params, "progressToken");
+                size_t state = 0;
+                void *v;
+
+                while (token && hashmap_iterate(i->routes, &state, NULL, &v)) {
+                        Route *r = v;
+                        if (r->progress_token && cJSON_Compare(r->progress_token, token, true))
+                                return client_send(r->client, msg);
+                }
+                return;
+        }
+        for (Client *c = i->shim->clients; c; c = c->next)
+                if (c->instance == i)
+                        client_send(c, msg);
+}
+
+static void handle_backend_request(Instance *i, const JsonRpcMessage *m) {
+        _cleanup_json_ cJSON *reply = NULL;
+
+        if (streq(m->method, "ping"))
+                reply = jsonrpc_result_new(m->id, cJSON_CreateObject());
+        else
+                reply = jsonrpc_error_new(m->id, JSONRPC_METHOD_NOT_FOUND, "mcp-lazy-shimd does not forward this request");
+        if (reply)
+                (void) instance_send(i, reply);
+}
+
+static void handle_backend_line(Instance *i, const char *line, size_t len) {
+        _cleanup_json_ cJSON *msg = NULL;
+        JsonRpcMessage m;
+
+        if (jsonrpc_parse(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &msg) < 0) {
+                log_warning("Backend '%s' wrote a line that is not JSON-RPC to stdout, ignoring it: %.80s", iname(i), line);
+                return;
+        }
+        m = jsonrpc_classify(msg);
+        switch (m.kind) {
+        case JSONRPC_RESPONSE:
+                return handle_backend_response(i, msg, &m);
+        case JSONRPC_NOTIFICATION:
+                return handle_backend_notification(i, msg, &m);
+        case JSONRPC_REQUEST:
+                return handle_backend_request(i, &m);
+        case JSONRPC_INVALID:
+                log_warning("Backend '%s' sent an invalid message (%s), ignoring it.", iname(i), m.problem);
+                return;
+        }
+}
+
+static void on_backend(Channel *ch, ChannelEvent ev, const char *line, size_t len, int error, void *userdata) {
+        Instance *i = userdata;
+
+        (void) ch;
+        switch (ev) {
+        case CHANNEL_LINE:
+                return handle_backend_line(i, line, len);
+        case CHANNEL_OVERSIZE:
+                log_warning("Backend '%s' wrote a message past the line limit, dropped it.", iname(i));
+                return;
+        case CHANNEL_EOF:
+        case CHANNEL_WRITE_ERROR:
+                /* Without its pipes the backend is useless even if it lives on: stop it. */
+                if (i->state != INSTANCE_STOPPING && i->state != INSTANCE_DOWN) {
+                        log_warning("Backend '%s' (pid %d) closed its %s.", iname(i), (int) i->pid,
+                                    ev == CHANNEL_EOF ? "stdout" : "stdin");
+                        i->broken = true;
+                        instance_stop(i);
+                }
+                return;
+        }
+}
+
+static int on_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
+        Instance *i = userdata;
+        Shim *shim = i->shim;
+        bool unexpected = i->state != INSTANCE_STOPPING || i->broken;
+        uint64_t now = now_usec();
+        char how[128], text[512];
+
+        (void) s;
+        process_describe_exit(si, how, sizeof how);
+        free(i->last_exit);
+        i->last_exit = strdup(how);
+        if (unexpected) {
+                i->crashes = i->answered || now - i->started_usec > 30 * USEC_PER_SEC ? 1 : i->crashes + 1;
+                i->retry_after_usec = now + backoff_usec(i->crashes);
+                log_warning("Backend '%s' (pid %d) %s.", iname(i), (int) i->pid, how);
+        } else
+                log_info("Backend '%s' (pid %d) stopped: %s.", iname(i), (int) i->pid, how);
+        if (i->state == INSTANCE_STARTING)
+                snprintf(text, sizeof text, "backend '%s' failed to start: it %s before answering initialize", iname(i), how);
+        else
+                snprintf(text, sizeof text, "backend '%s' %s while handling this call; the next call starts it again",
+                         iname(i), how);
+        fail_everything(i, text);
+
+        i->child_source = sd_event_source_disable_unref(i->child_source);
+        sd_event_source_set_enabled(i->timer_source, SD_EVENT_OFF);
+        i->ch = channel_free(i->ch);
+        i->init_result = (cJSON_Delete(i->init_result), NULL);
+        i->pid = 0;
+        i->state = INSTANCE_DOWN;
+        if (i->session_owned && i->n_clients == 0)
+                instance_free(i);
+        shim_update(shim);
+        return 0;
+}
+
+static int on_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+        Instance *i = userdata;
+        char text[512], d[32];
+
+        (void) s, (void) usec;
+        if (i->state == INSTANCE_STARTING) {
+                snprintf(text, sizeof text, "backend '%s' did not answer initialize within %s (init_timeout); stopped it",
+                         iname(i), duration_format(i->shim->backend->init_timeout_usec, d, sizeof d));
+                log_warning("%s", text);
+                fail_everything(i, text);
+                i->broken = true;
+                instance_stop(i);
+        } else if (i->state == INSTANCE_STOPPING && i->stop_stage == 0) {
+                process_kill(i->pid, SIGTERM);
+                i->stop_stage = 1;
+                (void) arm_timer(i, STOP_TERM_GRACE_USEC);
+        } else if (i->state == INSTANCE_STOPPING && i->stop_stage == 1) {
+                log_warning("Backend '%s' (pid %d) ignored SIGTERM, killing it.", iname(i), (int) i->pid);
+                process_kill(i->pid, SIGKILL);
+                i->stop_stage = 2;
+        }
+        return 0;
+}
+
+static int arm_timer(Instance *i, uint64_t usec) {
+        int r;
+
+        if (!i->timer_source)
+                return sd_event_add_time_relative(i->shim->event, &i->timer_source, CLOCK_MONOTONIC, usec, 0, on_timer, i);
+        r = sd_event_source_set_time_relative(i->timer_source, usec);
+        if (r >= 0)
+                r = sd_event_source_set_enabled(i->timer_source, SD_EVENT_ONESHOT);
+        return r;
+}
+
+static int instance_spawn(Instance *i, Client *c, char *text, size_t size) {
+        const Backend *b = i->shim->backend;
+        _cleanup_json_ cJSON *id = cJSON_CreateNumber(INIT_REQUEST_ID), *init = NULL;
+        int in_fd = -EBADF, out_fd = -EBADF, r;
+        uint64_t now = now_usec();
+
+        if (now < i->retry_after_usec) {
+                snprintf(text, size, "backend '%s' crashed %u times in a row (last: it %s); not restarting it for another %.1f s",
+                         b->name, i->crashes, i->last_exit ?: "exited", (double) (i->retry_after_usec - now) / USEC_PER_SEC);
+                return -EAGAIN;
+        }
+        r = process_spawn(b, &i->pid, &in_fd, &out_fd, text, size);
+        if (r < 0) {
+                log_error("%s", text);
+                return r;
+        }
+        r = channel_new(i->shim->event, out_fd, in_fd, 0, on_backend, i, &i->ch);
+        if (r >= 0)
+                r = sd_event_add_child(i->shim->event, &i->child_source, i->pid, WEXITED, on_child, i);
+        if (r >= 0 && b->init_timeout_usec != USEC_INFINITY)
+                r = arm_timer(i, b->init_timeout_usec);
+        init = jsonrpc_request_new(id, "initialize", cJSON_Duplicate(c->init_params, true));
+        if (r >= 0 && (!init || instance_send(i, init) < 0))
+                r = -ENOMEM;
+        if (r < 0) {
+                snprintf(text, size, "cannot start backend '%s': %s", b->name, strerror(-r));
+                process_kill(i->pid, SIGKILL);
+                if (!i->child_source)
+                        (void) waitpid(i->pid, NULL, 0);
+                i->child_source = sd_event_source_disable_unref(i->child_source);
+                i->ch = channel_free(i->ch);
+                i->pid = 0;
+                return r;
+        }
+        i->state = INSTANCE_STARTING;
+        i->started_usec = now;
+        i->answered = i->broken = false;
+        i->stop_stage = 0;
+        log_info("Started backend '%s' as pid %d.", b->name, (int) i->pid);
+        return 0;
+}
+
+void instance_stop(Instance *i) {
+        if (i->state == INSTANCE_DOWN || i->state == INSTANCE_STOPPING)
+                return;
+        i->state = INSTANCE_STOPPING;
+        i->stop_stage = 0;
+        fail_everything(i, "the backend is stopping; call again");
+        /* An MCP server on stdio ends when its stdin does; signals only if it will not. */
+        if (i->ch)
+                channel_close_write(i->ch);
+        if (arm_timer(i, STOP_STDIN_GRACE_USEC) < 0)
+                process_kill(i->pid, SIGKILL);
+}
+
+void instance_submit(Instance *i, Client *c, const cJSON *msg) {
+        char text[512];
+        int r;
+
+        switch (i->state) {
+        case INSTANCE_READY:
+                deliver(i, c, msg);
+                break;
+        case INSTANCE_DOWN:
+                r = instance_spawn(i, c, text, sizeof text);
+                if (r < 0)
+                        return fail_message(c, msg, text);
+                _fallthrough_;
+        case INSTANCE_STARTING:
+                if (queue_append(i, c, msg) < 0)
+                        fail_message(c, msg, "out of memory");
+                break;
+        case INSTANCE_STOPPING:
+                /* Only reached when a stop raced a request: it would die with the process. */
+                fail_message(c, msg, "the backend is stopping; call again");
+                break;
+        }
+        shim_update(i->shim);
+}
+
+void instance_cancel(Instance *i, Client *c, const cJSON *params) {
+        const cJSON *rid = cJSON_GetObjectItemCaseSensitive(params, "requestId");
+        _cleanup_free_ char *key = rid ? jsonrpc_id_key(rid) : NULL;
+        _cleanup_json_ cJSON *copy = NULL, *params_copy = NULL;
+        Route *r = key ? hashmap_get(c->pending, key) : NULL;
+        _cleanup_json_ cJSON *m = NULL;
+
+        if (!r)
+                return; /* already answered, or never ours: the spec says to ignore it */
+        params_copy = cJSON_Duplicate(params, true);
+        if (params_copy) {
+                cJSON_ReplaceItemInObjectCaseSensitive(params_copy, "requestId", cJSON_CreateNumber((double) r->backend_id));
+                m = jsonrpc_notification_new("notifications/cancelled", TAKE_PTR(params_copy));
+                if (m)
+                        (void) instance_send(i, m);
+        }
+        /* The late answer, if any, is dropped: the client has stopped waiting. */
+        route_remove(i, r);
+        shim_update(i->shim);
+}
+
+void instance_forget_client(Instance *i, Client *c) {
+        size_t state = 0;
+        void *v;
+
+        while (hashmap_iterate(c->pending, &state, NULL, &v)) {
+                Route *r = v;
+                _cleanup_json_ cJSON *params = cJSON_CreateObject(), *m = NULL;
+
+                if (params && cJSON_AddNumberToObject(params, "requestId", (double) r->backend_id) &&
+                    cJSON_AddStringToObject(params, "reason", "the client disconnected")) {
+                        m = jsonrpc_notification_new("notifications/cancelled", TAKE_PTR(params));
+                        if (m)
+                                (void) instance_send(i, m);
+                }
+                route_remove(i, r);
+        }
+        for (QueueItem **q = &i->queue; *q;) {
+                if ((*q)->client == c) {
+                        QueueItem *dead = *q;
+                        *q = dead->next;
+                        cJSON_Delete(dead->message);
+                        free(dead);
+                } else
+                        q = &(*q)->next;
+        }
+        i->n_clients--;
+        if (i->session_owned && i->n_clients == 0) {
+                if (i->state == INSTANCE_DOWN)
+                        instance_free(i);
+                else
+                        instance_stop(i);
+        }
+}

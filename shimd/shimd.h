@@ -1,0 +1,115 @@
+/* mcp-lazy-shimd's objects: the Shim, its client connections, and the backend instances they share. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <systemd/sd-event.h>
+
+#include "channel.h"
+#include "hashmap.h"
+#include "manifest.h"
+
+#define SHIM_MAX_CLIENTS 512U
+#define CLIENT_MAX_PENDING 1024U
+#define DRAIN_GRACE_USEC (5ULL * 1000000ULL)
+#define STOP_STDIN_GRACE_USEC (2ULL * 1000000ULL)
+#define STOP_TERM_GRACE_USEC (3ULL * 1000000ULL)
+#define DRAINING_METHOD "notifications/mcp-lazy/draining"
+#define INIT_REQUEST_ID 0
+
+typedef struct Shim Shim;
+typedef struct Client Client;
+typedef struct Instance Instance;
+typedef struct QueueItem QueueItem;
+
+typedef enum InstanceState {
+        INSTANCE_DOWN,     /* no process (never started, stopped, or crashed) */
+        INSTANCE_STARTING, /* spawned, initialize sent, requests queue up */
+        INSTANCE_READY,
+        INSTANCE_STOPPING, /* asked to exit; nothing new goes to it */
+} InstanceState;
+
+/* One request from a client in flight at a backend, under the backend-side id. */
+typedef struct Route {
+        int64_t backend_id;
+        Client *client;
+        cJSON *client_id;     /* as the client sent it */
+        char *client_key;     /* jsonrpc_id_key(client_id) */
+        cJSON *progress_token; /* _meta.progressToken, if any */
+        char *method;
+        bool is_tool_call;
+} Route;
+
+struct Instance {
+        Shim *shim;
+        char *key;            /* pool key: protocol version + client capabilities */
+        InstanceState state;
+        pid_t pid;
+        sd_event_source *child_source, *timer_source;
+        Channel *ch;          /* backend stdout (in) and stdin (out) */
+        cJSON *init_result;   /* the backend's initialize result, handed to later sessions */
+        QueueItem *queue;     /* requests waiting for READY, oldest first */
+        Hashmap *routes;      /* backend id -> Route */
+        int64_t next_id;
+        unsigned n_clients;   /* clients attached */
+        unsigned crashes;     /* consecutive unexpected exits */
+        uint64_t started_usec, retry_after_usec;
+        char *last_exit;      /* "exited with status 1", "killed by signal 9" */
+        bool answered;        /* answered a call since it started: it works */
+        bool session_owned;   /* sharing: session; ends with its client */
+        bool broken;          /* closed its stdout or spoke nonsense: its exit counts as a crash */
+        unsigned stop_stage;  /* 0: stdin closed, 1: SIGTERM sent, 2: SIGKILL sent */
+        Instance *next;
+};
+
+struct Client {
+        Shim *shim;
+        Channel *ch;
+        uint64_t serial;
+        cJSON *init_params;   /* the client's initialize params */
+        Instance *instance;
+        Hashmap *pending;     /* client id key -> Route (owned by the instance's routes) */
+        cJSON *waiting_init;  /* ids of initialize requests waiting for the backend */
+        bool eof;
+        Client *next;
+};
+
+struct Shim {
+        sd_event *event;
+        Manifest *manifest;
+        const Backend *backend;
+        sd_event_source **listeners;
+        size_t n_listeners;
+        Client *clients;
+        unsigned n_clients;
+        Instance *instances;
+        sd_event_source *idle_source, *drain_source;
+        bool draining, inetd;
+        uint64_t calls_served, next_client_serial;
+        int exit_code;
+};
+
+/* main.c */
+void shim_update(Shim *s); /* re-evaluates idleness, status, and exit */
+unsigned shim_in_flight(const Shim *s);
+
+/* client.c */
+int client_new(Shim *s, int fd);
+Client *client_free(Client *c);
+void client_send(Client *c, const cJSON *m);
+void client_send_draining(Client *c);
+/* The instance a client's requests go to, found or made on its initialize. */
+void client_detach(Client *c);
+
+/* instance.c */
+Instance *instance_get(Shim *s, Client *c);
+Instance *instance_free(Instance *i);
+/* Queue or send a client's request (takes nothing; copies what it needs). */
+void instance_submit(Instance *i, Client *c, const cJSON *msg);
+/* The client is leaving: its calls are cancelled at the backend. */
+void instance_forget_client(Instance *i, Client *c);
+void instance_cancel(Instance *i, Client *c, const cJSON *params);
+void instance_stop(Instance *i);
+unsigned instance_in_flight(const Instance *i);
+const char *shim_backend_name(const Shim *s);
