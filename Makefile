@@ -8,6 +8,10 @@ PKG_CONFIG ?= pkg-config
 PKGS := libcjson libsystemd yaml-0.1
 SYSTEMUNITDIR ?= $(shell $(PKG_CONFIG) --variable=systemdsystemunitdir systemd 2>/dev/null || echo /lib/systemd/system)
 USERUNITDIR ?= $(shell $(PKG_CONFIG) --variable=systemduserunitdir systemd 2>/dev/null || echo /usr/lib/systemd/user)
+SYSUSERSDIR ?= $(shell $(PKG_CONFIG) --variable=sysusersdir systemd 2>/dev/null || echo /usr/lib/sysusers.d)
+DOCDIR ?= $(PREFIX)/share/doc/mcp-lazy
+# Who may connect to a system manager's socket: members of this group (a user manager's: only its user).
+SOCKET_GROUP ?= mcp-lazy
 
 CC ?= cc
 CFLAGS ?= -O2 -g
@@ -54,11 +58,21 @@ $(S)/mcp-lazy-shimd: $(call objs,$(S),$(SHIMD_SRC) $(COMMON_SRC))
 
 $(B)/tests/%: tests/unit/%.c $(call objs,$(B),$(COMMON_SRC))
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Itests/unit -o $@ $^ $(DEP_LIBS)
+	$(CC) $(ALL_CFLAGS) -Itests/unit -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
 
 $(S)/tests/%: tests/unit/%.c $(call objs,$(S),$(COMMON_SRC))
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(SAN) -Itests/unit -o $@ $^ $(DEP_LIBS)
+	$(CC) $(ALL_CFLAGS) $(SAN) -Itests/unit -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
+
+# $(call install_units,DIR,SOCKETMODE,GROUPLINE)
+define install_units
+	mkdir -p $(DESTDIR)$(1)
+	for u in units/mcp-lazy@.socket units/mcp-lazy@.service; do \
+		sed -e 's|@bindir@|$(BINDIR)|g; s|@docdir@|$(DOCDIR)|g; s|@socketmode@|$(2)|g; s|^@socketgroup@$$|$(3)|' \
+			$$u > $(DESTDIR)$(1)/$$(basename $$u) || exit 1; \
+		chmod 644 $(DESTDIR)$(1)/$$(basename $$u); \
+	done
+endef
 
 # Installs what the build and the tests need when it is missing (Debian packages, npm packages in tests/).
 deps:
@@ -84,16 +98,15 @@ demo: deps all
 install: all
 	install -Dm755 $(B)/mcp-lazy $(DESTDIR)$(BINDIR)/mcp-lazy
 	install -Dm755 $(B)/mcp-lazy-shimd $(DESTDIR)$(BINDIR)/mcp-lazy-shimd
-	for d in $(SYSTEMUNITDIR) $(USERUNITDIR); do \
-		for u in units/mcp-lazy@.socket units/mcp-lazy@.service; do \
-			mkdir -p $(DESTDIR)$$d; \
-			sed -e 's|@bindir@|$(BINDIR)|g' $$u > $(DESTDIR)$$d/$$(basename $$u); \
-		done; \
-	done
+	install -Dm644 README.md $(DESTDIR)$(DOCDIR)/README.md
+	install -Dm644 units/mcp-lazy.sysusers $(DESTDIR)$(SYSUSERSDIR)/mcp-lazy.conf
+	$(call install_units,$(SYSTEMUNITDIR),0660,SocketGroup=$(SOCKET_GROUP))
+	$(call install_units,$(USERUNITDIR),0600,)
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/mcp-lazy $(DESTDIR)$(BINDIR)/mcp-lazy-shimd
 	for d in $(SYSTEMUNITDIR) $(USERUNITDIR); do rm -f $(DESTDIR)$$d/mcp-lazy@.socket $(DESTDIR)$$d/mcp-lazy@.service; done
+	rm -f $(DESTDIR)$(SYSUSERSDIR)/mcp-lazy.conf
 
 clean:
 	rm -rf build

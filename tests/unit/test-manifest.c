@@ -1,0 +1,138 @@
+/* The manifest reader against fixtures: manifests/good-*.{yaml,json} must load and give the tools in
+ * the matching .expected file; manifests/bad-* must fail with exactly the text of the matching .err. */
+#include <dirent.h>
+
+#include "macros.h"
+#include "manifest.h"
+#include "tests.h"
+
+static char *slurp(const char *path) {
+        FILE *f = fopen(path, "re");
+        char *buf;
+        long n;
+
+        if (!f)
+                return NULL;
+        fseek(f, 0, SEEK_END);
+        n = ftell(f);
+        rewind(f);
+        buf = calloc(1, (size_t) n + 1);
+        if (buf && fread(buf, 1, (size_t) n, f) != (size_t) n)
+                buf = (free(buf), NULL);
+        fclose(f);
+        return buf;
+}
+
+static char *with_suffix(const char *path, const char *suffix) {
+        const char *dot = strrchr(path, '.');
+        char *p = NULL;
+        return asprintf(&p, "%.*s%s", (int) (dot - path), path, suffix) < 0 ? NULL : p;
+}
+
+static void manifest_freep(Manifest **m) {
+        manifest_free(*m);
+}
+
+static void test_bad(const char *path) {
+        _cleanup_(manifest_freep) Manifest *m = NULL;
+        _cleanup_free_ char *err = NULL, *errpath = with_suffix(path, ".err"), *want = slurp(errpath);
+        int r = manifest_load_file(path, &m, &err);
+
+        CHECK(r == -EINVAL);
+        if (want && strlen(want) > 0 && want[strlen(want) - 1] == '\n')
+                want[strlen(want) - 1] = 0;
+        if (getenv("UPDATE_FIXTURES") && err) {
+                FILE *f = fopen(errpath, "we");
+                fprintf(f, "%s\n", err);
+                fclose(f);
+        }
+        CHECK_STREQ(err, want);
+}
+
+static void test_good(const char *path) {
+        _cleanup_(manifest_freep) Manifest *m = NULL;
+        _cleanup_free_ char *err = NULL, *exppath = with_suffix(path, ".expected"), *want = slurp(exppath);
+        _cleanup_json_ cJSON *tools = cJSON_CreateArray(), *expected = NULL;
+        _cleanup_free_ char *got = NULL, *want_printed = NULL;
+        int r = manifest_load_file(path, &m, &err);
+
+        if (r < 0)
+                fprintf(stderr, "%s: %s\n", path, err ?: "?");
+        CHECK(r == 0);
+        if (r < 0)
+                return;
+        for (size_t i = 0; i < m->n_tools; i++)
+                cJSON_AddItemReferenceToArray(tools, m->tools[i].json);
+        got = cJSON_PrintUnformatted(tools);
+        expected = want ? cJSON_Parse(want) : NULL;
+        CHECK(expected != NULL);
+        /* Printed, so that key order counts too. */
+        want_printed = expected ? cJSON_PrintUnformatted(expected) : NULL;
+        CHECK_STREQ(got, want_printed);
+}
+
+static void test_details(void) {
+        _cleanup_(manifest_freep) Manifest *m = NULL;
+        _cleanup_free_ char *err = NULL;
+        const Backend *b;
+
+        CHECK(manifest_load_file("manifests/good-seed.yaml", &m, &err) == 0);
+        if (!m)
+                return;
+        b = manifest_find_backend(m, "database");
+        CHECK(b && b->idle_timeout_usec == 300 * USEC_PER_SEC);
+        CHECK(b && b->sharing == SHARING_POOLED);
+        CHECK(b && b->command && streq(b->command[0], "/usr/bin/env") && !b->command[3]);
+        CHECK(m->n_tools == 1 && m->tools[0].backend == 0);
+        CHECK(manifest_find_tool(m, "query") == &m->tools[0]);
+        CHECK_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(m->server_info, "name")), "mcp-lazy");
+}
+
+static void test_options(void) {
+        _cleanup_(manifest_freep) Manifest *m = NULL;
+        _cleanup_free_ char *err = NULL;
+        const char *text = "server: {name: fleet, version: '2.0', instructions: Use the tools., page_size: 2}\n"
+                           "backends:\n  b:\n    command: [x]\n    idle_timeout: 0\n    cwd: rel/dir\n"
+                           "    env: {A: 1, B: 'two'}\n    sharing: session\n    socket: /run/x.sock\n";
+        const Backend *b;
+
+        CHECK(manifest_load_string(text, strlen(text), "inline", "/base", &m, &err) == 0);
+        if (!m)
+                return;
+        b = &m->backends[0];
+        CHECK(b->idle_timeout_usec == USEC_INFINITY);
+        CHECK_STREQ(b->cwd, "/base/rel/dir");
+        CHECK_STREQ(b->env[0], "A=1");
+        CHECK_STREQ(b->env[1], "B=two");
+        CHECK(b->sharing == SHARING_SESSION);
+        CHECK_STREQ(b->socket, "/run/x.sock");
+        CHECK(m->page_size == 2);
+        CHECK_STREQ(m->instructions, "Use the tools.");
+        CHECK_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(m->server_info, "version")), "2.0");
+}
+
+int main(void) {
+        DIR *d = opendir("manifests");
+        struct dirent *de;
+        unsigned n = 0;
+
+        CHECK(d != NULL);
+        while (d && (de = readdir(d))) {
+                char path[512];
+                const char *dot = strrchr(de->d_name, '.');
+
+                if (!dot || (!streq(dot, ".yaml") && !streq(dot, ".json")))
+                        continue;
+                snprintf(path, sizeof path, "manifests/%s", de->d_name);
+                if (strncmp(de->d_name, "bad-", 4) == 0)
+                        test_bad(path), n++;
+                else if (strncmp(de->d_name, "good-", 5) == 0)
+                        test_good(path), n++;
+        }
+        if (d)
+                closedir(d);
+        CHECK(n >= 10);
+        test_details();
+        test_options();
+        return tests_finish("test-manifest");
+}
