@@ -1,0 +1,140 @@
+// Where the binaries under test are, and small helpers shared by the integration tests.
+import { spawn } from "node:child_process";
+import { readFileSync, readdirSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+export const TESTS = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
+export const ROOT = resolve(TESTS, "..");
+export const BUILD = process.env.MCP_LAZY_BUILD ?? join(ROOT, "build");
+export const MCP_LAZY = join(BUILD, "mcp-lazy");
+export const SHIMD = join(BUILD, "mcp-lazy-shimd");
+export const MANIFESTS = join(ROOT, "manifests");
+export const SERVERS = join(TESTS, "node_modules/@modelcontextprotocol");
+export const SERVER_SCRIPTS = {
+  memory: join(SERVERS, "server-memory/dist/index.js"),
+  everything: join(SERVERS, "server-everything/dist/index.js"),
+  filesystem: join(SERVERS, "server-filesystem/dist/index.js"),
+  postgres: join(SERVERS, "server-postgres/dist/index.js"),
+};
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// Polls fn until it returns truthy or ms pass; returns the last value.
+export async function waitFor(fn, ms = 10000, step = 50) {
+  const end = Date.now() + ms;
+  let v;
+  while (!(v = await fn()) && Date.now() < end) await sleep(step);
+  return v;
+}
+
+// Every process whose parent chain reaches pid (pid itself excluded).
+export function descendants(pid) {
+  const parent = new Map();
+  for (const d of readdirSync("/proc")) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const stat = readFileSync(`/proc/${d}/stat`, "utf8");
+      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+      parent.set(Number(d), ppid);
+    } catch {}
+  }
+  const out = [];
+  for (const [p] of parent) {
+    for (let q = parent.get(p); q; q = parent.get(q)) {
+      if (q === pid) {
+        out.push(p);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+export function cmdline(pid) {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").join(" ").trim();
+  } catch {
+    return "";
+  }
+}
+
+// Processes anywhere on the machine whose command line contains needle.
+export function processesMatching(needle) {
+  return readdirSync("/proc")
+    .filter((d) => /^\d+$/.test(d) && Number(d) !== process.pid)
+    .filter((d) => cmdline(d).includes(needle))
+    .map(Number);
+}
+
+const livePeers = new Set();
+// Kills every RawPeer still running; test files call it from after(), so a failed test hangs nothing.
+export function cleanupPeers() {
+  for (const p of livePeers) p.kill();
+}
+
+// A raw line-level JSON-RPC peer on a child's stdio, for what the SDK would never send.
+export class RawPeer {
+  constructor(command, args, opts = {}) {
+    this.child = spawn(command, args, { stdio: ["pipe", "pipe", "pipe"], ...opts });
+    this.lines = [];
+    this.waiters = [];
+    this.stderr = "";
+    let buf = "";
+    this.child.stdout.setEncoding("utf8").on("data", (d) => {
+      buf += d;
+      let i;
+      while ((i = buf.indexOf("\n")) >= 0) {
+        const line = buf.slice(0, i);
+        buf = buf.slice(i + 1);
+        this.lines.push(line);
+        this.waiters.splice(0).forEach((w) => w());
+      }
+    });
+    this.child.stderr.setEncoding("utf8").on("data", (d) => (this.stderr += d));
+    livePeers.add(this);
+    this.exited = new Promise((r) =>
+      this.child.on("exit", (code, signal) => {
+        livePeers.delete(this);
+        r({ code, signal });
+      }),
+    );
+  }
+  send(obj) {
+    this.child.stdin.write((typeof obj === "string" ? obj : JSON.stringify(obj)) + "\n");
+  }
+  // The next n messages, parsed; rejects after ms.
+  async next(n = 1, ms = 5000) {
+    const end = Date.now() + ms;
+    while (this.lines.length < n) {
+      if (Date.now() > end) throw new Error(`timed out waiting for ${n} message(s); have ${JSON.stringify(this.lines)}; stderr: ${this.stderr}`);
+      await new Promise((r) => {
+        this.waiters.push(r);
+        setTimeout(r, 50);
+      });
+    }
+    return this.lines.splice(0, n).map((l) => JSON.parse(l));
+  }
+  async request(obj, ms) {
+    this.send(obj);
+    const [m] = await this.next(1, ms);
+    return m;
+  }
+  close() {
+    this.child.stdin.end();
+    return this.exited;
+  }
+  kill(sig = "SIGKILL") {
+    try {
+      this.child.kill(sig);
+    } catch {}
+    return this.exited;
+  }
+}
+
+export const INIT = (version = "2025-06-18", capabilities = {}) => ({
+  jsonrpc: "2.0",
+  id: 0,
+  method: "initialize",
+  params: { protocolVersion: version, capabilities, clientInfo: { name: "raw-test", version: "1" } },
+});
