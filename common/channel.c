@@ -300,13 +300,22 @@ int channel_new(sd_event *e, int in_fd, int out_fd, size_t max_line, channel_han
         if (r < 0)
                 goto fail;
 
-        if (c->in_pollable)
+        /* epoll refuses what never blocks (regular files, /dev/null): those are read and written plainly. */
+        if (c->in_pollable) {
                 r = sd_event_add_io(e, &c->in_source, in_fd, EPOLLIN, on_in, c);
-        else
+                if (r == -EPERM)
+                        c->in_pollable = false;
+                else if (r < 0)
+                        goto fail;
+        }
+        if (!c->in_pollable) {
                 r = sd_event_add_defer(e, &c->file_source, on_file, c);
-        if (r >= 0 && c->file_source)
-                r = sd_event_source_set_enabled(c->file_source, SD_EVENT_ON);
-        if (r >= 0 && out_fd >= 0 && c->out_pollable) {
+                if (r >= 0)
+                        r = sd_event_source_set_enabled(c->file_source, SD_EVENT_ON);
+                if (r < 0)
+                        goto fail;
+        }
+        if (out_fd >= 0 && c->out_pollable) {
                 /* When in and out are one socket, epoll wants a second fd for a second source. */
                 int ofd = out_fd;
                 if (c->same_fd) {
@@ -320,7 +329,10 @@ int channel_new(sd_event *e, int in_fd, int out_fd, size_t max_line, channel_han
                         c->out_is_socket = true;
                 }
                 r = sd_event_add_io(e, &c->out_source, ofd, EPOLLOUT, on_out, c);
-                if (r >= 0)
+                if (r == -EPERM) {
+                        c->out_pollable = false;
+                        r = 0;
+                } else if (r >= 0)
                         r = sd_event_source_set_enabled(c->out_source, SD_EVENT_OFF);
         }
         if (r < 0)

@@ -270,6 +270,7 @@ static uint64_t backoff_usec(unsigned crashes) {
 }
 
 static int arm_timer(Instance *i, uint64_t usec);
+static void instance_terminate(Instance *i);
 
 static void handle_init_response(Instance *i, const cJSON *msg) {
         const cJSON *result = cJSON_GetObjectItemCaseSensitive(msg, "result");
@@ -395,7 +396,7 @@ static void on_backend(Channel *ch, ChannelEvent ev, const char *line, size_t le
                         log_warning("Backend '%s' (pid %d) closed its %s.", iname(i), (int) i->pid,
                                     ev == CHANNEL_EOF ? "stdout" : "stdin");
                         i->broken = true;
-                        instance_stop(i);
+                        instance_terminate(i);
                 }
                 return;
         }
@@ -418,7 +419,7 @@ static int on_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
                 log_warning("Backend '%s' (pid %d) %s.", iname(i), (int) i->pid, how);
         } else
                 log_info("Backend '%s' (pid %d) stopped: %s.", iname(i), (int) i->pid, how);
-        if (i->state == INSTANCE_STARTING)
+        if (!i->init_result)
                 snprintf(text, sizeof text, "backend '%s' failed to start: it %s before answering initialize", iname(i), how);
         else
                 snprintf(text, sizeof text, "backend '%s' %s while handling this call; the next call starts it again",
@@ -514,17 +515,25 @@ static int instance_spawn(Instance *i, Client *c, char *text, size_t size) {
         return 0;
 }
 
-void instance_stop(Instance *i) {
+/* Ends the process (stdin closed, then SIGTERM, then SIGKILL) without failing its calls: when it
+ * dies on its own, its calls fail with how it died, in on_child(). */
+static void instance_terminate(Instance *i) {
         if (i->state == INSTANCE_DOWN || i->state == INSTANCE_STOPPING)
                 return;
         i->state = INSTANCE_STOPPING;
         i->stop_stage = 0;
-        fail_everything(i, "the backend is stopping; call again");
         /* An MCP server on stdio ends when its stdin does; signals only if it will not. */
         if (i->ch)
                 channel_close_write(i->ch);
         if (arm_timer(i, STOP_STDIN_GRACE_USEC) < 0)
                 process_kill(i->pid, SIGKILL);
+}
+
+void instance_stop(Instance *i) {
+        if (i->state == INSTANCE_DOWN || i->state == INSTANCE_STOPPING)
+                return;
+        fail_everything(i, "the backend is stopping; call again");
+        instance_terminate(i);
 }
 
 void instance_submit(Instance *i, Client *c, const cJSON *msg) {
