@@ -29,7 +29,7 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,%,$(wildcard tests/unit/test-*.c))
 B := build
 S := build/san
 
-.PHONY: all check check-unit check-integration bench install uninstall clean deps demo fuzz
+.PHONY: all check check-unit check-integration bench install uninstall clean deps demo fuzz check-fuzz
 
 all: $(B)/mcp-lazy $(B)/mcp-lazy-shimd
 
@@ -81,6 +81,7 @@ deps:
 check: deps
 	$(MAKE) all $(S)/mcp-lazy $(S)/mcp-lazy-shimd
 	$(MAKE) check-unit
+	$(MAKE) check-fuzz
 	$(MAKE) check-integration
 
 check-unit: $(addprefix $(B)/tests/,$(UNIT_TESTS)) $(addprefix $(S)/tests/,$(UNIT_TESTS))
@@ -112,3 +113,54 @@ clean:
 	rm -rf build
 
 -include $(shell find build -name '*.d' 2>/dev/null)
+
+# ---- fuzzing (tests/fuzz) -------------------------------------------------------------------------
+# `make check-fuzz` replays tests/fuzz/corpus/TARGET/ through each target built with $(CC) and $(SAN);
+# `make fuzz` builds the libFuzzer binaries with clang and runs each for FUZZ_SECONDS. New inputs go to
+# build/fuzz/corpus/TARGET/, crashers to build/fuzz/artifacts/TARGET/: keep one as
+# tests/fuzz/corpus/TARGET/crash-WHAT once it is understood (the fuzzer is seeded without those: a known
+# crasher would stop it at once). FUZZ_FLAGS='-fork=2 -ignore_crashes=1' keeps going past crashes.
+FUZZ_TARGETS := framing jsonrpc manifest
+FUZZ_SECONDS ?= 60
+FUZZ_CC ?= clang
+FUZZ_SAN := -fsanitize=fuzzer,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+FUZZ_FLAGS ?= -timeout=10 -rss_limit_mb=2048
+
+.PHONY: check-fuzz
+
+$(S)/fuzz/replay.o: tests/fuzz/replay.c tests/fuzz/fuzz.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(SAN) -Itests/fuzz -c $< -o $@
+
+$(S)/fuzz/fuzz-%: tests/fuzz/fuzz-%.c tests/fuzz/fuzz.h $(S)/fuzz/replay.o $(call objs,$(S),$(COMMON_SRC))
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(SAN) -Itests/fuzz -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
+
+$(B)/fuzz/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(ALL_CFLAGS) $(subst fuzzer,fuzzer-no-link,$(FUZZ_SAN)) -O1 -c $< -o $@
+
+$(B)/fuzz/fuzz-%: tests/fuzz/fuzz-%.c tests/fuzz/fuzz.h $(call objs,$(B)/fuzz/obj,$(COMMON_SRC))
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(ALL_CFLAGS) $(FUZZ_SAN) -O1 -Itests/fuzz -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
+
+check-fuzz: $(addprefix $(S)/fuzz/fuzz-,$(FUZZ_TARGETS))
+	@set -e; total=0; bad=0; for t in $(FUZZ_TARGETS); do \
+		$(S)/fuzz/fuzz-$$t tests/fuzz/corpus/$$t > $(S)/fuzz/replay-$$t.log || true; \
+		cat $(S)/fuzz/replay-$$t.log; \
+		p=$$(sed -n 's/.*: \([0-9]*\) passed, \([0-9]*\) failed$$/\1/p' $(S)/fuzz/replay-$$t.log); \
+		f=$$(sed -n 's/.*: \([0-9]*\) passed, \([0-9]*\) failed$$/\2/p' $(S)/fuzz/replay-$$t.log); \
+		total=$$((total + $${p:-0} + $${f:-1})); bad=$$((bad + $${f:-1})); \
+	done; \
+	echo "fuzz-replay: $$((total - bad)) passed, $$bad failed"; test $$bad -eq 0
+
+fuzz: $(addprefix $(B)/fuzz/fuzz-,$(FUZZ_TARGETS))
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		rm -rf $(B)/fuzz/seeds/$$t; mkdir -p $(B)/fuzz/corpus/$$t $(B)/fuzz/artifacts/$$t $(B)/fuzz/seeds/$$t; \
+		find tests/fuzz/corpus/$$t -maxdepth 1 -type f ! -name 'crash-*' -exec cp {} $(B)/fuzz/seeds/$$t/ \; ; \
+		echo "== fuzz-$$t for $(FUZZ_SECONDS) s"; \
+		dict=; test -f tests/fuzz/$$t.dict && dict=-dict=tests/fuzz/$$t.dict; \
+		$(B)/fuzz/fuzz-$$t $(FUZZ_FLAGS) $$dict -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+			-artifact_prefix=$(B)/fuzz/artifacts/$$t/ $(B)/fuzz/corpus/$$t $(B)/fuzz/seeds/$$t; \
+	done
+# ---- end of fuzzing --------------------------------------------------------------------------------

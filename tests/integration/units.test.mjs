@@ -1,0 +1,85 @@
+// The unit templates under a real systemd: clean verify, status lines, and the frontend's advice
+// when a backend's socket is not enabled or its unit has failed.
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { boxFleet, enableSockets } from "./lib/fleet.mjs";
+import { ROOT, SERVER_SCRIPTS, waitFor } from "./lib/env.mjs";
+
+let fleet;
+before(async () => {
+  fleet = await boxFleet();
+  // The frontend's manifest knows two backends more than the shims' one: 'disabled' has no socket
+  // enabled, and 'ghost' has one whose shim cannot find it and so fails every start.
+  const extra = `  disabled:
+    command: [node, ${SERVER_SCRIPTS.memory}]
+  ghost:
+    command: [node, ${SERVER_SCRIPTS.memory}]
+`;
+  await fleet.sh(`sed -e 's|^tools:$|${extra.replace(/\n/g, "\\n")}tools:|' /etc/mcp-lazy/manifest.yaml > /etc/mcp-lazy/frontend.yaml
+    printf '  - {name: t_disabled, backend: disabled, input_schema: {type: object}}\\n  - {name: t_ghost, backend: ghost, input_schema: {type: object}}\\n' >> /etc/mcp-lazy/frontend.yaml`);
+  await enableSockets(fleet, ["everything", "ghost"]);
+});
+after(async () => fleet && (await fleet.stop()));
+
+test("systemd-analyze verify is clean on the installed units", async () => {
+  const r = await fleet.try(
+    "cd /etc/systemd/system && systemd-analyze verify --man=no mcp-lazy@everything.socket mcp-lazy@everything.service 2>&1",
+  );
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  assert.equal(r.stdout.trim(), "", r.stdout);
+  const u = await fleet.sh("systemctl cat mcp-lazy@everything.socket");
+  assert.match(u, /ListenStream=%t\/mcp-lazy\/%i\.sock/);
+  assert.match(u, /SocketMode=0660/);
+  assert.match(u, /SocketGroup=mcp-lazy/);
+  assert.match(await fleet.sh("stat -c '%a %G' /run/mcp-lazy/everything.sock"), /^660 mcp-lazy/);
+});
+
+test("the shim reports READY and a STATUS= line that systemctl shows", async () => {
+  fleet.manifestPath = "/etc/mcp-lazy/frontend.yaml";
+  const s = await fleet.session();
+  await s.callTool({ name: "echo", arguments: { message: "x" } });
+  const status = await fleet.sh("systemctl show -P StatusText mcp-lazy@everything.service");
+  assert.match(status, /backend pid \d+ \(ready\), 1 session, 0 in flight, 1 call served/);
+  assert.match(await fleet.sh("systemctl show -P Type mcp-lazy@everything.service"), /notify/);
+  await s.close();
+});
+
+test("a backend whose socket is not enabled: a tool error with the exact command", async () => {
+  const s = await fleet.session();
+  const r = await s.callTool({ name: "t_disabled", arguments: {} });
+  assert.equal(r.isError, true);
+  assert.equal(r.content[0].text, "backend 'disabled' is not enabled: run 'systemctl enable --now mcp-lazy@disabled.socket'");
+  await s.close();
+});
+
+test("a unit that keeps failing trips its start limit, and the error says how to reset it", async () => {
+  const s = await fleet.session();
+  let r;
+  for (let i = 0; i < 12; i++) {
+    r = await s.callTool({ name: "t_ghost", arguments: {} });
+    assert.equal(r.isError, true);
+    if (/has failed/.test(r.content[0].text)) break;
+  }
+  assert.match(
+    r.content[0].text,
+    /^backend 'ghost' has failed \(mcp-lazy@ghost\.socket: service-start-limit-hit\); see 'journalctl -u mcp-lazy@ghost\.service', then run 'systemctl reset-failed mcp-lazy@ghost\.socket mcp-lazy@ghost\.service && systemctl start mcp-lazy@ghost\.socket'$/,
+  );
+  // The journal says why the shim failed.
+  const log = await fleet.sh("journalctl -q -o cat -u mcp-lazy@ghost.service | tail -n 20");
+  assert.match(log, /Backend 'ghost' is not in \/etc\/mcp-lazy\/manifest\.yaml/);
+  await s.close();
+});
+
+test("stopping a unit kills every process of the backend", async () => {
+  fleet.manifestPath = "/etc/mcp-lazy/frontend.yaml";
+  const s = await fleet.session();
+  await s.callTool({ name: "echo", arguments: { message: "x" } });
+  assert.ok((await fleet.cgroupPids("everything")).length >= 2);
+  await fleet.sh("systemctl stop mcp-lazy@everything.service");
+  assert.deepEqual(await fleet.cgroupPids("everything"), []);
+  // The socket stays, so the next call starts it again.
+  const r = await s.callTool({ name: "echo", arguments: { message: "back" } });
+  assert.equal(r.content[0].text, "Echo: back");
+  assert.ok(await waitFor(async () => (await fleet.active("everything")) === "active", 2000));
+  await s.close();
+});
