@@ -211,8 +211,40 @@ static int parse_path(Loader *l, const YNode *n, const char *what, bool relative
 }
 
 static const char *const backend_keys[] = {
-        "command", "env", "cwd", "idle_timeout", "init_timeout", "sharing", "socket", NULL,
+        "command", "env", "cwd", "idle_timeout", "init_timeout", "sharing", "socket",
+        "resources", "resource_templates", "prompts", NULL,
 };
+
+/* resources, resource_templates, prompts: lists of objects, passed to the client as they are,
+ * each with its identifying string key. */
+static int parse_surface(Loader *l, const YNode *n, const char *what, const char *id_key, cJSON **ret) {
+        _cleanup_free_ char *err = NULL;
+        cJSON *j = NULL, *it;
+        int r;
+
+        if (!expect_kind(l, n, YNODE_SEQUENCE, what))
+                return -EINVAL;
+        for (size_t i = 0; i < n->n_items; i++)
+                if (!expect_kind(l, n->items[i], YNODE_MAPPING, what))
+                        return -EINVAL;
+        r = ynode_to_json(n, &j, &err);
+        if (r == -EINVAL)
+                return loader_error_append(l, err);
+        if (r < 0)
+                return r;
+        size_t k = 0;
+        cJSON_ArrayForEach(it, j) {
+                if (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(it, id_key)) ||
+                    !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(it, "name"))) {
+                        loader_error(l, n->items[k], "each of %s needs a string '%s' and a string 'name'", what, id_key);
+                        cJSON_Delete(j);
+                        return -EINVAL;
+                }
+                k++;
+        }
+        *ret = j;
+        return 0;
+}
 
 static int parse_backend(Loader *l, const YNode *key, const YNode *n, Backend *b) {
         const YNode *v;
@@ -254,6 +286,13 @@ static int parse_backend(Loader *l, const YNode *key, const YNode *n, Backend *b
                 if (b->socket && strlen(b->socket) >= 108)
                         loader_error(l, v, "socket path of backend '%s' is longer than a unix socket allows (107 bytes)", b->name);
         }
+        if ((v = ynode_get(n, "resources")) && parse_surface(l, v, "resources", "uri", &b->resources) == -ENOMEM)
+                return -ENOMEM;
+        if ((v = ynode_get(n, "resource_templates")) &&
+            parse_surface(l, v, "resource_templates", "uriTemplate", &b->resource_templates) == -ENOMEM)
+                return -ENOMEM;
+        if ((v = ynode_get(n, "prompts")) && parse_surface(l, v, "prompts", "name", &b->prompts) == -ENOMEM)
+                return -ENOMEM;
         if ((v = ynode_get(n, "sharing")) && expect_kind(l, v, YNODE_SCALAR, "sharing")) {
                 if (streq(v->value, "pooled"))
                         b->sharing = SHARING_POOLED;
@@ -490,6 +529,9 @@ Manifest *manifest_free(Manifest *m) {
                 strv_free(b->env);
                 free(b->cwd);
                 free(b->socket);
+                cJSON_Delete(b->resources);
+                cJSON_Delete(b->resource_templates);
+                cJSON_Delete(b->prompts);
         }
         free(m->backends);
         for (size_t i = 0; i < m->n_tools; i++)
@@ -639,4 +681,46 @@ const Tool *manifest_find_tool(const Manifest *m, const char *name) {
                 if (streq(m->tools[i].name, name))
                         return &m->tools[i];
         return NULL;
+}
+
+static bool list_has_string(const cJSON *list, const char *key, const char *value) {
+        const cJSON *it;
+        cJSON_ArrayForEach(it, list)
+                if (streq(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, key)) ?: "", value))
+                        return true;
+        return false;
+}
+
+const Backend *manifest_find_resource_backend(const Manifest *m, const char *uri) {
+        const Backend *best = NULL;
+        size_t best_len = 0;
+
+        for (size_t i = 0; i < m->n_backends; i++)
+                if (list_has_string(m->backends[i].resources, "uri", uri))
+                        return &m->backends[i];
+        /* Templates: the literal part before the first expression must prefix the URI. */
+        for (size_t i = 0; i < m->n_backends; i++) {
+                const cJSON *it;
+                cJSON_ArrayForEach(it, m->backends[i].resource_templates) {
+                        const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, "uriTemplate"));
+                        size_t n = t ? strcspn(t, "{") : 0;
+                        if (t && n >= best_len && strncmp(uri, t, n) == 0)
+                                best = &m->backends[i], best_len = n;
+                }
+        }
+        return best;
+}
+
+const Backend *manifest_find_prompt_backend(const Manifest *m, const char *name) {
+        for (size_t i = 0; i < m->n_backends; i++)
+                if (list_has_string(m->backends[i].prompts, "name", name))
+                        return &m->backends[i];
+        return NULL;
+}
+
+bool manifest_has(const Manifest *m, size_t offset_of_list) {
+        for (size_t i = 0; i < m->n_backends; i++)
+                if (*(cJSON **) ((char *) &m->backends[i] + offset_of_list))
+                        return true;
+        return false;
 }

@@ -26,6 +26,9 @@ typedef struct Backend {
         uint64_t init_timeout_usec; /* UINT64_MAX: never */
         Sharing sharing;
         size_t n_tools;
+        cJSON *resources;          /* resources/list entries, or NULL */
+        cJSON *resource_templates; /* resources/templates/list entries, or NULL */
+        cJSON *prompts;            /* prompts/list entries, or NULL */
 } Backend;
 
 typedef struct Tool {
@@ -54,5 +57,9 @@ int manifest_load_string(const char *text, size_t len, const char *name, const c
 Manifest *manifest_free(Manifest *m);
 const Backend *manifest_find_backend(const Manifest *m, const char *name);
 const Tool *manifest_find_tool(const Manifest *m, const char *name);
+/* The backend serving a resource URI (exact, else by the longest template prefix), or a prompt. */
+const Backend *manifest_find_resource_backend(const Manifest *m, const char *uri);
+const Backend *manifest_find_prompt_backend(const Manifest *m, const char *name);
+bool manifest_has(const Manifest *m, size_t offset_of_list);
 bool tool_name_valid(const char *s);
 bool backend_name_valid(const char *s);

@@ -10,6 +10,8 @@
 
 #define SESSION_MAX_PENDING 4096U
 #define UPSTREAM_INIT_ID "mcp-lazy/initialize"
+#define UPSTREAM_OWN_PREFIX "mcp-lazy/"      /* ids of the frontend's own requests to shims */
+#define UPCALL_PREFIX "mcp-lazy-frontend:"   /* ids of backend requests forwarded to the client */
 #define DRAINING_METHOD "notifications/mcp-lazy/draining"
 
 typedef enum ActivationMode {
@@ -56,6 +58,10 @@ struct Session {
         bool batches_allowed;
         Hashmap *pending;       /* id key -> Pending */
         Upstream **upstreams;   /* per backend, created on first use */
+        Hashmap *upcalls;       /* id given to the client -> Upcall */
+        uint64_t next_upcall;
+        char *log_level;        /* from logging/setLevel, replayed to backends that connect later */
+        Hashmap *tasks;         /* taskId -> backend index + 1 */
 };
 
 struct Session *session_new(sd_event *e, Manifest *m, const Options *o);
@@ -69,6 +75,12 @@ void session_fail(Session *s, Pending *p, const char *text);
 void session_send(Session *s, const cJSON *message);
 
 /* upstream.c */
+/* To every backend this session is connected to (notifications, and requests of our own). */
+void upstream_broadcast(Session *s, const cJSON *message);
+/* The client answered one of a backend's requests: back it goes. False if not ours. */
+bool upstream_answer_upcall(Session *s, const cJSON *msg, const cJSON *id);
+/* The client cancelled a request in flight at a backend. */
+void upstream_cancel(Session *s, Pending *p, const cJSON *notification);
 Upstream *upstream_new(Session *s, size_t backend);
 Upstream *upstream_free(Upstream *u);
 /* Sends p->request to the backend, connecting (and activating) first if needed. */

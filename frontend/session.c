@@ -1,6 +1,8 @@
 /* The session with the client: JSON-RPC over stdio, answered from the manifest or routed to a backend. */
 #include <errno.h>
 #include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -22,8 +24,10 @@ Session *session_new(sd_event *e, Manifest *m, const Options *o) {
         s->manifest = m;
         s->options = o;
         s->pending = hashmap_new();
+        s->upcalls = hashmap_new();
+        s->tasks = hashmap_new();
         s->upstreams = calloc(m->n_backends + 1, sizeof(Upstream *));
-        if (!s->pending || !s->upstreams)
+        if (!s->pending || !s->upcalls || !s->tasks || !s->upstreams)
                 return session_free(s);
         return s;
 }
@@ -53,6 +57,10 @@ Session *session_free(Session *s) {
                 pending_free(p);
         }
         hashmap_free(s->pending);
+        /* Upcall records died with the upstreams that owned them; only the maps are left. */
+        hashmap_free(s->upcalls);
+        hashmap_free(s->tasks);
+        free(s->log_level);
         channel_free(s->client);
         cJSON_Delete(s->client_params);
         free(s->protocol_version);
@@ -103,8 +111,20 @@ static void reply_error(Session *s, Batch *batch, const cJSON *id, int code, con
         reply(s, batch, jsonrpc_error_new(id, code, text));
 }
 
+/* A task-augmented call's answer names a task: later tasks calls for it go to the same backend. */
+static void track_task(Session *s, const Pending *p, const cJSON *response) {
+        const cJSON *task = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(response, "result"), "task");
+        const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(task, "taskId"));
+
+        if (id && hashmap_size(s->tasks) < 65536)
+                (void) hashmap_put(s->tasks, id, (void *) (uintptr_t) (p->backend + 1));
+}
+
 void session_complete(Session *s, Pending *p, cJSON *response) {
         Batch *b = p->batch;
+
+        if (p->is_tool_call && response)
+                track_task(s, p, response);
 
         hashmap_remove(s->pending, p->key);
         if (p->conn)
@@ -137,9 +157,22 @@ static cJSON *initialize_result_new(Session *s, const char *version) {
 
         if (!r || !cJSON_AddStringToObject(r, "protocolVersion", version))
                 return NULL;
-        /* Only what we really do: tools. listChanged stays off until manifest reloads exist. */
+        /* Only what we really do: tools and logging always, resources, prompts and completions when a
+         * backend declares some. */
         caps = cJSON_AddObjectToObject(r, "capabilities");
-        if (!caps || !cJSON_AddObjectToObject(caps, "tools"))
+        if (!caps || !cJSON_AddObjectToObject(caps, "tools") || !cJSON_AddObjectToObject(caps, "logging"))
+                return NULL;
+        if (manifest_has(s->manifest, offsetof(Backend, resources)) ||
+            manifest_has(s->manifest, offsetof(Backend, resource_templates))) {
+                cJSON *res = cJSON_AddObjectToObject(caps, "resources");
+                if (!res || !cJSON_AddBoolToObject(res, "subscribe", true))
+                        return NULL;
+        }
+        if (manifest_has(s->manifest, offsetof(Backend, prompts)) && !cJSON_AddObjectToObject(caps, "prompts"))
+                return NULL;
+        if ((manifest_has(s->manifest, offsetof(Backend, prompts)) ||
+             manifest_has(s->manifest, offsetof(Backend, resource_templates))) &&
+            !cJSON_AddObjectToObject(caps, "completions"))
                 return NULL;
         info = cJSON_Duplicate(s->manifest->server_info, true);
         if (!info || !cJSON_AddItemToObject(r, "serverInfo", info)) {
@@ -229,6 +262,8 @@ static void handle_tools_list(Session *s, const JsonRpcMessage *m, Batch *batch)
         reply(s, batch, jsonrpc_result_new(m->id, tools_page_new(s->manifest, offset)));
 }
 
+static void handle_core_request(Session *s, const cJSON *msg, const JsonRpcMessage *m, Batch *batch);
+
 static int pending_new(Session *s, const cJSON *msg, const JsonRpcMessage *m, size_t backend, Batch *batch,
                        Pending **ret) {
         _cleanup_free_ Pending *p = calloc(1, sizeof *p);
@@ -294,7 +329,112 @@ static void handle_tools_call(Session *s, const cJSON *msg, const JsonRpcMessage
         route_to_backend(s, msg, m, t->backend, batch);
 }
 
+/* resources/list and friends: every backend's declared entries, in manifest order. */
+static void handle_surface_list(Session *s, const JsonRpcMessage *m, Batch *batch, size_t offset, const char *key) {
+        _cleanup_json_ cJSON *r = cJSON_CreateObject();
+        cJSON *list;
+
+        if (cJSON_GetObjectItemCaseSensitive(m->params, "cursor"))
+                return reply_error(s, batch, m->id, JSONRPC_INVALID_PARAMS, "unknown cursor: this list has one page");
+        if (!r || !(list = cJSON_AddArrayToObject(r, key)))
+                return reply_error(s, batch, m->id, JSONRPC_INTERNAL_ERROR, "out of memory");
+        for (size_t i = 0; i < s->manifest->n_backends; i++) {
+                const cJSON *it, *l = *(cJSON **) ((char *) &s->manifest->backends[i] + offset);
+                cJSON_ArrayForEach(it, l)
+                        cJSON_AddItemReferenceToArray(list, (cJSON *) it);
+        }
+        reply(s, batch, jsonrpc_result_new(m->id, TAKE_PTR(r)));
+}
+
+static void route_by(Session *s, const cJSON *msg, const JsonRpcMessage *m, Batch *batch, const Backend *b,
+                     const char *what, const char *name) {
+        if (!b)
+                return reply_error(s, batch, m->id, JSONRPC_INVALID_PARAMS, "Unknown %s: '%.200s'", what, name ?: "");
+        route_to_backend(s, msg, m, (size_t) (b - s->manifest->backends), batch);
+}
+
+static void handle_completion(Session *s, const cJSON *msg, const JsonRpcMessage *m, Batch *batch) {
+        const cJSON *ref = cJSON_GetObjectItemCaseSensitive(m->params, "ref");
+        const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ref, "type")) ?: "";
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ref, "name"));
+        const char *uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ref, "uri"));
+
+        if (streq(type, "ref/prompt") && name)
+                return route_by(s, msg, m, batch, manifest_find_prompt_backend(s->manifest, name), "prompt", name);
+        if (streq(type, "ref/resource") && uri)
+                return route_by(s, msg, m, batch, manifest_find_resource_backend(s->manifest, uri), "resource", uri);
+        reply_error(s, batch, m->id, JSONRPC_INVALID_PARAMS, "completion/complete needs a ref/prompt or ref/resource");
+}
+
+/* Task methods: the backend that answered the call that created the task. */
+static void handle_task(Session *s, const cJSON *msg, const JsonRpcMessage *m, Batch *batch) {
+        const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "taskId"));
+        uintptr_t b = id ? (uintptr_t) hashmap_get(s->tasks, id) : 0;
+
+        if (streq(m->method, "tasks/list")) {
+                size_t state = 0;
+                void *v;
+                /* Only one backend can answer a list; with tasks at several it would be partial. */
+                while (hashmap_iterate(s->tasks, &state, NULL, &v))
+                        if (b == 0 || b == (uintptr_t) v)
+                                b = (uintptr_t) v;
+                if (b == 0)
+                        return reply(s, batch, jsonrpc_result_new(m->id, cJSON_CreateObject()));
+        }
+        if (b == 0)
+                return reply_error(s, batch, m->id, JSONRPC_INVALID_PARAMS, "Unknown task: '%.200s'", id ?: "");
+        route_to_backend(s, msg, m, (size_t) b - 1, batch);
+}
+
+static void handle_set_level(Session *s, const JsonRpcMessage *m, Batch *batch) {
+        const char *level = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "level"));
+        _cleanup_json_ cJSON *id = cJSON_CreateString(UPSTREAM_OWN_PREFIX "setLevel"), *req = NULL;
+
+        if (!level)
+                return reply_error(s, batch, m->id, JSONRPC_INVALID_PARAMS, "logging/setLevel needs a string level");
+        free(s->log_level);
+        s->log_level = strdup(level);
+        req = jsonrpc_request_new(id, "logging/setLevel", cJSON_Duplicate(m->params, true));
+        if (!s->log_level || !req)
+                return reply_error(s, batch, m->id, JSONRPC_INTERNAL_ERROR, "out of memory");
+        /* Running backends get it now, the others when they are first reached. */
+        upstream_broadcast(s, req);
+        reply(s, batch, jsonrpc_result_new(m->id, cJSON_CreateObject()));
+}
+
 static void handle_request(Session *s, const cJSON *msg, const JsonRpcMessage *m, Batch *batch) {
+        const char *uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "uri"));
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "name"));
+
+        bool resources = manifest_has(s->manifest, offsetof(Backend, resources)) ||
+                         manifest_has(s->manifest, offsetof(Backend, resource_templates));
+        bool prompts = manifest_has(s->manifest, offsetof(Backend, prompts));
+
+        /* What is not advertised is not there. */
+        if ((!resources && (strncmp(m->method, "resources/", 10) == 0)) || (!prompts && strncmp(m->method, "prompts/", 8) == 0) ||
+            (!resources && !prompts && streq(m->method, "completion/complete")))
+                return handle_core_request(s, msg, m, batch);
+        if (streq(m->method, "resources/list"))
+                return handle_surface_list(s, m, batch, offsetof(Backend, resources), "resources");
+        if (streq(m->method, "resources/templates/list"))
+                return handle_surface_list(s, m, batch, offsetof(Backend, resource_templates), "resourceTemplates");
+        if (streq(m->method, "prompts/list"))
+                return handle_surface_list(s, m, batch, offsetof(Backend, prompts), "prompts");
+        if (streq(m->method, "resources/read") || streq(m->method, "resources/subscribe") ||
+            streq(m->method, "resources/unsubscribe"))
+                return route_by(s, msg, m, batch, uri ? manifest_find_resource_backend(s->manifest, uri) : NULL, "resource", uri);
+        if (streq(m->method, "prompts/get"))
+                return route_by(s, msg, m, batch, name ? manifest_find_prompt_backend(s->manifest, name) : NULL, "prompt", name);
+        if (streq(m->method, "completion/complete"))
+                return handle_completion(s, msg, m, batch);
+        if (strncmp(m->method, "tasks/", 6) == 0)
+                return handle_task(s, msg, m, batch);
+        if (streq(m->method, "logging/setLevel"))
+                return handle_set_level(s, m, batch);
+        handle_core_request(s, msg, m, batch);
+}
+
+static void handle_core_request(Session *s, const cJSON *msg, const JsonRpcMessage *m, Batch *batch) {
         if (streq(m->method, "initialize"))
                 handle_initialize(s, m, batch);
         else if (streq(m->method, "ping"))
@@ -307,8 +447,32 @@ static void handle_request(Session *s, const cJSON *msg, const JsonRpcMessage *m
                 reply_error(s, batch, m->id, JSONRPC_METHOD_NOT_FOUND, "Method not found: '%.200s'", m->method);
 }
 
-static void handle_notification(Session *s, const JsonRpcMessage *m) {
-        (void) s;
+/* The client stopped waiting: the backend hears of it, and a late answer is dropped here. */
+static void handle_cancelled(Session *s, const cJSON *msg, const JsonRpcMessage *m) {
+        const cJSON *rid = cJSON_GetObjectItemCaseSensitive(m->params, "requestId");
+        _cleanup_free_ char *key = rid ? jsonrpc_id_key(rid) : NULL;
+        Pending *p = key ? hashmap_get(s->pending, key) : NULL;
+        Batch *b;
+
+        if (!p)
+                return;
+        upstream_cancel(s, p, msg);
+        b = p->batch;
+        hashmap_remove(s->pending, p->key);
+        if (p->conn)
+                upconn_release(p->conn);
+        pending_free(p);
+        if (b) {
+                b->outstanding--;
+                batch_maybe_finish(s, b);
+        }
+}
+
+static void handle_notification(Session *s, const cJSON *msg, const JsonRpcMessage *m) {
+        if (streq(m->method, "notifications/cancelled"))
+                return handle_cancelled(s, msg, m);
+        if (streq(m->method, "notifications/roots/list_changed"))
+                return upstream_broadcast(s, msg);
         /* notifications/initialized and anything we do not know: nothing to do, and never an answer. */
         log_debug("Notification '%s' from the client.", m->method);
 }
@@ -320,9 +484,10 @@ static void handle_message(Session *s, const cJSON *msg, Batch *batch) {
         case JSONRPC_REQUEST:
                 return handle_request(s, msg, &m, batch);
         case JSONRPC_NOTIFICATION:
-                return handle_notification(s, &m);
+                return handle_notification(s, msg, &m);
         case JSONRPC_RESPONSE:
-                log_debug("Dropping a response to a request mcp-lazy never sent.");
+                if (!upstream_answer_upcall(s, msg, m.id))
+                        log_debug("Dropping a response to a request mcp-lazy never sent.");
                 return;
         case JSONRPC_INVALID:
                 return reply_error(s, batch, m.id, JSONRPC_INVALID_REQUEST, "Invalid Request: %s", m.problem);

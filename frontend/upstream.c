@@ -23,6 +23,20 @@ struct Upstream {
         UpConn *old; /* draining connections that still owe answers */
 };
 
+typedef struct Upcall {
+        UpConn *conn;
+        cJSON *shim_id;
+        char *key;
+} Upcall;
+
+static void upcall_free(Upcall *u) {
+        if (!u)
+                return;
+        cJSON_Delete(u->shim_id);
+        free(u->key);
+        free(u);
+}
+
 static const char *up_name(const Upstream *u) {
         return u->s->manifest->backends[u->backend].name;
 }
@@ -77,6 +91,14 @@ static void upconn_close(UpConn *c, const char *why) {
                 if (p->conn == c)
                         session_fail(s, p, text);
         }
+        state = 0;
+        while (hashmap_iterate(s->upcalls, &state, NULL, &v)) {
+                Upcall *up = v;
+                if (up->conn == c) {
+                        hashmap_remove(s->upcalls, up->key);
+                        upcall_free(up);
+                }
+        }
         if (u->current == c)
                 u->current = NULL;
         for (UpConn **i = &u->old; *i; i = &(*i)->next)
@@ -108,6 +130,9 @@ static void upconn_handle_response(UpConn *c, const cJSON *msg, const JsonRpcMes
         _cleanup_free_ char *key = NULL;
         Pending *p;
 
+        if (cJSON_IsString(m->id) && strncmp(m->id->valuestring, UPSTREAM_OWN_PREFIX, strlen(UPSTREAM_OWN_PREFIX)) == 0 &&
+            !streq(m->id->valuestring, UPSTREAM_INIT_ID))
+                return; /* the answer to a replayed logging/setLevel: nobody waits for it */
         if (cJSON_IsString(m->id) && streq(m->id->valuestring, UPSTREAM_INIT_ID)) {
                 const cJSON *err = cJSON_GetObjectItemCaseSensitive(msg, "error");
                 if (err)
@@ -122,6 +147,41 @@ static void upconn_handle_response(UpConn *c, const cJSON *msg, const JsonRpcMes
                 return;
         }
         session_complete(s, p, cJSON_Duplicate(msg, true));
+}
+
+/* A backend asks the client something (sampling, elicitation, roots): the client sees it under an
+ * id of ours, since two backends may use the same ids. */
+static void upconn_forward_upcall(UpConn *c, const cJSON *msg, const JsonRpcMessage *m) {
+        Session *s = c->up->s;
+        _cleanup_json_ cJSON *copy = cJSON_Duplicate(msg, true);
+        Upcall *u = calloc(1, sizeof *u);
+        char key[64];
+
+        snprintf(key, sizeof key, UPCALL_PREFIX "%llu", (unsigned long long) ++s->next_upcall);
+        if (!copy || !u || !(u->shim_id = cJSON_Duplicate(m->id, true)) || !(u->key = strdup(key)) ||
+            hashmap_put(s->upcalls, key, u) < 0) {
+                _cleanup_json_ cJSON *e = jsonrpc_error_new(m->id, JSONRPC_INTERNAL_ERROR, "out of memory");
+                upcall_free(u);
+                if (e)
+                        (void) channel_send_json(c->ch, e);
+                return;
+        }
+        u->conn = c;
+        cJSON_ReplaceItemInObjectCaseSensitive(copy, "id", cJSON_CreateString(key));
+        session_send(s, copy);
+}
+
+bool upstream_answer_upcall(Session *s, const cJSON *msg, const cJSON *id) {
+        _cleanup_json_ cJSON *copy = NULL;
+        Upcall *u;
+
+        if (!cJSON_IsString(id) || !(u = hashmap_remove(s->upcalls, id->valuestring)))
+                return false;
+        copy = cJSON_Duplicate(msg, true);
+        if (copy && cJSON_ReplaceItemInObjectCaseSensitive(copy, "id", cJSON_Duplicate(u->shim_id, true)))
+                (void) channel_send_json(u->conn->ch, copy);
+        upcall_free(u);
+        return true;
 }
 
 static void upconn_handle_line(UpConn *c, const char *line, size_t len) {
@@ -143,13 +203,8 @@ static void upconn_handle_line(UpConn *c, const char *line, size_t len) {
                 if (strstr(m.method, "/list_changed"))
                         return;
                 return session_send(c->up->s, msg);
-        case JSONRPC_REQUEST: {
-                _cleanup_json_ cJSON *e =
-                        jsonrpc_error_new(m.id, JSONRPC_METHOD_NOT_FOUND, "mcp-lazy does not forward this request");
-                if (e)
-                        (void) channel_send_json(c->ch, e);
-                return;
-        }
+        case JSONRPC_REQUEST:
+                return upconn_forward_upcall(c, msg, &m);
         case JSONRPC_INVALID:
                 log_warning("Backend '%s' sent an invalid message (%s), ignoring it.", up_name(c->up), m.problem);
                 return;
@@ -201,6 +256,15 @@ static int upconn_handshake(UpConn *c) {
         r = channel_send_json(c->ch, init);
         if (r >= 0)
                 r = channel_send_json(c->ch, initialized);
+        if (r >= 0 && s->log_level) {
+                /* logging/setLevel came before this backend was reached: it gets the same. */
+                _cleanup_json_ cJSON *lid = cJSON_CreateString(UPSTREAM_OWN_PREFIX "setLevel"), *p = cJSON_CreateObject(),
+                                     *req = NULL;
+                if (!lid || !p || !cJSON_AddStringToObject(p, "level", s->log_level))
+                        return -ENOMEM;
+                req = jsonrpc_request_new(lid, "logging/setLevel", TAKE_PTR(p));
+                r = req ? channel_send_json(c->ch, req) : -ENOMEM;
+        }
         return r;
 }
 
@@ -252,4 +316,19 @@ void upstream_forward(Upstream *u, Pending *p) {
         r = channel_send_json(p->conn->ch, p->request);
         if (r < 0)
                 session_fail(s, p, "backend connection failed while sending the request");
+}
+
+void upstream_broadcast(Session *s, const cJSON *message) {
+        for (size_t i = 0; i < s->manifest->n_backends; i++) {
+                Upstream *u = s->upstreams[i];
+                if (u && u->current)
+                        (void) channel_send_json(u->current->ch, message);
+        }
+}
+
+void upstream_cancel(Session *s, Pending *p, const cJSON *notification) {
+        /* Same ids on our side of the socket: the shim translates for the backend. */
+        if (p->conn && !channel_write_closed(p->conn->ch))
+                (void) channel_send_json(p->conn->ch, notification);
+        (void) s;
 }

@@ -41,6 +41,7 @@ Client *client_free(Client *c) {
         if (!c)
                 return NULL;
         s = c->shim;
+        upcall_forget_client(s, c);
         client_detach(c);
         for (Client **p = &s->clients; *p; p = &(*p)->next)
                 if (*p == c) {
@@ -51,6 +52,7 @@ Client *client_free(Client *c) {
         hashmap_free(c->pending);
         channel_free(c->ch);
         cJSON_Delete(c->init_params);
+        cJSON_Delete(c->subscriptions);
         free(c);
         shim_update(s);
         return NULL;
@@ -95,7 +97,9 @@ static void handle_message(Client *c, const cJSON *msg) {
                         return instance_cancel(c->instance, c, m.params);
                 return instance_submit(c->instance, c, msg);
         case JSONRPC_RESPONSE:
-                log_debug("Dropping a response from connection %llu to a request never sent.", (unsigned long long) c->serial);
+                if (!upcall_answer(c, msg, m.id))
+                        log_debug("Dropping a response from connection %llu to a request never sent.",
+                                  (unsigned long long) c->serial);
                 return;
         case JSONRPC_INVALID:
                 return reply_error(c, m.id, JSONRPC_INVALID_REQUEST, m.problem);

@@ -143,6 +143,7 @@ Instance *instance_free(Instance *i) {
         if (!i)
                 return NULL;
         fail_everything(i, "mcp-lazy-shimd is shutting down");
+        upcall_forget_instance(i->shim, i);
         for (Instance **p = &i->shim->instances; *p; p = &(*p)->next)
                 if (*p == i) {
                         *p = i->next;
@@ -172,6 +173,37 @@ unsigned instance_in_flight(const Instance *i) {
 
 static int instance_send(Instance *i, const cJSON *m) {
         return i->ch ? channel_send_json(i->ch, m) : -ENOTCONN;
+}
+
+/* resources/updated goes to the connections that subscribed to the URI. */
+static void track_subscription(Client *c, const JsonRpcMessage *m) {
+        const cJSON *uri = cJSON_GetObjectItemCaseSensitive(m->params, "uri");
+        bool sub = streq(m->method, "resources/subscribe");
+        int n = 0;
+        const cJSON *it;
+
+        if ((!sub && !streq(m->method, "resources/unsubscribe")) || !cJSON_IsString(uri))
+                return;
+        if (!c->subscriptions && !(c->subscriptions = cJSON_CreateArray()))
+                return;
+        cJSON_ArrayForEach(it, c->subscriptions) {
+                if (streq(it->valuestring, uri->valuestring)) {
+                        if (!sub)
+                                cJSON_DeleteItemFromArray(c->subscriptions, n);
+                        return;
+                }
+                n++;
+        }
+        if (sub && cJSON_GetArraySize(c->subscriptions) < 1024)
+                cJSON_AddItemToArray(c->subscriptions, cJSON_CreateString(uri->valuestring));
+}
+
+static bool client_subscribed(const Client *c, const char *uri) {
+        const cJSON *it;
+        cJSON_ArrayForEach(it, c->subscriptions)
+                if (streq(it->valuestring, uri))
+                        return true;
+        return false;
 }
 
 /* A request goes to the backend under an id of ours, so that no two clients' ids collide. */
@@ -212,6 +244,14 @@ static void forward_request(Instance *i, Client *c, const cJSON *msg, const Json
                 return reply_failure(c, m->id, false, "out of memory");
         }
         cJSON_ReplaceItemInObjectCaseSensitive(copy, "id", cJSON_CreateNumber((double) r->backend_id));
+        if (token) {
+                /* Two sessions may well both use token 1: the backend sees one of ours instead. */
+                char t[64];
+                snprintf(t, sizeof t, PROGRESS_TOKEN_PREFIX "%lld", (long long) r->backend_id);
+                cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(copy, "params"), "_meta"),
+                                                       "progressToken", cJSON_CreateString(t));
+        }
+        track_subscription(c, m);
         if (instance_send(i, copy) < 0) {
                 reply_failure(c, m->id, r->is_tool_call, "the backend's stdin is closed");
                 route_remove(i, r);
@@ -326,33 +366,46 @@ static void handle_backend_response(Instance *i, const cJSON *msg, const JsonRpc
         shim_update(i->shim);
 }
 
-/* Progress belongs to the session whose request carried the token; other notifications concern
- * every session the backend serves. */
-static void handle_backend_notification(Instance *i, const cJSON *msg, const JsonRpcMessage *m) {
-        if (streq(m->method, "notifications/progress")) {
-                const cJSON *token = cJSON_GetObjectItemCaseSensitive(m->params, "progressToken");
-                size_t state = 0;
-                void *v;
+/* Progress belongs to the session whose request carried the token, resources/updated to the
+ * sessions that subscribed; anything else concerns every session the backend serves. */
+static void handle_progress(Instance *i, const cJSON *msg, const JsonRpcMessage *m) {
+        const cJSON *token = cJSON_GetObjectItemCaseSensitive(m->params, "progressToken");
+        _cleanup_json_ cJSON *copy = NULL;
+        Route *r;
 
-                while (token && hashmap_iterate(i->routes, &state, NULL, &v)) {
-                        Route *r = v;
-                        if (r->progress_token && cJSON_Compare(r->progress_token, token, true))
-                                return client_send(r->client, msg);
-                }
+        if (!cJSON_IsString(token) || strncmp(token->valuestring, PROGRESS_TOKEN_PREFIX, strlen(PROGRESS_TOKEN_PREFIX)) != 0)
                 return;
-        }
-        for (Client *c = i->shim->clients; c; c = c->next)
-                if (c->instance == i)
-                        client_send(c, msg);
+        r = route_find(i, strtoll(token->valuestring + strlen(PROGRESS_TOKEN_PREFIX), NULL, 10));
+        if (!r || !r->progress_token)
+                return; /* the call has ended: progress for it is stale */
+        copy = cJSON_Duplicate(msg, true);
+        if (copy && cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(copy, "params"), "progressToken",
+                                                           cJSON_Duplicate(r->progress_token, true)))
+                client_send(r->client, copy);
 }
 
-static void handle_backend_request(Instance *i, const JsonRpcMessage *m) {
+static void handle_backend_notification(Instance *i, const cJSON *msg, const JsonRpcMessage *m) {
+        const char *uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "uri"));
+
+        if (streq(m->method, "notifications/progress"))
+                return handle_progress(i, msg, m);
+        if (streq(m->method, "notifications/cancelled"))
+                return upcall_cancelled(i, m->params);
+        for (Client *c = i->shim->clients; c; c = c->next) {
+                if (c->instance != i)
+                        continue;
+                if (streq(m->method, "notifications/resources/updated") && (!uri || !client_subscribed(c, uri)))
+                        continue;
+                client_send(c, msg);
+        }
+}
+
+static void handle_backend_request(Instance *i, const cJSON *msg, const JsonRpcMessage *m) {
         _cleanup_json_ cJSON *reply = NULL;
 
-        if (streq(m->method, "ping"))
-                reply = jsonrpc_result_new(m->id, cJSON_CreateObject());
-        else
-                reply = jsonrpc_error_new(m->id, JSONRPC_METHOD_NOT_FOUND, "mcp-lazy-shimd does not forward this request");
+        if (!streq(m->method, "ping"))
+                return upcall_forward(i, msg, m->id, m->method);
+        reply = jsonrpc_result_new(m->id, cJSON_CreateObject());
         if (reply)
                 (void) instance_send(i, reply);
 }
@@ -372,7 +425,7 @@ static void handle_backend_line(Instance *i, const char *line, size_t len) {
         case JSONRPC_NOTIFICATION:
                 return handle_backend_notification(i, msg, &m);
         case JSONRPC_REQUEST:
-                return handle_backend_request(i, &m);
+                return handle_backend_request(i, msg, &m);
         case JSONRPC_INVALID:
                 log_warning("Backend '%s' sent an invalid message (%s), ignoring it.", iname(i), m.problem);
                 return;
@@ -425,6 +478,7 @@ static int on_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
                 snprintf(text, sizeof text, "backend '%s' %s while handling this call; the next call starts it again",
                          iname(i), how);
         fail_everything(i, text);
+        upcall_forget_instance(shim, i);
 
         i->child_source = sd_event_source_disable_unref(i->child_source);
         sd_event_source_set_enabled(i->timer_source, SD_EVENT_OFF);

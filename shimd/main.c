@@ -240,6 +240,9 @@ static int run(const char *manifest_path, const char *name_arg) {
         if (r < 0)
                 return log_error_errno(r, "Failed to allocate event loop: %m");
         s.event = e;
+        s.upcalls = hashmap_new();
+        if (!s.upcalls)
+                return log_oom();
         r = sd_event_add_signal(e, NULL, SIGTERM, on_terminate, &s);
         if (r >= 0)
                 r = sd_event_add_signal(e, NULL, SIGINT, on_terminate, &s);
@@ -269,6 +272,7 @@ static int run(const char *manifest_path, const char *name_arg) {
         for (size_t i = 0; i < s.n_listeners; i++)
                 sd_event_source_disable_unref(s.listeners[i]);
         free(s.listeners);
+        hashmap_free(s.upcalls);
         update_source = sd_event_source_disable_unref(update_source);
         sd_event_source_disable_unref(s.idle_source);
         sd_event_source_disable_unref(s.drain_source);

@@ -17,6 +17,8 @@
 #define STOP_TERM_GRACE_USEC (3ULL * 1000000ULL)
 #define DRAINING_METHOD "notifications/mcp-lazy/draining"
 #define INIT_REQUEST_ID 0
+#define PROGRESS_TOKEN_PREFIX "mcp-lazy-progress:"
+#define UPCALL_ID_PREFIX "mcp-lazy-upcall:"
 
 typedef struct Shim Shim;
 typedef struct Client Client;
@@ -70,7 +72,7 @@ struct Client {
         cJSON *init_params;   /* the client's initialize params */
         Instance *instance;
         Hashmap *pending;     /* client id key -> Route (owned by the instance's routes) */
-        cJSON *waiting_init;  /* ids of initialize requests waiting for the backend */
+        cJSON *subscriptions; /* resource URIs this connection subscribed to (array of strings) */
         bool eof;
         Client *next;
 };
@@ -85,10 +87,21 @@ struct Shim {
         unsigned n_clients;
         Instance *instances;
         sd_event_source *idle_source, *drain_source;
+        Hashmap *upcalls;     /* id given to a client -> Upcall (a backend's request to a client) */
+        uint64_t next_upcall;
         bool draining, inetd;
         uint64_t calls_served, next_client_serial;
         int exit_code;
 };
+
+/* upcalls.c: requests from a backend to a client (sampling, elicitation, roots), answered back */
+void upcall_forward(Instance *i, const cJSON *msg, const cJSON *id, const char *method);
+/* A response from a client: true if it answered one of our upcalls. */
+bool upcall_answer(Client *c, const cJSON *msg, const cJSON *id);
+void upcall_forget_client(Shim *s, Client *c);
+void upcall_forget_instance(Shim *s, Instance *i);
+/* The backend cancelled one of its requests: tell the client it went to. */
+void upcall_cancelled(Instance *i, const cJSON *params);
 
 /* main.c */
 void shim_update(Shim *s); /* re-evaluates idleness, status, and exit */

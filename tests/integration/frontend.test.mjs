@@ -55,7 +55,7 @@ test("SDK client: listTools() is exactly the manifest's tools, and nothing is st
   }
 });
 
-test("initialize negotiates the version and advertises only tools", async () => {
+test("initialize negotiates the version and advertises only tools and logging", async () => {
   for (const [asked, got] of [
     ["2024-11-05", "2024-11-05"],
     ["2025-03-26", "2025-03-26"],
@@ -66,7 +66,7 @@ test("initialize negotiates the version and advertises only tools", async () => 
     const p = peer();
     const r = await p.request(INIT(asked));
     assert.equal(r.result.protocolVersion, got);
-    assert.deepEqual(r.result.capabilities, { tools: {} });
+    assert.deepEqual(r.result.capabilities, { tools: {}, logging: {} });
     assert.deepEqual(r.result.serverInfo, { name: "small", version: "3.1" });
     assert.equal(r.result.instructions, "Be brief.");
     const again = await p.request(INIT(asked));
