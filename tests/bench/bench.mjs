@@ -1,0 +1,682 @@
+// bench.mjs — what mcp-lazy costs and saves, measured against the real reference servers.
+//
+//   make bench     (cd tests && MCP_LAZY_BUILD=$PWD/../build node bench/bench.mjs [SECTION...])
+//   BENCH_QUICK=1  fewer runs, for working on the bench itself
+//
+// 1. startup: process start -> tools/list answered, and peak RSS, for 1/10/100/1000-tool manifests,
+//    beside what starting @modelcontextprotocol/server-memory costs a client today;
+// 2. warm call latency: straight to a server vs through mcp-lazy (direct activation);
+// 3. the first call from cold, split into its phases, vs the server's own start;
+// 4. processes and memory of 10 sessions x 3 backends: every session starting its own servers
+//    vs mcp-lazy with pooled backends behind systemd sockets (in a throwaway systemd box).
+//
+// Targets are printed beside the figures; missing one never fails the run. A section that cannot
+// run prints FAILED with the reason, and the run then exits 1. Nothing is left running.
+
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { cpus, loadavg, tmpdir } from "node:os";
+import { dirname, join, relative, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport, getDefaultEnvironment } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { startBox } from "../integration/lib/box.mjs";
+import {
+  Peer, alive, cmdline, descendants, leftovers, demoTools, generateManifest, heading, initialize, initialized, killAllTracked, median,
+  mib, ms, now, p90, p99, procCpuMs, procPss, procStatus, processesMatching, ratio, reapTree, table, toolsCall, toolsList,
+  trackPid, untrackPid, us,
+} from "./lib.mjs";
+
+const TESTS = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const ROOT = resolve(TESTS, "..");
+const BUILD = resolve(TESTS, process.env.MCP_LAZY_BUILD ?? join(ROOT, "build"));
+const MCP_LAZY = join(BUILD, "mcp-lazy");
+const SHIMD = join(BUILD, "mcp-lazy-shimd");
+const NODE = process.execPath;
+const SERVERS = join(TESTS, "node_modules/@modelcontextprotocol");
+const SCRIPT = {
+  memory: join(SERVERS, "server-memory/dist/index.js"),
+  everything: join(SERVERS, "server-everything/dist/index.js"),
+  files: join(SERVERS, "server-filesystem/dist/index.js"),
+};
+// How each backend of manifests/demo.yaml is started, and the call the bench makes to it.
+const BACKENDS = {
+  memory: { args: [SCRIPT.memory], call: ["read_graph", {}] },
+  everything: { args: [SCRIPT.everything, "stdio"], call: ["echo", { message: "hello from mcp-lazy-bench" }] },
+  files: { args: [SCRIPT.files, "/tmp"], call: ["list_allowed_directories", {}] },
+};
+
+const QUICK = process.env.BENCH_QUICK === "1"; // fewer runs, for working on the bench itself
+const RUNS = {
+  startupLazy: QUICK ? 8 : 30,
+  startupNode: QUICK ? 3 : 10,
+  warmCalls: QUICK ? 200 : 1000,
+  warmUp: QUICK ? 50 : 200,
+  cold: QUICK ? 3 : 8,
+  sessions: 10,
+};
+const DEADLINE_MS = 280_000;
+
+const WORK = mkdtempSync(join(tmpdir(), "mcp-lazy-bench-"));
+const failures = [];
+
+function memoryEnv(file) {
+  return { ...process.env, MEMORY_FILE_PATH: join(WORK, file) };
+}
+
+// The demo fleet with absolute paths, for mcp-lazy --activation=direct: every socket: points to
+// a path where nothing listens, so the frontend starts each shim itself over a socketpair.
+function writeDirectManifest() {
+  const demo = readFileSync(join(ROOT, "manifests/demo.yaml"), "utf8");
+  const backend = (name, extra = []) => [
+    `  ${name}:`,
+    `    command: ${JSON.stringify([NODE, ...BACKENDS[name].args])}`,
+    `    cwd: ${TESTS}`,
+    `    socket: ${WORK}/absent-${name}.sock`,
+    "    idle_timeout: 5m",
+    ...extra,
+  ];
+  const text = [
+    "server: {name: bench-direct, version: \"1.0.0\"}",
+    "backends:",
+    ...backend("memory", [`    env: { MEMORY_FILE_PATH: ${WORK}/memory-lazy.jsonl }`]),
+    ...backend("everything"),
+    ...backend("files"),
+    demoTools(demo),
+  ].join("\n");
+  const path = join(WORK, "direct.yaml");
+  writeFileSync(path, text);
+  return path;
+}
+
+function lazyDirect(manifest, { debug = false } = {}) {
+  const env = { ...process.env };
+  if (debug) env.MCP_LAZY_LOG_LEVEL = "debug";
+  else delete env.MCP_LAZY_LOG_LEVEL;
+  return new Peer(MCP_LAZY, ["--manifest", manifest, "--activation=direct", "--shimd", SHIMD], { env, stderr: true });
+}
+
+function server(name, env = process.env) {
+  return new Peer(NODE, BACKENDS[name].args, { env, cwd: TESTS, stderr: true });
+}
+
+function checkToolResult(msg, what) {
+  if (msg.error) throw new Error(`${what}: JSON-RPC error ${msg.error.code}: ${msg.error.message}`);
+  if (msg.result?.isError) throw new Error(`${what}: tool error: ${msg.result.content?.[0]?.text}`);
+}
+
+// ---- 1. startup ---------------------------------------------------------------------------
+
+// Spawn, write initialize + initialized + tools/list at once, stop the clock at the tools/list
+// answer, then read the process's peak RSS before closing its stdin.
+async function startupOnce(command, args, opts) {
+  const p = new Peer(command, args, opts);
+  try {
+    p.write(initialize(0), initialized, toolsList(1));
+    const { t, msg } = await p.response(1);
+    const st = procStatus(p.pid) ?? {};
+    const cpu = procCpuMs(p.pid);
+    const extra = descendants(p.pid).length;
+    if (!msg.result?.tools) throw new Error(`tools/list failed: ${JSON.stringify(msg).slice(0, 300)}`);
+    return { ms: t - p.t0, cpu, hwm: st.VmHWM, anon: st.RssAnon, tools: msg.result.tools.length, extra };
+  } finally {
+    await p.close();
+  }
+}
+
+function summarize(runs) {
+  return {
+    n: runs.length,
+    med: median(runs.map((r) => r.ms)),
+    p90: p90(runs.map((r) => r.ms)),
+    cpu: median(runs.map((r) => r.cpu ?? NaN)),
+    hwm: Math.max(...runs.map((r) => r.hwm ?? NaN)),
+    anon: Math.max(...runs.map((r) => r.anon ?? NaN)),
+    tools: runs[0]?.tools,
+    extra: Math.max(...runs.map((r) => r.extra ?? 0)),
+  };
+}
+
+// The harness's own floor: spawn `cat`, write the same three lines, wait for them to come back.
+async function catOnce() {
+  const p = new Peer("cat", []);
+  try {
+    p.write(initialize(0), initialized, toolsList(1));
+    const { t } = await p.waitLines(3);
+    return { ms: t - p.t0 };
+  } finally {
+    await p.close();
+  }
+}
+
+async function sectionStartup() {
+  heading("1. Startup: process start -> tools/list answered, and peak RSS");
+  const noLog = { ...process.env };
+  delete noLog.MCP_LAZY_LOG_LEVEL;
+  // 1 tool: the fixed cost (exec, dynamic linking, event loop) that every manifest pays.
+  const sizes = [1, 10, 100, 1000];
+  const paths = {};
+  for (const size of sizes) {
+    paths[size] = join(WORK, `generated-${size}.yaml`);
+    writeFileSync(paths[size], generateManifest(size, { socketDir: WORK }));
+  }
+  // Round robin, so that a busy machine slows every subject alike; server-memory every few rounds.
+  const runs = { cat: [], node: [], ...Object.fromEntries(sizes.map((n) => [n, []])) };
+  const nodeEvery = Math.max(1, Math.round(RUNS.startupLazy / RUNS.startupNode));
+  const warm = 2;
+  for (let round = 0; round < RUNS.startupLazy + warm; round++) {
+    const keep = (key, r) => round >= warm && runs[key].push(r);
+    keep("cat", await catOnce());
+    for (const size of sizes) keep(size, await startupOnce(MCP_LAZY, ["--manifest", paths[size]], { env: noLog }));
+    if (round % nodeEvery === 0 && (round < warm || runs.node.length < RUNS.startupNode))
+      keep("node", await startupOnce(NODE, BACKENDS.memory.args, { env: memoryEnv("memory-startup.jsonl"), cwd: TESTS }));
+  }
+  const floor = summarize(runs.cat);
+  const node = summarize(runs.node);
+  const aboveFloor = (v) => (v - floor.med > 0 ? ms(v - floor.med) : "~0 ms");
+  const rows = [];
+  const results = {};
+  for (const size of sizes) {
+    const r = summarize(runs[size]);
+    if (r.tools !== size) throw new Error(`${paths[size]}: tools/list returned ${r.tools} tools, expected ${size}`);
+    if (r.extra) throw new Error(`mcp-lazy started ${r.extra} process(es) just to answer tools/list`);
+    results[size] = r;
+    rows.push([
+      `mcp-lazy, ${size} tool${size > 1 ? "s" : ""}`, `${Math.round(statSync(paths[size]).size / 1024)} KiB`, r.n, ms(r.med), ms(r.p90),
+      aboveFloor(r.med), ms(r.cpu), mib(r.hwm), mib(r.anon), ratio(node.med, r.med), ratio(node.hwm, r.hwm),
+    ]);
+  }
+  rows.push([`server-memory (node), ${node.tools} tools`, "-", node.n, ms(node.med), ms(node.p90), aboveFloor(node.med),
+    ms(node.cpu), mib(node.hwm), mib(node.anon), "1.00x", "1.00x"]);
+  rows.push(["harness floor: spawn cat, echo", "-", floor.n, ms(floor.med), ms(floor.p90), "", "", "-", "-", "", ""]);
+  table(["what", "manifest", "runs", "median", "p90", "above floor", "CPU", "peak RSS", "RssAnon", "time saved", "RSS saved"], rows);
+  if (node.extra) console.log(`  note: server-memory had ${node.extra} child process(es); its RSS above is its own only`);
+  console.log("  (peak RSS = VmHWM right after the answer, shared libraries included; RssAnon = the process's own memory;");
+  console.log("   'saved' = server-memory's figure / mcp-lazy's; 'above floor' = median minus spawning cat from node;");
+  console.log("   CPU = the process's own time on a CPU until the answer (/proc/PID/schedstat);");
+  console.log("   all subjects run round robin)");
+  const r100 = results[100];
+  const tOk = r100.med < 2, mOk = r100.hwm < 2048;
+  console.log(
+    `  target for 100 tools: <2 ms, <2 MiB -> median ${ms(r100.med)} ${tOk ? "met" : "NOT met"}, ` +
+      `peak RSS ${mib(r100.hwm)} ${mOk ? "met" : "NOT met"}`,
+  );
+}
+
+// ---- 2. warm call latency -----------------------------------------------------------------
+
+async function handshake(p) {
+  const { msg } = await p.request(0, "initialize", initialize(0).params);
+  if (!msg.result) throw new Error(`initialize failed: ${JSON.stringify(msg).slice(0, 300)}`);
+  p.write(initialized);
+}
+
+// Sequential calls of the same tool on two initialized peers, interleaved so that whatever else the
+// machine does hits both paths alike; the first calls (the cold one through mcp-lazy) are warm-up.
+async function interleavedCalls(direct, lazy, tool, args) {
+  const ids = new Map([[direct, 1], [lazy, 1]]);
+  const call = async (p, key) => {
+    const id = ids.get(p);
+    ids.set(p, id + 1);
+    const t0 = now();
+    const { t, msg } = await p.request(id, "tools/call", { name: tool, arguments: args }, 60000);
+    checkToolResult(msg, `${key} ${tool}`);
+    return t - t0;
+  };
+  for (let i = 0; i < RUNS.warmUp; i++) {
+    await call(direct, "direct");
+    await call(lazy, "lazy");
+  }
+  const d = [], l = [];
+  for (let i = 0; i < RUNS.warmCalls; i++) {
+    if (i % 2) {
+      d.push(await call(direct, "direct"));
+      l.push(await call(lazy, "lazy"));
+    } else {
+      l.push(await call(lazy, "lazy"));
+      d.push(await call(direct, "direct"));
+    }
+  }
+  return { d, l };
+}
+
+async function warmPair(name, manifest) {
+  const [tool, args] = BACKENDS[name].call;
+  const direct = server(name, memoryEnv("memory-direct.jsonl"));
+  const lazy = lazyDirect(manifest);
+  try {
+    await handshake(direct);
+    await handshake(lazy);
+    const r = await interleavedCalls(direct, lazy, tool, args);
+    return { ...r, processes: 1 + descendants(lazy.pid).length };
+  } finally {
+    await Promise.all([direct.close(), lazy.close()]);
+  }
+}
+
+function latencyRows(label, d, l, extra = "") {
+  return [
+    [`${label}, direct`, d.length, us(median(d)), us(p90(d)), us(p99(d)), "", ""],
+    [`${label}, via mcp-lazy${extra}`, l.length, us(median(l)), us(p90(l)), us(p99(l)), ratio(median(l), median(d)), ratio(p90(l), p90(d))],
+    [`  added per call`, "", us(median(l) - median(d)), us(p90(l) - p90(d)), "", "", ""],
+  ];
+}
+const LATENCY_HEADERS = ["path", "calls", "median", "p90", "p99", "ratio med", "ratio p90"];
+
+async function sectionWarm(manifest) {
+  heading("2. Warm call latency: straight to the server vs through mcp-lazy (direct activation)");
+  const rows = [];
+  const verdicts = [];
+  for (const name of ["memory", "everything"]) {
+    const { d, l, processes } = await warmPair(name, manifest);
+    const tool = BACKENDS[name].call[0];
+    rows.push(...latencyRows(`${name} ${tool}`, d, l, ` (${processes} procs)`));
+    verdicts.push(`${name} ${ratio(median(l), median(d))} ${median(l) / median(d) < 1.15 ? "met" : "NOT met"}`);
+  }
+  table(LATENCY_HEADERS, rows);
+  console.log(`  (sequential raw JSON-RPC calls on stdio after ${RUNS.warmUp} warm-up calls each, the two paths interleaved)`);
+  console.log(`  target: <1.15x per call -> ${verdicts.join("; ")}`);
+}
+
+// ---- 3. cold first call -------------------------------------------------------------------
+
+async function coldLazy(name, manifest) {
+  const [tool, args] = BACKENDS[name].call;
+  const p = lazyDirect(manifest, { debug: true });
+  try {
+    p.write(initialize(0));
+    const init = await p.response(0);
+    const tSent = now();
+    p.write(initialized, toolsCall(1, tool, args));
+    const call = await p.response(1, 60000);
+    checkToolResult(call.msg, `first ${tool} via mcp-lazy`);
+    const fork = await p.stderrLine(/Started mcp-lazy-shimd for/);
+    const spawned = await p.stderrLine(/Started backend '/);
+    const ready = await p.stderrLine(/is ready after \d+ ms/);
+    const shimReadyMs = Number(/is ready after (\d+) ms/.exec(ready.line)[1]);
+    return {
+      init: init.t - p.t0,
+      call: call.t - tSent,
+      total: call.t - p.t0,
+      fork: fork.t - tSent,
+      shim: spawned.t - fork.t,
+      backend: ready.t - spawned.t,
+      shimReadyMs,
+      forward: call.t - ready.t,
+    };
+  } finally {
+    await p.close();
+  }
+}
+
+async function coldDirect(name) {
+  const [tool, args] = BACKENDS[name].call;
+  const p = server(name, memoryEnv(`memory-cold-${name}.jsonl`));
+  try {
+    p.write(initialize(0));
+    const init = await p.response(0, 30000);
+    const tSent = now();
+    p.write(initialized, toolsCall(1, tool, args));
+    const call = await p.response(1, 30000);
+    checkToolResult(call.msg, `first ${tool} direct`);
+    return { init: init.t - p.t0, call: call.t - tSent, total: call.t - p.t0 };
+  } finally {
+    await p.close();
+  }
+}
+
+async function sectionCold(manifest) {
+  heading("3. First call from cold: mcp-lazy (direct activation) vs the server's own start");
+  for (const name of ["memory", "everything"]) {
+    const L = [], D = [];
+    await coldDirect(name); // page cache
+    for (let i = 0; i < RUNS.cold; i++) {
+      L.push(await coldLazy(name, manifest));
+      D.push(await coldDirect(name));
+    }
+    const m = (arr, k) => median(arr.map((x) => x[k]));
+    const tool = BACKENDS[name].call[0];
+    console.log(`\n  ${name} (${tool}), median of ${RUNS.cold} runs each:`);
+    table(["phase", "mcp-lazy", "server alone"], [
+      ["(a) process start -> initialize answered", ms(m(L, "init")), ms(m(D, "init"))],
+      ["(b) tools/call sent -> result", ms(m(L, "call")), ms(m(D, "call"))],
+      ["    frontend: connect, fork+exec shim", ms(m(L, "fork")), ""],
+      ["    shim: start, read manifest, spawn backend", ms(m(L, "shim")), ""],
+      [`    backend: start + initialize (shim says ${Math.round(m(L, "shimReadyMs"))} ms)`, ms(m(L, "backend")), ms(m(D, "init"))],
+      ["    the call itself, through the shim", ms(m(L, "forward")), ms(m(D, "call"))],
+      ["process start -> first result", ms(m(L, "total")), ms(m(D, "total"))],
+    ]);
+    const over = m(L, "total") - m(D, "total");
+    console.log(`  first result: ${over >= 0 ? "+" : ""}${ms(over)} with mcp-lazy (${ratio(m(L, "total"), m(D, "total"))}); ` +
+      `initialize answered ${ratio(m(D, "init"), m(L, "init"))} sooner`);
+  }
+  console.log("  (phase boundaries are the arrival times of the shim's and frontend's log lines on stderr, MCP_LAZY_LOG_LEVEL=debug)");
+}
+
+// ---- 4. fleet: processes and memory -------------------------------------------------------
+
+function memOf(pids) {
+  let rss = 0, pss = 0;
+  const seen = [];
+  for (const pid of pids) {
+    const st = procStatus(pid);
+    if (!st) continue;
+    rss += st.VmRSS ?? 0;
+    pss += procPss(pid) ?? 0;
+    seen.push(pid);
+  }
+  return { n: seen.length, rss, pss };
+}
+
+// Connects an SDK client over stdio; the entry joins sink at once, so that closeAll() ends it even
+// when the handshake fails.
+async function connectClient(command, args, env, label, sink) {
+  const transport = new StdioClientTransport({ command, args, env, cwd: TESTS, stderr: "pipe" });
+  let stderr = "";
+  transport.stderr?.on("data", (d) => (stderr = (stderr + d).slice(-4000)));
+  const client = new Client({ name: `mcp-lazy-bench-${label}`, version: "1" });
+  const entry = { client, transport, label, stderr: () => stderr, pid: null };
+  sink.push(entry);
+  // connect() spawns before its first await: track the child at once, so that an interruption
+  // during the handshake still kills it (a frontend left in the box would hold its shutdown up).
+  const connecting = client.connect(transport);
+  entry.pid = transport.pid;
+  trackPid(transport.pid);
+  try {
+    await connecting;
+  } catch (e) {
+    throw new Error(`${label}: connect failed: ${e.message}; stderr: ${stderr.trim().slice(-500)}`);
+  }
+  return entry;
+}
+
+async function callOnce(entry, name) {
+  const [tool, args] = BACKENDS[name].call;
+  const r = await entry.client.callTool({ name: tool, arguments: args }, undefined, { timeout: 60000 });
+  if (r.isError) throw new Error(`${entry.label}: ${tool} failed: ${r.content?.[0]?.text}; stderr: ${entry.stderr().trim().slice(-500)}`);
+}
+
+async function closeAll(entries) {
+  const trees = entries.filter((e) => e.pid).map((e) => ({ pid: e.pid, tree: descendants(e.pid) }));
+  await Promise.all(entries.map((e) => e.client.close().catch(() => {})));
+  await Promise.all(trees.map(({ pid, tree }) => reapTree(pid, tree, 5000)));
+  for (const { pid } of trees) untrackPid(pid);
+}
+
+async function fleetEager() {
+  const entries = [];
+  try {
+    const t0 = now();
+    const jobs = [];
+    for (let s = 0; s < RUNS.sessions; s++)
+      for (const name of Object.keys(BACKENDS)) {
+        const env = { ...getDefaultEnvironment(), MEMORY_FILE_PATH: join(WORK, `memory-eager-${s}.jsonl`) };
+        jobs.push(connectClient(NODE, BACKENDS[name].args, env, `eager session ${s} ${name}`, entries).then((e) => {
+          e.backend = name;
+          return e;
+        }));
+      }
+    const settled = await Promise.allSettled(jobs);
+    const bad = settled.find((x) => x.status === "rejected");
+    if (bad) throw bad.reason;
+    const tReady = now() - t0;
+    await Promise.all(entries.map((e) => callOnce(e, e.backend)));
+    const tCalled = now() - t0;
+    const pids = entries.flatMap((e) => [e.pid, ...descendants(e.pid)]);
+    return { ...memOf(pids), tReady, tCalled };
+  } finally {
+    await closeAll(entries);
+  }
+}
+
+// Runs inside the box: the shims and backends are whatever sits in each service's cgroup, the
+// frontends are found by command line. Prints JSON.
+const BOX_MEASURE = `
+const fs = require("fs"), { execFileSync } = require("child_process");
+const info = (pid) => {
+  let rss = 0, pss = 0, comm = "";
+  try { rss = Number(/^VmRSS:\\s+(\\d+)/m.exec(fs.readFileSync("/proc/" + pid + "/status", "utf8"))?.[1] ?? 0); } catch {}
+  try { pss = Number(/^Pss:\\s+(\\d+)/m.exec(fs.readFileSync("/proc/" + pid + "/smaps_rollup", "utf8"))?.[1] ?? 0); } catch {}
+  try { comm = fs.readFileSync("/proc/" + pid + "/comm", "utf8").trim(); } catch {}
+  return { pid, rss, pss, comm };
+};
+const out = { units: {}, frontends: [] };
+for (const b of JSON.parse(process.argv[1])) {
+  const unit = "mcp-lazy@" + b + ".service";
+  const show = (p) => execFileSync("systemctl", ["show", "-P", p, unit]).toString().trim();
+  const cg = show("ControlGroup"), main = Number(show("MainPID"));
+  let pids = [];
+  try { pids = fs.readFileSync("/sys/fs/cgroup" + cg + "/cgroup.procs", "utf8").split("\\n").filter(Boolean).map(Number); } catch {}
+  out.units[b] = { active: show("ActiveState"), main, procs: pids.map(info) };
+}
+for (const d of fs.readdirSync("/proc")) {
+  if (!/^\\d+$/.test(d)) continue;
+  let cmd = "";
+  try { cmd = fs.readFileSync("/proc/" + d + "/cmdline", "utf8"); } catch { continue; }
+  if (cmd.startsWith("/usr/local/bin/mcp-lazy\\0--manifest\\0")) out.frontends.push(info(Number(d)));
+}
+console.log(JSON.stringify(out));
+`;
+
+async function boxOk(box, cmd, args, opts = {}) {
+  const r = await box.exec(cmd, args, { timeout: 60000, ...opts });
+  if (r.code !== 0) throw new Error(`in the box: ${cmd} ${args.join(" ")} exited ${r.code}: ${(r.stderr || r.stdout).trim().slice(-800)}`);
+  return r.stdout.trim();
+}
+
+function boxManifest() {
+  const demo = readFileSync(join(ROOT, "manifests/demo.yaml"), "utf8");
+  const backend = (name, extra = []) => [
+    `  ${name}:`,
+    `    command: ${JSON.stringify([NODE, ...BACKENDS[name].args])}`,
+    `    cwd: ${TESTS}`,
+    "    idle_timeout: 5m",
+    "    sharing: pooled",
+    ...extra,
+  ];
+  return [
+    "server: {name: bench-pooled, version: \"1.0.0\"}",
+    "backends:",
+    ...backend("memory", ["    env: { MEMORY_FILE_PATH: /tmp/mcp-lazy-bench-memory.jsonl }"]),
+    ...backend("everything"),
+    ...backend("files"),
+    demoTools(demo),
+  ].join("\n");
+}
+
+async function fleetPooled() {
+  const binds = [ROOT];
+  if (relative(ROOT, BUILD).startsWith("..")) binds.push(BUILD);
+  let stage = "booting the box";
+  const box = await startBox({ bind: binds });
+  const entries = [];
+  try {
+    stage = "make install in the box";
+    await boxOk(box, "make", ["-C", ROOT, "-o", "all", "install", "DESTDIR=", "PREFIX=/usr/local", `B=${BUILD}`, "SYSTEMUNITDIR=/etc/systemd/system"], { cwd: ROOT });
+    stage = "setting up units";
+    await boxOk(box, "systemd-sysusers", []);
+    await boxOk(box, "mkdir", ["-p", "/etc/mcp-lazy"]);
+    await boxOk(box, "tee", ["/etc/mcp-lazy/manifest.yaml"], { input: boxManifest() });
+    await boxOk(box, "/usr/local/bin/mcp-lazy", ["check", "/etc/mcp-lazy/manifest.yaml"]);
+    await boxOk(box, "systemctl", ["daemon-reload"]);
+    const names = Object.keys(BACKENDS);
+    await boxOk(box, "systemctl", ["enable", "--now", ...names.map((n) => `mcp-lazy@${n}.socket`)]);
+
+    stage = "sessions";
+    const [nsenter, ...prefix] = box.nsenterArgs();
+    const t0 = now();
+    const settled = await Promise.allSettled(
+      Array.from({ length: RUNS.sessions }, (_, s) =>
+        connectClient(nsenter, [...prefix, "/usr/local/bin/mcp-lazy", "--manifest", "/etc/mcp-lazy/manifest.yaml"],
+          getDefaultEnvironment(), `pooled session ${s}`, entries)),
+    );
+    const bad = settled.find((x) => x.status === "rejected");
+    if (bad) throw bad.reason;
+    const tReady = now() - t0;
+    await Promise.all(entries.map(async (e) => {
+      for (const n of names) await callOnce(e, n);
+    }));
+    const tCalled = now() - t0;
+
+    stage = "measuring";
+    const m = JSON.parse(await boxOk(box, NODE, ["-e", BOX_MEASURE, JSON.stringify(names)]));
+    const shims = [], backends = [];
+    for (const n of names) {
+      const u = m.units[n];
+      if (u.active !== "active") throw new Error(`mcp-lazy@${n}.service is ${u.active} after the calls`);
+      for (const p of u.procs) (p.pid === u.main ? shims : backends).push({ ...p, unit: n });
+    }
+    stage = "warm calls through the socket";
+    let warm;
+    try {
+      warm = await boxWarm(box);
+    } catch (e) {
+      warm = { error: e };
+    }
+    const sum = (arr, k) => arr.reduce((a, p) => a + p[k], 0);
+    const group = (arr) => ({ n: arr.length, rss: sum(arr, "rss"), pss: sum(arr, "pss") });
+    return {
+      frontends: group(m.frontends), shims: group(shims), backends: group(backends),
+      perUnit: Object.fromEntries(names.map((n) => [n, m.units[n].procs.length])),
+      tReady, tCalled, warm,
+    };
+  } catch (e) {
+    e.message = `${stage}: ${e.message}`;
+    throw e;
+  } finally {
+    await closeAll(entries).catch(() => {});
+    await box.stop();
+  }
+}
+
+// The production path, warm: a raw client -> mcp-lazy -> systemd's socket -> the pooled shim ->
+// server-memory, against server-memory on its own, both started in the box through nsenter.
+async function boxWarm(box) {
+  const [nsenter, ...prefix] = box.nsenterArgs();
+  const env = getDefaultEnvironment();
+  const [tool, args] = BACKENDS.memory.call;
+  const direct = new Peer(nsenter, [...prefix, "env", "MEMORY_FILE_PATH=/tmp/mcp-lazy-bench-direct.jsonl", NODE, SCRIPT.memory], { env, stderr: true });
+  const lazy = new Peer(nsenter, [...prefix, "/usr/local/bin/mcp-lazy", "--manifest", "/etc/mcp-lazy/manifest.yaml"], { env, stderr: true });
+  try {
+    await handshake(direct);
+    await handshake(lazy);
+    return await interleavedCalls(direct, lazy, tool, args);
+  } finally {
+    await Promise.all([direct.close(), lazy.close()]);
+  }
+}
+
+async function sectionFleet() {
+  heading(`4. Fleet: ${RUNS.sessions} sessions x 3 backends (memory, everything, filesystem), one call to each`);
+  const eager = await fleetEager();
+  let pooled, pooledError;
+  try {
+    pooled = await fleetPooled();
+  } catch (e) {
+    pooledError = e;
+  }
+  const rows = [[`eager: every session starts its servers`, eager.n, mib(eager.rss), mib(eager.pss), ms(eager.tReady), ms(eager.tCalled)]];
+  if (pooled) {
+    const total = {
+      n: pooled.frontends.n + pooled.shims.n + pooled.backends.n,
+      rss: pooled.frontends.rss + pooled.shims.rss + pooled.backends.rss,
+      pss: pooled.frontends.pss + pooled.shims.pss + pooled.backends.pss,
+    };
+    rows.push([`mcp-lazy pooled (systemd sockets): total`, total.n, mib(total.rss), mib(total.pss), ms(pooled.tReady), ms(pooled.tCalled)]);
+    rows.push([`  frontends (mcp-lazy)`, pooled.frontends.n, mib(pooled.frontends.rss), mib(pooled.frontends.pss), "", ""]);
+    rows.push([`  shims (mcp-lazy-shimd)`, pooled.shims.n, mib(pooled.shims.rss), mib(pooled.shims.pss), "", ""]);
+    rows.push([`  backends (node)`, pooled.backends.n, mib(pooled.backends.rss), mib(pooled.backends.pss), "", ""]);
+    table(["setup", "processes", "sum RSS", "sum PSS", "sessions ready", "+ first calls"], rows);
+    console.log(`  ratio eager / pooled: processes ${ratio(eager.n, total.n)}, RSS ${ratio(eager.rss, total.rss)}, PSS ${ratio(eager.pss, total.pss)}`);
+    console.log(`  backend processes per unit cgroup: ${Object.entries(pooled.perUnit).map(([k, v]) => `${k} ${v - 1}`).join(", ")}`);
+    console.log("  (RSS counts shared pages once per process; PSS splits them. Times: wall clock from the first spawn, " +
+      "all sessions at once; the pooled sessions go through nsenter into the box, not counted above)");
+    console.log("\n  4b. warm memory read_graph in the box, through the systemd socket and the pooled shim:");
+    if (pooled.warm.error) {
+      console.log(`  FAILED: ${pooled.warm.error.message}`);
+      failures.push(`4b: ${oneLine(pooled.warm.error.message)}`);
+    } else {
+      const { d, l } = pooled.warm;
+      table(LATENCY_HEADERS, latencyRows("memory read_graph", d, l, " (socket)"));
+      console.log(`  target: <1.15x per call -> ${ratio(median(l), median(d))} ${median(l) / median(d) < 1.15 ? "met" : "NOT met"}`);
+    }
+  } else {
+    table(["setup", "processes", "sum RSS", "sum PSS", "sessions ready", "+ first calls"], rows);
+    console.log(`  mcp-lazy pooled: FAILED: ${pooledError.message}`);
+    failures.push(`4 (pooled): ${oneLine(pooledError.message)}`);
+  }
+}
+
+const oneLine = (text) => {
+  const t = text.replace(/\s+/g, " ");
+  return t.length > 300 ? `${t.slice(0, 300)}...` : t;
+};
+
+// ---- main ---------------------------------------------------------------------------------
+
+async function section(title, fn) {
+  const t0 = now();
+  try {
+    await fn();
+    console.log(`  [${title}: ${(Math.round(now() - t0) / 1000).toFixed(1)} s]`);
+  } catch (e) {
+    console.log(`  ${title}: FAILED: ${e.stack || e.message}`);
+    failures.push(`${title}: ${oneLine(e.message)}`);
+  }
+}
+
+async function main() {
+  for (const f of [MCP_LAZY, SHIMD, ...Object.values(SCRIPT)])
+    if (!existsSync(f)) throw new Error(`${f} is missing: run 'make deps all' first`);
+  const only = new Set(process.argv.slice(2));
+  const want = (n) => only.size === 0 || only.has(String(n));
+  for (const sig of ["SIGINT", "SIGTERM", "SIGHUP"])
+    process.on(sig, () => {
+      console.log(`\nbench: ${sig}, cleaning up`);
+      killAllTracked();
+      rmSync(WORK, { recursive: true, force: true });
+      process.exit(130); // 'exit' also takes any box down (box.mjs)
+    });
+  const watchdog = setTimeout(() => {
+    console.log(`\nbench: still running after ${DEADLINE_MS / 1000} s, giving up`);
+    killAllTracked();
+    rmSync(WORK, { recursive: true, force: true });
+    process.exit(2);
+  }, DEADLINE_MS);
+  watchdog.unref();
+
+  let rev = "unknown revision";
+  try {
+    rev = execFileSync("git", ["-C", ROOT, "describe", "--always", "--dirty"], { stdio: ["ignore", "pipe", "ignore"] }).toString().trim();
+  } catch {}
+  const load = () => loadavg().map((x) => x.toFixed(2)).join(" ");
+  console.log(`mcp-lazy bench: ${MCP_LAZY} (${rev})`);
+  console.log(`node ${process.version}, ${cpus().length} CPUs, load average ${load()}; ${QUICK ? "BENCH_QUICK=1: fewer runs" : "full run"}`);
+  const direct = writeDirectManifest();
+  const t0 = now();
+  if (want(1)) await section("section 1", sectionStartup);
+  if (want(2)) await section("section 2", () => sectionWarm(direct));
+  if (want(3)) await section("section 3", () => sectionCold(direct));
+  if (want(4)) await section("section 4", sectionFleet);
+
+  // Anything of ours still running is a bug in the bench or in mcp-lazy's shutdown.
+  await new Promise((r) => setTimeout(r, 200));
+  // Only our own: what ran below our children, and whatever names our private work directory.
+  const left = [...new Set([...leftovers(), ...processesMatching(WORK)])].filter((p) => alive(p));
+  if (left.length) {
+    console.log(`\nbench: ${left.length} process(es) left behind, killing: ${left.map((p) => `${p} (${cmdline(p).slice(0, 80)})`).join(", ")}`);
+    failures.push("processes left behind");
+  }
+  killAllTracked();
+  for (const p of left) try { process.kill(p, "SIGKILL"); } catch {}
+  rmSync(WORK, { recursive: true, force: true });
+  console.log(`\nbench done in ${((now() - t0) / 1000).toFixed(1)} s, load average ${load()}${failures.length ? `; FAILED: ${failures.join(" | ")}` : ""}`);
+  process.exitCode = failures.length ? 1 : 0;
+}
+
+main().catch((e) => {
+  console.error(e.stack || e.message);
+  killAllTracked();
+  rmSync(WORK, { recursive: true, force: true });
+  process.exitCode = 2;
+});
