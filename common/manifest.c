@@ -98,15 +98,16 @@ static void check_keys(Loader *l, const YNode *map, const char *const *known, co
                 unsigned best_d = 3;
                 bool ok = false;
 
-                for (const char *const *c = known; *c; c++) {
-                        unsigned d = edit_distance(k->value, *c);
-                        if (d == 0)
-                                ok = true;
-                        else if (d < best_d)
-                                best_d = d, best = *c;
-                }
+                for (const char *const *c = known; *c && !ok; c++)
+                        ok = streq(k->value, *c);
                 if (ok)
                         continue;
+                /* Only a key we do not know pays for the suggestion. */
+                for (const char *const *c = known; *c; c++) {
+                        unsigned d = edit_distance(k->value, *c);
+                        if (d < best_d)
+                                best_d = d, best = *c;
+                }
                 if (best)
                         loader_error(l, k, "unknown key '%s' in %s; did you mean '%s'?", k->value, where, best);
                 else

@@ -44,7 +44,7 @@ typedef struct Pending {
         cJSON *request;  /* as the client sent it */
         Batch *batch;
         UpConn *conn;
-        size_t backend;
+        Upstream *upstream;
         bool is_tool_call;
 } Pending;
 
@@ -57,14 +57,19 @@ struct Session {
         char *protocol_version; /* negotiated */
         bool batches_allowed;
         Hashmap *pending;       /* id key -> Pending */
-        Upstream **upstreams;   /* per backend, created on first use */
+        Hashmap *upstreams;     /* backend name -> Upstream, created on first use */
         Hashmap *upcalls;       /* id given to the client -> Upcall */
         uint64_t next_upcall;
         char *log_level;        /* from logging/setLevel, replayed to backends that connect later */
-        Hashmap *tasks;         /* taskId -> backend index + 1 */
+        Hashmap *tasks;         /* taskId -> Upstream that owns the task */
+        sd_event_source *watch; /* inotify on the manifest's directory */
 };
 
+/* Takes m. */
 struct Session *session_new(sd_event *e, Manifest *m, const Options *o);
+/* Reads the manifest again; a valid one replaces the old and the client hears what changed. */
+void session_reload(Session *s);
+int session_watch_manifest(Session *s);
 Session *session_free(Session *s);
 int session_start(Session *s, int in_fd, int out_fd);
 
@@ -81,7 +86,8 @@ void upstream_broadcast(Session *s, const cJSON *message);
 bool upstream_answer_upcall(Session *s, const cJSON *msg, const cJSON *id);
 /* The client cancelled a request in flight at a backend. */
 void upstream_cancel(Session *s, Pending *p, const cJSON *notification);
-Upstream *upstream_new(Session *s, size_t backend);
+Upstream *upstream_new(Session *s, const char *name);
+const char *upstream_name(const Upstream *u);
 Upstream *upstream_free(Upstream *u);
 /* Sends p->request to the backend, connecting (and activating) first if needed. */
 void upstream_forward(Upstream *u, Pending *p);

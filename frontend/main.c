@@ -113,9 +113,12 @@ static int run(Options *o) {
         if (r < 0)
                 return log_error_errno(r, "Failed to watch signals: %m");
 
-        s = session_new(e, m, o);
+        s = session_new(e, TAKE_PTR(m), o);
         if (!s)
                 return log_oom();
+        r = session_watch_manifest(s);
+        if (r < 0)
+                log_warning_errno(r, "Cannot watch %s for changes, ignoring: %m", o->manifest_path);
         r = session_start(s, STDIN_FILENO, STDOUT_FILENO);
         if (r < 0) {
                 session_free(s);

@@ -1,6 +1,7 @@
 /* The session with the client: JSON-RPC over stdio, answered from the manifest or routed to a backend. */
 #include <errno.h>
 #include <stdarg.h>
+#include <sys/inotify.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,7 +27,7 @@ Session *session_new(sd_event *e, Manifest *m, const Options *o) {
         s->pending = hashmap_new();
         s->upcalls = hashmap_new();
         s->tasks = hashmap_new();
-        s->upstreams = calloc(m->n_backends + 1, sizeof(Upstream *));
+        s->upstreams = hashmap_new();
         if (!s->pending || !s->upcalls || !s->tasks || !s->upstreams)
                 return session_free(s);
         return s;
@@ -48,9 +49,10 @@ Session *session_free(Session *s) {
 
         if (!s)
                 return NULL;
-        for (size_t i = 0; s->upstreams && i < s->manifest->n_backends; i++)
-                upstream_free(s->upstreams[i]);
-        free(s->upstreams);
+        while (s->upstreams && hashmap_iterate(s->upstreams, &state, &key, &v))
+                upstream_free(v);
+        hashmap_free(s->upstreams);
+        state = 0;
         while (s->pending && hashmap_iterate(s->pending, &state, &key, &v)) {
                 Pending *p = v;
                 free(p->batch ? (cJSON_Delete(p->batch->responses), p->batch) : NULL);
@@ -61,6 +63,8 @@ Session *session_free(Session *s) {
         hashmap_free(s->upcalls);
         hashmap_free(s->tasks);
         free(s->log_level);
+        sd_event_source_disable_unref(s->watch);
+        manifest_free(s->manifest);
         channel_free(s->client);
         cJSON_Delete(s->client_params);
         free(s->protocol_version);
@@ -117,7 +121,7 @@ static void track_task(Session *s, const Pending *p, const cJSON *response) {
         const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(task, "taskId"));
 
         if (id && hashmap_size(s->tasks) < 65536)
-                (void) hashmap_put(s->tasks, id, (void *) (uintptr_t) (p->backend + 1));
+                (void) hashmap_put(s->tasks, id, p->upstream);
 }
 
 void session_complete(Session *s, Pending *p, cJSON *response) {
@@ -160,16 +164,21 @@ static cJSON *initialize_result_new(Session *s, const char *version) {
         /* Only what we really do: tools and logging always, resources, prompts and completions when a
          * backend declares some. */
         caps = cJSON_AddObjectToObject(r, "capabilities");
-        if (!caps || !cJSON_AddObjectToObject(caps, "tools") || !cJSON_AddObjectToObject(caps, "logging"))
+        /* listChanged: the manifest is watched, and a change is announced. */
+        cJSON *tools = caps ? cJSON_AddObjectToObject(caps, "tools") : NULL;
+        if (!tools || !cJSON_AddBoolToObject(tools, "listChanged", true) || !cJSON_AddObjectToObject(caps, "logging"))
                 return NULL;
         if (manifest_has(s->manifest, offsetof(Backend, resources)) ||
             manifest_has(s->manifest, offsetof(Backend, resource_templates))) {
                 cJSON *res = cJSON_AddObjectToObject(caps, "resources");
-                if (!res || !cJSON_AddBoolToObject(res, "subscribe", true))
+                if (!res || !cJSON_AddBoolToObject(res, "subscribe", true) || !cJSON_AddBoolToObject(res, "listChanged", true))
                         return NULL;
         }
-        if (manifest_has(s->manifest, offsetof(Backend, prompts)) && !cJSON_AddObjectToObject(caps, "prompts"))
-                return NULL;
+        if (manifest_has(s->manifest, offsetof(Backend, prompts))) {
+                cJSON *pr = cJSON_AddObjectToObject(caps, "prompts");
+                if (!pr || !cJSON_AddBoolToObject(pr, "listChanged", true))
+                        return NULL;
+        }
         if ((manifest_has(s->manifest, offsetof(Backend, prompts)) ||
              manifest_has(s->manifest, offsetof(Backend, resource_templates))) &&
             !cJSON_AddObjectToObject(caps, "completions"))
@@ -264,8 +273,19 @@ static void handle_tools_list(Session *s, const JsonRpcMessage *m, Batch *batch)
 
 static void handle_core_request(Session *s, const cJSON *msg, const JsonRpcMessage *m, Batch *batch);
 
-static int pending_new(Session *s, const cJSON *msg, const JsonRpcMessage *m, size_t backend, Batch *batch,
-                       Pending **ret) {
+/* One Upstream per backend name for the whole session, across manifest reloads. */
+static Upstream *session_upstream(Session *s, const char *name) {
+        Upstream *u = hashmap_get(s->upstreams, name);
+
+        if (u)
+                return u;
+        u = upstream_new(s, name);
+        if (u && hashmap_put(s->upstreams, name, u) < 0)
+                u = upstream_free(u);
+        return u;
+}
+
+static int pending_new(Session *s, const cJSON *msg, const JsonRpcMessage *m, Batch *batch, Pending **ret) {
         _cleanup_free_ Pending *p = calloc(1, sizeof *p);
         int r;
 
@@ -278,7 +298,7 @@ static int pending_new(Session *s, const cJSON *msg, const JsonRpcMessage *m, si
                 cJSON_Delete(p->request);
                 return -ENOMEM;
         }
-        p->backend = backend;
+        p->upstream = NULL;
         p->batch = batch;
         p->is_tool_call = streq(m->method, "tools/call");
         r = hashmap_put(s->pending, p->key, p);
@@ -303,18 +323,16 @@ static void route_to_backend(Session *s, const cJSON *msg, const JsonRpcMessage 
         if (cJSON_IsString(m->id) && streq(m->id->valuestring, UPSTREAM_INIT_ID))
                 return reply_error(s, batch, m->id, JSONRPC_INVALID_REQUEST, "request id '%s' is reserved by mcp-lazy",
                                    UPSTREAM_INIT_ID);
-        r = pending_new(s, msg, m, backend, batch, &p);
+        r = pending_new(s, msg, m, batch, &p);
         if (r == -EEXIST)
                 return reply_error(s, batch, m->id, JSONRPC_INVALID_REQUEST,
                                    "request id is already used by a request still in flight");
         if (r < 0)
                 return reply_error(s, batch, m->id, JSONRPC_INTERNAL_ERROR, "out of memory");
-        if (!s->upstreams[backend]) {
-                s->upstreams[backend] = upstream_new(s, backend);
-                if (!s->upstreams[backend])
-                        return session_fail(s, p, "out of memory");
-        }
-        upstream_forward(s->upstreams[backend], p);
+        p->upstream = session_upstream(s, s->manifest->backends[backend].name);
+        if (!p->upstream)
+                return session_fail(s, p, "out of memory");
+        upstream_forward(p->upstream, p);
 }
 
 static void handle_tools_call(Session *s, const cJSON *msg, const JsonRpcMessage *m, Batch *batch) {
@@ -369,21 +387,32 @@ static void handle_completion(Session *s, const cJSON *msg, const JsonRpcMessage
 /* Task methods: the backend that answered the call that created the task. */
 static void handle_task(Session *s, const cJSON *msg, const JsonRpcMessage *m, Batch *batch) {
         const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "taskId"));
-        uintptr_t b = id ? (uintptr_t) hashmap_get(s->tasks, id) : 0;
+        Upstream *u = id ? hashmap_get(s->tasks, id) : NULL;
+        Pending *p;
+        int r;
 
         if (streq(m->method, "tasks/list")) {
                 size_t state = 0;
                 void *v;
                 /* Only one backend can answer a list; with tasks at several it would be partial. */
                 while (hashmap_iterate(s->tasks, &state, NULL, &v))
-                        if (b == 0 || b == (uintptr_t) v)
-                                b = (uintptr_t) v;
-                if (b == 0)
-                        return reply(s, batch, jsonrpc_result_new(m->id, cJSON_CreateObject()));
+                        if (!u)
+                                u = v;
+                if (!u) {
+                        cJSON *empty = cJSON_CreateObject();
+                        if (empty)
+                                cJSON_AddArrayToObject(empty, "tasks");
+                        return reply(s, batch, jsonrpc_result_new(m->id, empty));
+                }
         }
-        if (b == 0)
+        if (!u)
                 return reply_error(s, batch, m->id, JSONRPC_INVALID_PARAMS, "Unknown task: '%.200s'", id ?: "");
-        route_to_backend(s, msg, m, (size_t) b - 1, batch);
+        r = pending_new(s, msg, m, batch, &p);
+        if (r < 0)
+                return reply_error(s, batch, m->id, r == -EEXIST ? JSONRPC_INVALID_REQUEST : JSONRPC_INTERNAL_ERROR,
+                                   r == -EEXIST ? "request id is already used by a request still in flight" : "out of memory");
+        p->upstream = u;
+        upstream_forward(u, p);
 }
 
 static void handle_set_level(Session *s, const JsonRpcMessage *m, Batch *batch) {
@@ -562,4 +591,72 @@ static void on_client(Channel *c, ChannelEvent ev, const char *line, size_t len,
 
 int session_start(Session *s, int in_fd, int out_fd) {
         return channel_new(s->event, in_fd, out_fd, s->options->max_line, on_client, s, &s->client);
+}
+
+/* The printed form of one list across the manifest, to see whether a reload changed it. */
+static char *surface_print(const Manifest *m, size_t offset) {
+        _cleanup_json_ cJSON *a = cJSON_CreateArray();
+
+        if (!a)
+                return NULL;
+        for (size_t i = 0; offset == (size_t) -1 && i < m->n_tools; i++)
+                cJSON_AddItemReferenceToArray(a, m->tools[i].json);
+        for (size_t i = 0; offset != (size_t) -1 && i < m->n_backends; i++) {
+                const cJSON *it, *l = *(cJSON **) ((char *) &m->backends[i] + offset);
+                cJSON_ArrayForEach(it, l)
+                        cJSON_AddItemReferenceToArray(a, (cJSON *) it);
+        }
+        return cJSON_PrintUnformatted(a);
+}
+
+static void notify_if_changed(Session *s, const Manifest *old, const Manifest *new, size_t offset, size_t offset2,
+                              const char *method) {
+        _cleanup_free_ char *a = surface_print(old, offset), *b = surface_print(new, offset);
+        _cleanup_free_ char *a2 = offset2 ? surface_print(old, offset2) : NULL, *b2 = offset2 ? surface_print(new, offset2) : NULL;
+        _cleanup_json_ cJSON *n = NULL;
+
+        if (a && b && streq(a, b) && (!offset2 || (a2 && b2 && streq(a2, b2))))
+                return;
+        n = jsonrpc_notification_new(method, NULL);
+        if (n && s->protocol_version)
+                session_send(s, n);
+}
+
+void session_reload(Session *s) {
+        _cleanup_free_ char *err = NULL;
+        Manifest *m = NULL, *old = s->manifest;
+        int r = manifest_load_file(s->options->manifest_path, &m, &err);
+
+        if (r < 0) {
+                log_error("Manifest changed but cannot be used, keeping the one in force: %s", err ?: strerror(-r));
+                return;
+        }
+        s->manifest = m;
+        notify_if_changed(s, old, m, (size_t) -1, 0, "notifications/tools/list_changed");
+        notify_if_changed(s, old, m, offsetof(Backend, resources), offsetof(Backend, resource_templates),
+                          "notifications/resources/list_changed");
+        notify_if_changed(s, old, m, offsetof(Backend, prompts), 0, "notifications/prompts/list_changed");
+        log_info("Reloaded %s: %zu backends, %zu tools.", s->options->manifest_path, m->n_backends, m->n_tools);
+        manifest_free(old);
+}
+
+static int on_manifest_dir(sd_event_source *src, const struct inotify_event *ev, void *userdata) {
+        Session *s = userdata;
+        const char *base = strrchr(s->options->manifest_path, '/');
+
+        (void) src;
+        /* Editors write in place or rename a new file over the old: both end up here. */
+        if (ev->len > 0 && base && streq(ev->name, base + 1))
+                session_reload(s);
+        return 0;
+}
+
+int session_watch_manifest(Session *s) {
+        _cleanup_free_ char *dir = strndup(s->options->manifest_path,
+                                           (size_t) (strrchr(s->options->manifest_path, '/') - s->options->manifest_path));
+
+        if (!dir)
+                return -ENOMEM;
+        return sd_event_add_inotify(s->event, &s->watch, dir[0] ? dir : "/",
+                                    IN_CLOSE_WRITE | IN_MOVED_TO | IN_ONLYDIR, on_manifest_dir, s);
 }

@@ -18,7 +18,7 @@ struct UpConn {
 
 struct Upstream {
         Session *s;
-        size_t backend;
+        char *name; /* the backend's; its settings are looked up at each connect (the manifest may change) */
         UpConn *current;
         UpConn *old; /* draining connections that still owe answers */
 };
@@ -38,16 +38,21 @@ static void upcall_free(Upcall *u) {
 }
 
 static const char *up_name(const Upstream *u) {
-        return u->s->manifest->backends[u->backend].name;
+        return u->name;
 }
 
-Upstream *upstream_new(Session *s, size_t backend) {
+const char *upstream_name(const Upstream *u) {
+        return u->name;
+}
+
+Upstream *upstream_new(Session *s, const char *name) {
         Upstream *u = calloc(1, sizeof *u);
 
-        if (!u)
+        if (!u || !(u->name = strdup(name))) {
+                free(u);
                 return NULL;
+        }
         u->s = s;
-        u->backend = backend;
         return u;
 }
 
@@ -68,6 +73,7 @@ Upstream *upstream_free(Upstream *u) {
                 upconn_free(u->old);
                 u->old = n;
         }
+        free(u->name);
         free(u);
         return NULL;
 }
@@ -270,11 +276,16 @@ static int upconn_handshake(UpConn *c) {
 
 static int upstream_connect(Upstream *u, char **ret_text) {
         Session *s = u->s;
-        const Backend *b = &s->manifest->backends[u->backend];
+        const Backend *b = manifest_find_backend(s->manifest, u->name);
         _cleanup_close_ int fd = -EBADF;
         _cleanup_free_ UpConn *c = NULL;
         int r;
 
+        if (!b) {
+                if (asprintf(ret_text, "backend '%s' is no longer in the manifest", u->name) < 0)
+                        *ret_text = NULL;
+                return -ENOENT;
+        }
         r = activation_connect(s->options, b, s->event, &fd, ret_text);
         if (r < 0)
                 return r;
@@ -319,9 +330,12 @@ void upstream_forward(Upstream *u, Pending *p) {
 }
 
 void upstream_broadcast(Session *s, const cJSON *message) {
-        for (size_t i = 0; i < s->manifest->n_backends; i++) {
-                Upstream *u = s->upstreams[i];
-                if (u && u->current)
+        size_t state = 0;
+        void *v;
+
+        while (hashmap_iterate(s->upstreams, &state, NULL, &v)) {
+                Upstream *u = v;
+                if (u->current)
                         (void) channel_send_json(u->current->ch, message);
         }
 }

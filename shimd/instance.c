@@ -337,6 +337,7 @@ static void handle_init_response(Instance *i, const cJSON *msg) {
         log_info("Backend '%s' (pid %d) is ready after %llu ms.", iname(i), (int) i->pid,
                  (unsigned long long) ((now_usec() - i->started_usec) / USEC_PER_MSEC));
         flush_queue(i);
+        contract_request(i);
 }
 
 static void handle_backend_response(Instance *i, const cJSON *msg, const JsonRpcMessage *m) {
@@ -347,6 +348,11 @@ static void handle_backend_response(Instance *i, const cJSON *msg, const JsonRpc
         if (!cJSON_IsNumber(m->id))
                 return;
         id = (int64_t) m->id->valuedouble;
+        if (id < 0) {
+                if (contract_handle_response(i, id, msg))
+                        i->shim->contract_checked = true;
+                return;
+        }
         if (id == INIT_REQUEST_ID) {
                 if (i->state == INSTANCE_STARTING)
                         handle_init_response(i, msg);
@@ -391,6 +397,9 @@ static void handle_backend_notification(Instance *i, const cJSON *msg, const Jso
                 return handle_progress(i, msg, m);
         if (streq(m->method, "notifications/cancelled"))
                 return upcall_cancelled(i, m->params);
+        if (streq(m->method, "notifications/tools/list_changed") || streq(m->method, "notifications/resources/list_changed") ||
+            streq(m->method, "notifications/prompts/list_changed"))
+                contract_request(i); /* and the sessions hear of it too, below */
         for (Client *c = i->shim->clients; c; c = c->next) {
                 if (c->instance != i)
                         continue;

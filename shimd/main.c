@@ -25,7 +25,7 @@ unsigned shim_in_flight(const Shim *s) {
 }
 
 static void shim_notify_status(Shim *s) {
-        char status[256];
+        char status[384], contract[200];
         size_t off = 0;
 
         for (Instance *i = s->instances; i && off < sizeof status / 2; i = i->next)
@@ -34,10 +34,15 @@ static void shim_notify_status(Shim *s) {
                                                  off ? ", " : "", (int) i->pid,
                                                  i->state == INSTANCE_READY ? "ready" :
                                                  i->state == INSTANCE_STARTING ? "starting" : "stopping");
-        snprintf(status + off, sizeof status - off, "%s%s, %u session%s, %u in flight, %llu call%s served",
+        contract_summary(s, contract, sizeof contract);
+        snprintf(status + off, sizeof status - off, "%s%s, %u session%s, %u in flight, %llu call%s served%s",
                  off ? "" : "backend idle", s->draining ? ", stopping" : "", s->n_clients, s->n_clients == 1 ? "" : "s",
-                 shim_in_flight(s), (unsigned long long) s->calls_served, s->calls_served == 1 ? "" : "s");
-        (void) sd_notifyf(false, "STATUS=%s", status);
+                 shim_in_flight(s), (unsigned long long) s->calls_served, s->calls_served == 1 ? "" : "s", contract);
+        /* Every call changes the counts, but PID 1 only hears of it when the line really changes. */
+        if (strcmp(status, s->last_status) != 0) {
+                (void) sd_notifyf(false, "STATUS=%s", status);
+                snprintf(s->last_status, sizeof s->last_status, "%s", status);
+        }
 }
 
 static void listeners_enable(Shim *s, bool on) {

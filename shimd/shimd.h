@@ -2,6 +2,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 #include <systemd/sd-event.h>
@@ -92,6 +93,9 @@ struct Shim {
         bool draining, inetd;
         uint64_t calls_served, next_client_serial;
         int exit_code;
+        char last_status[384];
+        char contract[3][96];   /* per list: "" when it matches the manifest */
+        bool contract_checked;
 };
 
 /* upcalls.c: requests from a backend to a client (sampling, elicitation, roots), answered back */
@@ -102,6 +106,11 @@ void upcall_forget_client(Shim *s, Client *c);
 void upcall_forget_instance(Shim *s, Instance *i);
 /* The backend cancelled one of its requests: tell the client it went to. */
 void upcall_cancelled(Instance *i, const cJSON *params);
+
+/* contract.c: the backend's own lists against the manifest */
+void contract_request(Instance *i);
+bool contract_handle_response(Instance *i, int64_t id, const cJSON *msg);
+void contract_summary(const Shim *s, char *buf, size_t size);
 
 /* main.c */
 void shim_update(Shim *s); /* re-evaluates idleness, status, and exit */

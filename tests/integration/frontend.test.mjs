@@ -1,7 +1,7 @@
 // The stdio frontend on its own: answers from the manifest, JSON-RPC edge cases, nothing started.
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, renameSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -66,7 +66,7 @@ test("initialize negotiates the version and advertises only tools and logging", 
     const p = peer();
     const r = await p.request(INIT(asked));
     assert.equal(r.result.protocolVersion, got);
-    assert.deepEqual(r.result.capabilities, { tools: {}, logging: {} });
+    assert.deepEqual(r.result.capabilities, { tools: { listChanged: true }, logging: {} });
     assert.deepEqual(r.result.serverInfo, { name: "small", version: "3.1" });
     assert.equal(r.result.instructions, "Be brief.");
     const again = await p.request(INIT(asked));
@@ -209,4 +209,23 @@ test("mcp-lazy check: summary for good manifests, file:line:col for bad ones", a
   const q = new RawPeer(MCP_LAZY, ["--manifest", bad]);
   assert.equal((await q.exited).code, 1);
   await sleep(0);
+});
+
+test("a changed manifest is reloaded and announced; a broken one is refused and the old one stays", async () => {
+  const path = manifest("reload.yaml", "backends:\n  b: {command: [x]}\ntools:\n  - {name: one, backend: b, input_schema: {type: object}}\n");
+  const p = peer(path);
+  await p.request(INIT());
+  // An editor's way: write a new file and rename it over the old one.
+  writeFileSync(path + ".tmp", "backends:\n  b: {command: [x]}\ntools:\n  - {name: one, backend: b, input_schema: {type: object}}\n  - {name: two, backend: b, input_schema: {type: object}}\n");
+  renameSync(path + ".tmp", path);
+  const [n] = await p.next();
+  assert.deepEqual(n, { jsonrpc: "2.0", method: "notifications/tools/list_changed" });
+  const l = await p.request({ jsonrpc: "2.0", id: 1, method: "tools/list" });
+  assert.deepEqual(l.result.tools.map((t) => t.name), ["one", "two"]);
+  writeFileSync(path, "backends:\n  b: {command: [x]}\ntools:\n  - {name: three, backend: nope, input_schema: {type: object}}\n");
+  await sleep(300);
+  const l2 = await p.request({ jsonrpc: "2.0", id: 2, method: "tools/list" });
+  assert.deepEqual(l2.result.tools.map((t) => t.name), ["one", "two"]);
+  assert.match(p.stderr, /cannot be used, keeping the one in force: .*reload\.yaml:4:28: tool 'three' names backend 'nope'/);
+  await p.close();
 });

@@ -38,8 +38,15 @@ test("the shim reports READY and a STATUS= line that systemctl shows", async () 
   fleet.manifestPath = "/etc/mcp-lazy/frontend.yaml";
   const s = await fleet.session();
   await s.callTool({ name: "echo", arguments: { message: "x" } });
-  const status = await fleet.sh("systemctl show -P StatusText mcp-lazy@everything.service");
-  assert.match(status, /backend pid \d+ \(ready\), 1 session, 0 in flight, 1 call served/);
+  // The test manifest declares 5 of the server's tools, 3 with schemas of its own: the shim says so.
+  const status = await waitFor(async () => {
+    const st = await fleet.sh("systemctl show -P StatusText mcp-lazy@everything.service");
+    return /manifest differs/.test(st) && st;
+  }, 5000);
+  assert.match(status, /^backend pid \d+ \(ready\), 1 session, 0 in flight, 1 call served, manifest differs: tools: 0 missing, \d+ extra, \d+ changed$/m);
+  const log = await fleet.sh("journalctl -q -o cat -u mcp-lazy@everything.service");
+  assert.match(log, /Backend 'everything' lists the tool 'get-env', which the manifest does not declare\./);
+  assert.match(log, /Backend 'everything' lists the tool 'echo' differently from the manifest\./);
   assert.match(await fleet.sh("systemctl show -P Type mcp-lazy@everything.service"), /notify/);
   await s.close();
 });
