@@ -155,12 +155,13 @@ check-fuzz: $(addprefix $(S)/fuzz/fuzz-,$(FUZZ_TARGETS))
 	echo "fuzz-replay: $$((total - bad)) passed, $$bad failed"; test $$bad -eq 0
 
 fuzz: $(addprefix $(B)/fuzz/fuzz-,$(FUZZ_TARGETS))
-	@set -e; for t in $(FUZZ_TARGETS); do \
+	@bad=; for t in $(FUZZ_TARGETS); do \
 		rm -rf $(B)/fuzz/seeds/$$t; mkdir -p $(B)/fuzz/corpus/$$t $(B)/fuzz/artifacts/$$t $(B)/fuzz/seeds/$$t; \
 		find tests/fuzz/corpus/$$t -maxdepth 1 -type f ! -name 'crash-*' -exec cp {} $(B)/fuzz/seeds/$$t/ \; ; \
 		echo "== fuzz-$$t for $(FUZZ_SECONDS) s"; \
 		dict=; test -f tests/fuzz/$$t.dict && dict=-dict=tests/fuzz/$$t.dict; \
 		$(B)/fuzz/fuzz-$$t $(FUZZ_FLAGS) $$dict -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
-			-artifact_prefix=$(B)/fuzz/artifacts/$$t/ $(B)/fuzz/corpus/$$t $(B)/fuzz/seeds/$$t; \
-	done
+			-artifact_prefix=$(B)/fuzz/artifacts/$$t/ $(B)/fuzz/corpus/$$t $(B)/fuzz/seeds/$$t || bad="$$bad $$t"; \
+	done; \
+	if [ -n "$$bad" ]; then echo "fuzz: crashes in:$$bad (see $(B)/fuzz/artifacts/)"; exit 1; fi
 # ---- end of fuzzing --------------------------------------------------------------------------------

@@ -60,7 +60,9 @@ int line_buffer_next(LineBuffer *b, const char **ret_line, size_t *ret_len) {
                                 b->start = b->end = b->scanned = 0;
                                 return LINE_NONE;
                         }
-                        if (avail > b->max_line) {
+                        /* Over the limit as soon as it cannot be a line within it any more; a line of
+                         * exactly max_line bytes may have its "\r\n" split between two reads. */
+                        if (avail > b->max_line + 1 || (avail == b->max_line + 1 && p[avail - 1] != '\r')) {
                                 b->start = b->end = b->scanned = 0;
                                 b->discarding = true;
                                 return LINE_OVERSIZE;

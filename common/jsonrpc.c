@@ -59,7 +59,8 @@ int jsonrpc_id_valid(const cJSON *id) {
                 return 1;
         if (cJSON_IsNumber(id)) {
                 double d = id->valuedouble;
-                return d == floor(d) && fabs(d) <= 9007199254740992.0;
+                /* Up to 2^53 - 1: past it, two different ids in the text can parse to one double. */
+                return d == floor(d) && fabs(d) <= 9007199254740991.0;
         }
         return 0;
 }

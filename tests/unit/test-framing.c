@@ -60,6 +60,23 @@ static void test_oversize(void) {
         line_buffer_done(&b);
 }
 
+/* Found by fuzzing: a line of exactly max_line bytes whose "\r\n" arrives split is a line. */
+static void test_crlf_split_at_limit(void) {
+        LineBuffer b;
+        const char *l;
+        size_t n;
+
+        line_buffer_init(&b, 4);
+        feed(&b, "abcd\r", 5);
+        CHECK(line_buffer_next(&b, &l, &n) == LINE_NONE);
+        feed(&b, "\n", 1);
+        CHECK(line_buffer_next(&b, &l, &n) == LINE_OK);
+        CHECK(n == 4 && memcmp(l, "abcd", 4) == 0);
+        feed(&b, "abcde", 5); /* no "\r" at the end: over the limit at once */
+        CHECK(line_buffer_next(&b, &l, &n) == LINE_OVERSIZE);
+        line_buffer_done(&b);
+}
+
 static void test_utf8(void) {
         CHECK(utf8_is_valid("plain", 5));
         CHECK(utf8_is_valid("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 15));
@@ -89,6 +106,7 @@ static void test_parse(void) {
 int main(void) {
         test_partial_and_crlf();
         test_oversize();
+        test_crlf_split_at_limit();
         test_utf8();
         test_parse();
         return tests_finish("test-framing");
