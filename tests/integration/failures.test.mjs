@@ -1,0 +1,84 @@
+// Backends that misbehave: crash loops, silence, garbage on stdout. The frontend and the shim must
+// answer every call with a clear error and carry on (direct activation: no systemd needed).
+import { after, test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { INIT, MCP_LAZY, RawPeer, SERVER_SCRIPTS, SHIMD, cleanupPeers, sleep } from "./lib/env.mjs";
+
+after(cleanupPeers);
+const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-failures-"));
+// A backend that prints garbage and a line that is not JSON-RPC, then behaves.
+writeFileSync(
+  join(dir, "noisy.sh"),
+  `#!/bin/sh\necho 'Server starting... not JSON'\necho '{"jsonrpc":"2.0","bogus":1}'\nexec node ${SERVER_SCRIPTS.memory}\n`,
+  { mode: 0o755 },
+);
+const manifest = join(dir, "m.yaml");
+writeFileSync(
+  manifest,
+  `backends:
+  crashy: {command: [sh, -c, "echo dying >&2; exit 3"]}
+  silent: {command: [sleep, "600"], init_timeout: 1s}
+  missing: {command: [/nonexistent/server]}
+  noisy: {command: [${join(dir, "noisy.sh")}], env: {MEMORY_FILE_PATH: ${dir}/m.jsonl}}
+tools:
+  - {name: crash, backend: crashy, input_schema: {type: object}}
+  - {name: hang, backend: silent, input_schema: {type: object}}
+  - {name: nothing, backend: missing, input_schema: {type: object}}
+  - {name: read_graph, backend: noisy, input_schema: {type: object}}
+`,
+);
+
+async function session() {
+  const p = new RawPeer(MCP_LAZY, ["--manifest", manifest, "--activation=direct", "--shimd", SHIMD]);
+  await p.request(INIT());
+  return p;
+}
+let n = 0;
+const call = (p, name) => p.request({ jsonrpc: "2.0", id: ++n, method: "tools/call", params: { name, arguments: {} } }, 10000);
+const text = (r) => r.result?.content?.[0]?.text ?? JSON.stringify(r);
+
+test("a backend that keeps crashing: each call says how it died, then a backoff, never a hot loop", async () => {
+  const p = await session();
+  const a = await call(p, "crash");
+  assert.equal(a.result.isError, true);
+  assert.equal(text(a), "backend 'crashy' failed to start: it exited with status 3 before answering initialize");
+  const b = await call(p, "crash"); // the first crash restarts at once
+  assert.match(text(b), /exited with status 3 before answering initialize/);
+  const c = await call(p, "crash"); // the second one waits
+  assert.match(text(c), /^backend 'crashy' crashed 2 times in a row \(last: it exited with status 3\); not restarting it for another 0\.\d s$/);
+  await sleep(600);
+  assert.match(text(await call(p, "crash")), /exited with status 3 before answering initialize/);
+  assert.match(text(await call(p, "crash")), /crashed 3 times in a row/);
+  assert.deepEqual((await p.request({ jsonrpc: "2.0", id: 99, method: "ping" })).result, {});
+  await p.close();
+});
+
+test("a backend that never answers initialize is stopped after init_timeout", async () => {
+  const p = await session();
+  const t0 = Date.now();
+  const r = await call(p, "hang");
+  assert.equal(text(r), "backend 'silent' did not answer initialize within 1s (init_timeout); stopped it");
+  assert.ok(Date.now() - t0 < 5000);
+  await p.close();
+});
+
+test("a command that cannot be executed is named in the error", async () => {
+  const p = await session();
+  const r = await call(p, "nothing");
+  assert.equal(text(r), "cannot start backend 'missing': /nonexistent/server: No such file or directory");
+  await p.close();
+});
+
+test("garbage on a backend's stdout is skipped and logged, the calls still work", async () => {
+  const p = await session();
+  const r = await call(p, "read_graph");
+  assert.ok(!r.result.isError, JSON.stringify(r));
+  assert.match(text(r), /"entities"/);
+  await sleep(100);
+  assert.match(p.stderr, /Backend 'noisy' wrote a line that is not JSON-RPC to stdout, ignoring it: Server starting\.\.\. not JSON/);
+  assert.match(p.stderr, /Backend 'noisy' sent an invalid message/);
+  await p.close();
+});
