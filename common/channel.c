@@ -33,6 +33,7 @@ struct Channel {
         OutChunk *out_head, *out_tail;
         size_t out_bytes;
         bool reading_wanted, close_write_pending, write_closed, eof_seen;
+        bool backpressure; /* stop reading while our own output is backed up */
         unsigned dispatching;
         bool free_pending;
         channel_handler_t handler;
@@ -223,6 +224,7 @@ static void channel_read(Channel *c) {
 
                 if (r < 0) {
                         c->eof_seen = true;
+                        channel_update_reading(c);
                         (void) channel_emit(c, CHANNEL_EOF, NULL, 0, r);
                         return;
                 }
@@ -267,7 +269,7 @@ static int on_file(sd_event_source *s, void *userdata) {
 }
 
 static void channel_update_reading(Channel *c) {
-        bool on = c->reading_wanted && !c->eof_seen && c->out_bytes < OUT_HIGH_WATER;
+        bool on = c->reading_wanted && !c->eof_seen && (!c->backpressure || c->out_bytes < OUT_HIGH_WATER);
 
         if (c->in_source)
                 sd_event_source_set_enabled(c->in_source, on ? SD_EVENT_ON : SD_EVENT_OFF);
@@ -290,6 +292,7 @@ int channel_new(sd_event *e, int in_fd, int out_fd, size_t max_line, channel_han
         c->handler = handler;
         c->userdata = userdata;
         c->reading_wanted = true;
+        c->backpressure = true;
         line_buffer_init(&c->lines, max_line);
 
         r = fd_make_nonblocking(in_fd, &c->in_pollable);
@@ -390,6 +393,11 @@ void channel_close_write(Channel *c) {
 
 void channel_set_reading(Channel *c, bool b) {
         c->reading_wanted = b;
+        channel_update_reading(c);
+}
+
+void channel_set_backpressure(Channel *c, bool b) {
+        c->backpressure = b;
         channel_update_reading(c);
 }
 

@@ -31,6 +31,10 @@ int channel_send_json(Channel *c, const cJSON *message);
 void channel_close_write(Channel *c);
 /* Stop or resume reading (the queue of a peer that sends but never reads is thereby bounded). */
 void channel_set_reading(Channel *c, bool b);
+/* On by default, for channels to clients: a peer that sends but never reads stops being read once
+ * 8 MiB wait for it. Off for channels whose reading must go on for our own output to drain (a
+ * backend's stdout, the frontend's socket to a shim), or they could wait on each other for ever. */
+void channel_set_backpressure(Channel *c, bool b);
 size_t channel_queued(const Channel *c);
 bool channel_write_closed(const Channel *c);
 void channel_set_userdata(Channel *c, void *userdata);

@@ -59,8 +59,8 @@ int jsonrpc_id_valid(const cJSON *id) {
                 return 1;
         if (cJSON_IsNumber(id)) {
                 double d = id->valuedouble;
-                /* Up to 2^53 - 1: past it, two different ids in the text can parse to one double. */
-                return d == floor(d) && fabs(d) <= 9007199254740991.0;
+                /* Below 10^15: every such integer survives cJSON's printing (%1.15g) unchanged. */
+                return d == floor(d) && fabs(d) < 1e15;
         }
         return 0;
 }

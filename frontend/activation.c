@@ -37,10 +37,10 @@ static int socket_connect(const char *path, int *ret_fd) {
         if (strlen(path) >= sizeof sa.sun_path)
                 return -ENAMETOOLONG;
         memcpy(sa.sun_path, path, strlen(path));
-        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0)
                 return -errno;
-        /* Local connects complete at once (systemd holds the listener); the channel makes it non-blocking. */
+        /* A local connect completes at once or fails with EAGAIN (backlog full): it never blocks us. */
         if (connect(fd, (struct sockaddr *) &sa, sizeof sa) < 0)
                 return -errno;
         *ret_fd = TAKE_FD(fd);
@@ -69,6 +69,9 @@ static char *systemd_diagnosis(const Backend *b, const char *path, int connect_e
 
         snprintf(unit, sizeof unit, "mcp-lazy@%s.socket", b->name);
         r = geteuid() == 0 ? sd_bus_open_system(&bus) : sd_bus_open_user(&bus);
+        /* We are answering a tool call: a manager that does not answer quickly gets no more time. */
+        if (r >= 0)
+                r = sd_bus_set_method_call_timeout(bus, 2 * USEC_PER_SEC);
         if (r >= 0)
                 r = sd_bus_call_method(bus, "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
                                        "org.freedesktop.systemd1.Manager", "LoadUnit", &e, &reply, "s", unit);
@@ -173,6 +176,11 @@ int activation_connect(const Options *o, const Backend *b, sd_event *e, int *ret
         r = socket_connect(path, ret_fd);
         if (r >= 0)
                 return 0;
+        if (r == -EAGAIN) {
+                if (asprintf(ret_text, "backend '%s' is busy: %s has its whole backlog waiting; try again", b->name, path) < 0)
+                        *ret_text = NULL;
+                return r;
+        }
         if (r != -ENOENT && r != -ECONNREFUSED && r != -ENOTDIR) {
                 if (asprintf(ret_text, "backend '%s': cannot connect to %s: %s", b->name, path, strerror(-r)) < 0)
                         *ret_text = NULL;

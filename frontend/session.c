@@ -55,11 +55,17 @@ Session *session_free(Session *s) {
         state = 0;
         while (s->pending && hashmap_iterate(s->pending, &state, &key, &v)) {
                 Pending *p = v;
-                free(p->batch ? (cJSON_Delete(p->batch->responses), p->batch) : NULL);
+                Batch *b = p->batch;
+
                 pending_free(p);
+                /* Members of one batch share it: the last one out frees it. */
+                if (b && --b->outstanding == 0) {
+                        cJSON_Delete(b->responses);
+                        free(b);
+                }
         }
+        upstream_free_upcalls(s);
         hashmap_free(s->pending);
-        /* Upcall records died with the upstreams that owned them; only the maps are left. */
         hashmap_free(s->upcalls);
         hashmap_free(s->tasks);
         free(s->log_level);
@@ -320,9 +326,9 @@ static void route_to_backend(Session *s, const cJSON *msg, const JsonRpcMessage 
         if (hashmap_size(s->pending) >= SESSION_MAX_PENDING)
                 return reply_error(s, batch, m->id, JSONRPC_INTERNAL_ERROR,
                                    "too many requests in flight (%u); wait for some to finish", SESSION_MAX_PENDING);
-        if (cJSON_IsString(m->id) && streq(m->id->valuestring, UPSTREAM_INIT_ID))
-                return reply_error(s, batch, m->id, JSONRPC_INVALID_REQUEST, "request id '%s' is reserved by mcp-lazy",
-                                   UPSTREAM_INIT_ID);
+        if (cJSON_IsString(m->id) && strncmp(m->id->valuestring, UPSTREAM_OWN_PREFIX, strlen(UPSTREAM_OWN_PREFIX)) == 0)
+                return reply_error(s, batch, m->id, JSONRPC_INVALID_REQUEST,
+                                   "request ids starting with '%s' are reserved by mcp-lazy", UPSTREAM_OWN_PREFIX);
         r = pending_new(s, msg, m, batch, &p);
         if (r == -EEXIST)
                 return reply_error(s, batch, m->id, JSONRPC_INVALID_REQUEST,

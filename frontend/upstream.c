@@ -164,6 +164,13 @@ static void upconn_forward_upcall(UpConn *c, const cJSON *msg, const JsonRpcMess
         char key[64];
 
         snprintf(key, sizeof key, UPCALL_PREFIX "%llu", (unsigned long long) ++s->next_upcall);
+        if (hashmap_size(s->upcalls) >= SESSION_MAX_PENDING) {
+                _cleanup_json_ cJSON *e = jsonrpc_error_new(m->id, JSONRPC_INTERNAL_ERROR, "too many requests waiting for the client");
+                free(u);
+                if (e)
+                        (void) channel_send_json(c->ch, e);
+                return;
+        }
         if (!copy || !u || !(u->shim_id = cJSON_Duplicate(m->id, true)) || !(u->key = strdup(key)) ||
             hashmap_put(s->upcalls, key, u) < 0) {
                 _cleanup_json_ cJSON *e = jsonrpc_error_new(m->id, JSONRPC_INTERNAL_ERROR, "out of memory");
@@ -293,10 +300,12 @@ static int upstream_connect(Upstream *u, char **ret_text) {
         if (!c)
                 return -ENOMEM;
         c->up = u;
+        /* The channel owns the fd from here on, also when it fails. */
         r = channel_new(s->event, fd, fd, s->options->max_line, on_upconn, c, &c->ch);
+        fd = -EBADF;
         if (r < 0)
                 return r;
-        fd = -EBADF;
+        channel_set_backpressure(c->ch, false);
         r = upconn_handshake(c);
         if (r < 0) {
                 channel_free(c->ch);
@@ -327,6 +336,17 @@ void upstream_forward(Upstream *u, Pending *p) {
         r = channel_send_json(p->conn->ch, p->request);
         if (r < 0)
                 session_fail(s, p, "backend connection failed while sending the request");
+}
+
+void upstream_free_upcalls(Session *s) {
+        size_t state = 0;
+        void *v;
+
+        while (s->upcalls && hashmap_iterate(s->upcalls, &state, NULL, &v)) {
+                Upcall *u = v;
+                hashmap_remove(s->upcalls, u->key);
+                upcall_free(u);
+        }
 }
 
 void upstream_broadcast(Session *s, const cJSON *message) {

@@ -60,15 +60,20 @@ Client *client_free(Client *c) {
 
 static void handle_initialize(Client *c, const cJSON *msg, const JsonRpcMessage *m) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(m->params, "protocolVersion");
+        int r;
 
         if (!cJSON_IsObject(m->params) || !cJSON_IsString(v))
                 return reply_error(c, m->id, JSONRPC_INVALID_PARAMS, "initialize needs params with a string protocolVersion");
         if (c->init_params)
                 return reply_error(c, m->id, JSONRPC_INVALID_REQUEST, "the connection is already initialized");
         c->init_params = cJSON_Duplicate(m->params, true);
-        if (c->init_params)
-                c->instance = instance_get(c->shim, c);
-        if (!c->instance)
+        r = c->init_params ? instance_get(c->shim, c, &c->instance) : -ENOMEM;
+        if (r == -EUSERS) {
+                c->init_params = (cJSON_Delete(c->init_params), NULL);
+                return reply_error(c, m->id, JSONRPC_INTERNAL_ERROR,
+                                   "this backend already runs for as many client configurations as it may (8); try again later");
+        }
+        if (r < 0)
                 return reply_error(c, m->id, JSONRPC_INTERNAL_ERROR, "out of memory");
         instance_submit(c->instance, c, msg);
 }
@@ -137,7 +142,7 @@ static void on_client(Channel *ch, ChannelEvent ev, const char *line, size_t len
                 return reply_error(c, NULL, JSONRPC_INVALID_REQUEST, "message longer than the line limit");
         case CHANNEL_EOF:
                 c->eof = true;
-                if (hashmap_size(c->pending) == 0 || error < 0 || peer_gone(c)) {
+                if (hashmap_size(c->pending) + c->n_queued == 0 || error < 0 || peer_gone(c)) {
                         client_free(c);
                         return;
                 }

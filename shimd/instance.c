@@ -44,27 +44,47 @@ static char *pool_key(const Client *c) {
         return k;
 }
 
-Instance *instance_get(Shim *s, Client *c) {
+/* Makes room for one more backend: a pooled one nobody is attached to and nothing is in flight at
+ * goes first. False if every one is in use. */
+static bool make_room(Shim *s) {
+        unsigned n = 0;
+
+        for (Instance *i = s->instances; i; i = i->next)
+                n++;
+        if (n < SHIM_MAX_INSTANCES)
+                return true;
+        for (Instance *i = s->instances; i; i = i->next)
+                if (i->n_clients == 0 && instance_in_flight(i) == 0) {
+                        instance_free(i);
+                        return true;
+                }
+        return false;
+}
+
+int instance_get(Shim *s, Client *c, Instance **ret) {
         _cleanup_free_ char *key = pool_key(c);
         Instance *i;
 
         if (!key)
-                return NULL;
+                return -ENOMEM;
         /* Pooled: one backend per distinct client version and capabilities, since a backend acts on what
          * its client declared (sampling, roots, elicitation) and must not be shown someone else's. */
         if (s->backend->sharing == SHARING_POOLED)
                 for (i = s->instances; i; i = i->next)
                         if (!i->session_owned && streq(i->key, key)) {
                                 i->n_clients++;
-                                return i;
+                                *ret = i;
+                                return 0;
                         }
+        if (!make_room(s))
+                return -EUSERS;
         i = calloc(1, sizeof *i);
         if (!i)
-                return NULL;
+                return -ENOMEM;
         i->routes = hashmap_new();
         if (!i->routes) {
                 free(i);
-                return NULL;
+                return -ENOMEM;
         }
         i->shim = s;
         i->key = TAKE_PTR(key);
@@ -73,7 +93,8 @@ Instance *instance_get(Shim *s, Client *c) {
         i->session_owned = s->backend->sharing == SHARING_SESSION;
         i->next = s->instances;
         s->instances = i;
-        return i;
+        *ret = i;
+        return 0;
 }
 
 static void route_free(Route *r) {
@@ -133,6 +154,7 @@ static void fail_everything(Instance *i, const char *text) {
         while (i->queue) {
                 QueueItem *q = i->queue;
                 i->queue = q->next;
+                q->client->n_queued--;
                 fail_message(q->client, q->message, text);
                 cJSON_Delete(q->message);
                 free(q);
@@ -279,6 +301,7 @@ static void flush_queue(Instance *i) {
         while (i->queue && i->state == INSTANCE_READY) {
                 QueueItem *q = i->queue;
                 i->queue = q->next;
+                q->client->n_queued--;
                 deliver(i, q->client, q->message);
                 cJSON_Delete(q->message);
                 free(q);
@@ -286,7 +309,11 @@ static void flush_queue(Instance *i) {
 }
 
 static int queue_append(Instance *i, Client *c, const cJSON *msg) {
-        QueueItem *q = calloc(1, sizeof *q), **tail;
+        QueueItem *q, **tail;
+
+        if (c->n_queued + hashmap_size(c->pending) >= CLIENT_MAX_PENDING)
+                return -ENOBUFS;
+        q = calloc(1, sizeof *q);
 
         if (!q || !(q->message = cJSON_Duplicate(msg, true))) {
                 free(q);
@@ -296,6 +323,7 @@ static int queue_append(Instance *i, Client *c, const cJSON *msg) {
         for (tail = &i->queue; *tail; tail = &(*tail)->next)
                 ;
         *tail = q;
+        c->n_queued++;
         return 0;
 }
 
@@ -345,8 +373,8 @@ static void handle_backend_response(Instance *i, const cJSON *msg, const JsonRpc
         Route *r;
         int64_t id;
 
-        if (!cJSON_IsNumber(m->id))
-                return;
+        if (!cJSON_IsNumber(m->id) || !jsonrpc_id_valid(m->id))
+                return; /* we only ever send small integers */
         id = (int64_t) m->id->valuedouble;
         if (id < 0) {
                 if (contract_handle_response(i, id, msg))
@@ -424,7 +452,8 @@ static void handle_backend_line(Instance *i, const char *line, size_t len) {
         JsonRpcMessage m;
 
         if (jsonrpc_parse(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &msg) < 0) {
-                log_warning("Backend '%s' wrote a line that is not JSON-RPC to stdout, ignoring it: %.80s", iname(i), line);
+                log_warning("Backend '%s' wrote a line that is not JSON-RPC to stdout, ignoring it: %.*s", iname(i),
+                            (int) (len < 80 ? len : 80), line);
                 return;
         }
         m = jsonrpc_classify(msg);
@@ -553,8 +582,13 @@ static int instance_spawn(Instance *i, Client *c, char *text, size_t size) {
                 return r;
         }
         r = channel_new(i->shim->event, out_fd, in_fd, 0, on_backend, i, &i->ch);
-        if (r >= 0)
+        if (r >= 0) {
+                channel_set_backpressure(i->ch, false);
                 r = sd_event_add_child(i->shim->event, &i->child_source, i->pid, WEXITED, on_child, i);
+        }
+        /* Answers already in the pipe are read before the exit is handled. */
+        if (r >= 0)
+                r = sd_event_source_set_priority(i->child_source, SD_EVENT_PRIORITY_IDLE);
         if (r >= 0 && b->init_timeout_usec != USEC_INFINITY)
                 r = arm_timer(i, b->init_timeout_usec);
         init = jsonrpc_request_new(id, "initialize", cJSON_Duplicate(c->init_params, true));
@@ -613,8 +647,9 @@ void instance_submit(Instance *i, Client *c, const cJSON *msg) {
                         return fail_message(c, msg, text);
                 _fallthrough_;
         case INSTANCE_STARTING:
-                if (queue_append(i, c, msg) < 0)
-                        fail_message(c, msg, "out of memory");
+                r = queue_append(i, c, msg);
+                if (r < 0)
+                        fail_message(c, msg, r == -ENOBUFS ? "too many requests in flight on this connection" : "out of memory");
                 break;
         case INSTANCE_STOPPING:
                 /* Only reached when a stop raced a request: it would die with the process. */
@@ -631,8 +666,22 @@ void instance_cancel(Instance *i, Client *c, const cJSON *params) {
         Route *r = key ? hashmap_get(c->pending, key) : NULL;
         _cleanup_json_ cJSON *m = NULL;
 
-        if (!r)
+        if (!r) {
+                /* Still waiting for the backend to start: it simply never goes. */
+                for (QueueItem **q = &i->queue; rid && *q; q = &(*q)->next) {
+                        const cJSON *qid = cJSON_GetObjectItemCaseSensitive((*q)->message, "id");
+                        if ((*q)->client == c && qid && cJSON_Compare(qid, rid, true)) {
+                                QueueItem *dead = *q;
+                                *q = dead->next;
+                                c->n_queued--;
+                                cJSON_Delete(dead->message);
+                                free(dead);
+                                shim_update(i->shim);
+                                return;
+                        }
+                }
                 return; /* already answered, or never ours: the spec says to ignore it */
+        }
         params_copy = cJSON_Duplicate(params, true);
         if (params_copy) {
                 cJSON_ReplaceItemInObjectCaseSensitive(params_copy, "requestId", cJSON_CreateNumber((double) r->backend_id));
@@ -665,6 +714,7 @@ void instance_forget_client(Instance *i, Client *c) {
                 if ((*q)->client == c) {
                         QueueItem *dead = *q;
                         *q = dead->next;
+                        c->n_queued--;
                         cJSON_Delete(dead->message);
                         free(dead);
                 } else

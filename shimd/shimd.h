@@ -13,6 +13,7 @@
 
 #define SHIM_MAX_CLIENTS 512U
 #define CLIENT_MAX_PENDING 1024U
+#define SHIM_MAX_INSTANCES 8U /* backend processes at once: distinct client configurations, or sessions */
 #define DRAIN_GRACE_USEC (5ULL * 1000000ULL)
 #define STOP_STDIN_GRACE_USEC (2ULL * 1000000ULL)
 #define STOP_TERM_GRACE_USEC (3ULL * 1000000ULL)
@@ -74,6 +75,7 @@ struct Client {
         Instance *instance;
         Hashmap *pending;     /* client id key -> Route (owned by the instance's routes) */
         cJSON *subscriptions; /* resource URIs this connection subscribed to (array of strings) */
+        unsigned n_queued;    /* requests waiting for the backend to be ready */
         bool eof;
         Client *next;
 };
@@ -125,7 +127,8 @@ void client_send_draining(Client *c);
 void client_detach(Client *c);
 
 /* instance.c */
-Instance *instance_get(Shim *s, Client *c);
+/* -EUSERS when SHIM_MAX_INSTANCES backends already run for other client configurations. */
+int instance_get(Shim *s, Client *c, Instance **ret);
 Instance *instance_free(Instance *i);
 /* Queue or send a client's request (takes nothing; copies what it needs). */
 void instance_submit(Instance *i, Client *c, const cJSON *msg);

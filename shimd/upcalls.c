@@ -30,39 +30,59 @@ static void reply_backend_error(Instance *i, const cJSON *id, const char *text) 
                 (void) channel_send_json(i->ch, e);
 }
 
-/* Which session a backend's request is for: stdio MCP carries no link between a server's request
- * and the call that caused it, so it goes to the session with the newest call in flight at this
- * backend (exact whenever one session is calling), else to any session the backend serves. */
-static Client *pick_client(Instance *i) {
-        Client *best = NULL, *any = NULL;
-        int64_t newest = -1;
+/* Which session a backend's request is for. stdio MCP carries no link between a server's request
+ * and the call that caused it, so it goes only where there is no doubt: to the one session with
+ * calls in flight at this backend, or, with none in flight, to its one session. Anything else could
+ * show one user's sampling prompt to another, so it is refused. */
+static Client *pick_client(Instance *i, unsigned *ret_calling) {
+        Client *calling = NULL, *attached = NULL;
+        unsigned n_calling = 0, n_attached = 0;
 
         for (Client *c = i->shim->clients; c; c = c->next) {
-                size_t state = 0;
-                void *v;
-
                 if (c->instance != i)
                         continue;
-                if (!any)
-                        any = c;
-                while (hashmap_iterate(c->pending, &state, NULL, &v)) {
-                        Route *r = v;
-                        if (r->backend_id > newest)
-                                newest = r->backend_id, best = c;
-                }
+                n_attached++, attached = c;
+                if (hashmap_size(c->pending) > 0)
+                        n_calling++, calling = c;
         }
-        return best ?: any;
+        *ret_calling = n_calling;
+        if (n_calling == 1)
+                return calling;
+        if (n_calling == 0 && n_attached == 1)
+                return attached;
+        return NULL;
+}
+
+/* roots/list carries nothing of a session to another: it only asks, and every session of a pooled
+ * backend shares what that backend keeps. Any session it serves may answer. */
+static Client *any_client(Instance *i) {
+        for (Client *c = i->shim->clients; c; c = c->next)
+                if (c->instance == i)
+                        return c;
+        return NULL;
 }
 
 void upcall_forward(Instance *i, const cJSON *msg, const cJSON *id, const char *method) {
         Shim *s = i->shim;
-        Client *c = pick_client(i);
+        unsigned calling;
+        Client *c = pick_client(i, &calling);
         _cleanup_json_ cJSON *copy = NULL;
+
+        if (!c && streq(method, "roots/list"))
+                c = any_client(i);
         char key[64];
         Upcall *u;
 
-        if (!c)
-                return reply_backend_error(i, id, "no client session is connected to answer this request");
+        if (!c) {
+                log_warning("Backend '%s' sent %s while %u sessions were calling it; refused it, since mcp-lazy cannot "
+                            "tell which session it is for (use sharing: session for this backend).",
+                            shim_backend_name(s), method, calling);
+                return reply_backend_error(i, id, calling > 1 ? "several client sessions share this backend; "
+                                                                "mcp-lazy cannot tell which one this request is for"
+                                                              : "no client session is connected to answer this request");
+        }
+        if (hashmap_size(s->upcalls) >= CLIENT_MAX_PENDING)
+                return reply_backend_error(i, id, "too many requests waiting for clients");
         u = calloc(1, sizeof *u);
         snprintf(key, sizeof key, UPCALL_ID_PREFIX "%llu", (unsigned long long) ++s->next_upcall);
         copy = cJSON_Duplicate(msg, true);

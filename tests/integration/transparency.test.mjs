@@ -254,3 +254,29 @@ test("server-memory", async () => {
 test("server-postgres on a real PostgreSQL", async () => {
   await differential("database", (l, s) => otherScripts(l, "database", s));
 });
+
+test("concurrent callbacks from one pooled backend never reach the wrong session", async () => {
+  const [a, b] = [await connect("A", true, "everything"), await connect("B", true, "everything")];
+  const results = {};
+  for (let round = 0; round < 3; round++) {
+    await Promise.all(
+      [["A", a], ["B", b]].map(async ([label, s]) => {
+        const r = await s.client
+          .callTool({ name: "trigger-sampling-request", arguments: { prompt: `prompt of ${label}`, maxTokens: 5 } })
+          .catch((e) => ({ isError: true, content: [{ text: e.message }] }));
+        (results[label] ??= []).push(r.content?.[0]?.text ?? "");
+      }),
+    );
+  }
+  for (const [label, s] of [["A", a], ["B", b]]) {
+    const other = label === "A" ? "B" : "A";
+    // What each client was asked, and what each got back: its own or a refusal, never the other's.
+    for (const e of s.log.filter((x) => x[0] === "sampling")) assert.equal(e[1], `Resource trigger-sampling-request context: prompt of ${label}`);
+    for (const text of results[label]) {
+      assert.ok(!text.includes(`${other} sampled`), text);
+      assert.ok(text.includes(`${label} sampled`) || /cannot tell which one this request is for/.test(text), text);
+    }
+  }
+  await a.client.close();
+  await b.client.close();
+});
