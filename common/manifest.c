@@ -545,10 +545,6 @@ Manifest *manifest_free(Manifest *m) {
         return NULL;
 }
 
-static void manifest_freep(Manifest **m) {
-        manifest_free(*m);
-}
-
 int manifest_load_string(const char *text, size_t len, const char *name, const char *dir, Manifest **ret,
                          char **ret_error) {
         _cleanup_(manifest_freep) Manifest *m = NULL;

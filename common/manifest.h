@@ -55,6 +55,9 @@ int manifest_load_file(const char *path, Manifest **ret, char **ret_error);
 int manifest_load_string(const char *text, size_t len, const char *name, const char *dir, Manifest **ret,
                          char **ret_error);
 Manifest *manifest_free(Manifest *m);
+static inline void manifest_freep(Manifest **m) {
+        manifest_free(*m);
+}
 const Backend *manifest_find_backend(const Manifest *m, const char *name);
 const Tool *manifest_find_tool(const Manifest *m, const char *name);
 /* The backend serving a resource URI (exact, else by the longest template prefix), or a prompt. */

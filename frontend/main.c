@@ -9,6 +9,7 @@
 #include <systemd/sd-event.h>
 
 #include "duration.h"
+#include "event-util.h"
 #include "framing.h"
 #include "frontend.h"
 #include "log.h"
@@ -18,10 +19,6 @@
 #ifndef MCP_LAZY_VERSION
 #define MCP_LAZY_VERSION "0"
 #endif
-
-static void manifest_freep(Manifest **m) {
-        manifest_free(*m);
-}
 
 static void help(void) {
         printf("Usage: mcp-lazy --manifest FILE [OPTIONS]\n"
@@ -87,7 +84,6 @@ static int run(Options *o) {
         _cleanup_(sd_event_unrefp) sd_event *e = NULL;
         _cleanup_free_ char *err = NULL;
         Session *s;
-        sigset_t mask;
         int r;
 
         r = manifest_load_file(o->manifest_path, &m, &err);
@@ -97,21 +93,9 @@ static int run(Options *o) {
         }
 
         /* SIGCHLD: sd-event watches the shims we start; SIGTERM/SIGINT: exit 0 at once. */
-        sigemptyset(&mask);
-        sigaddset(&mask, SIGCHLD);
-        sigaddset(&mask, SIGTERM);
-        sigaddset(&mask, SIGINT);
-        sigprocmask(SIG_BLOCK, &mask, NULL);
-        signal(SIGPIPE, SIG_IGN);
-
-        r = sd_event_default(&e);
+        r = event_new(NULL, NULL, &e);
         if (r < 0)
-                return log_error_errno(r, "Failed to allocate event loop: %m");
-        r = sd_event_add_signal(e, NULL, SIGTERM, NULL, NULL);
-        if (r >= 0)
-                r = sd_event_add_signal(e, NULL, SIGINT, NULL, NULL);
-        if (r < 0)
-                return log_error_errno(r, "Failed to watch signals: %m");
+                return log_error_errno(r, "Failed to set up the event loop: %m");
 
         s = session_new(e, TAKE_PTR(m), o);
         if (!s)

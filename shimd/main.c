@@ -10,6 +10,7 @@
 #include <systemd/sd-event.h>
 
 #include "duration.h"
+#include "event-util.h"
 #include "log.h"
 #include "macros.h"
 #include "manifest.h"
@@ -203,16 +204,11 @@ static int setup_fds(Shim *s, int n) {
         return 0;
 }
 
-static void manifest_freep(Manifest **m) {
-        manifest_free(*m);
-}
-
 static int run(const char *manifest_path, const char *name_arg) {
         _cleanup_(manifest_freep) Manifest *m = NULL;
         _cleanup_(sd_event_unrefp) sd_event *e = NULL;
         _cleanup_free_ char *err = NULL, *name = NULL;
         Shim s = {};
-        sigset_t mask;
         int n, r;
 
         n = sd_listen_fds(true);
@@ -234,25 +230,14 @@ static int run(const char *manifest_path, const char *name_arg) {
         if (!s.backend)
                 return log_error_errno(-ENOENT, "Backend '%s' is not in %s.", name, manifest_path);
 
-        sigemptyset(&mask);
-        sigaddset(&mask, SIGCHLD);
-        sigaddset(&mask, SIGTERM);
-        sigaddset(&mask, SIGINT);
-        sigprocmask(SIG_BLOCK, &mask, NULL);
-        signal(SIGPIPE, SIG_IGN);
-
-        r = sd_event_default(&e);
+        r = event_new(on_terminate, &s, &e);
         if (r < 0)
-                return log_error_errno(r, "Failed to allocate event loop: %m");
+                return log_error_errno(r, "Failed to set up the event loop: %m");
         s.event = e;
         s.upcalls = hashmap_new();
         if (!s.upcalls)
                 return log_oom();
-        r = sd_event_add_signal(e, NULL, SIGTERM, on_terminate, &s);
-        if (r >= 0)
-                r = sd_event_add_signal(e, NULL, SIGINT, on_terminate, &s);
-        if (r >= 0)
-                r = sd_event_add_defer(e, &update_source, on_update, &s);
+        r = sd_event_add_defer(e, &update_source, on_update, &s);
         if (r >= 0)
                 r = sd_event_add_time(e, &s.idle_source, CLOCK_MONOTONIC, 0, 0, on_idle, &s);
         if (r >= 0)

@@ -29,10 +29,6 @@ static char *with_suffix(const char *path, const char *suffix) {
         return asprintf(&p, "%.*s%s", (int) (dot - path), path, suffix) < 0 ? NULL : p;
 }
 
-static void manifest_freep(Manifest **m) {
-        manifest_free(*m);
-}
-
 static void test_bad(const char *path) {
         _cleanup_(manifest_freep) Manifest *m = NULL;
         _cleanup_free_ char *err = NULL, *errpath = with_suffix(path, ".err"), *want = slurp(errpath);

@@ -1,0 +1,30 @@
+/* Event loop setup shared by mcp-lazy and mcp-lazy-shimd. */
+#include <signal.h>
+
+#include "event-util.h"
+#include "macros.h"
+
+int event_new(sd_event_signal_handler_t on_terminate, void *userdata, sd_event **ret) {
+        _cleanup_(sd_event_unrefp) sd_event *e = NULL;
+        sigset_t mask;
+        int r;
+
+        sigemptyset(&mask);
+        sigaddset(&mask, SIGCHLD);
+        sigaddset(&mask, SIGTERM);
+        sigaddset(&mask, SIGINT);
+        if (sigprocmask(SIG_BLOCK, &mask, NULL) < 0)
+                return -errno;
+        signal(SIGPIPE, SIG_IGN);
+
+        r = sd_event_default(&e);
+        if (r < 0)
+                return r;
+        r = sd_event_add_signal(e, NULL, SIGTERM, on_terminate, userdata);
+        if (r >= 0)
+                r = sd_event_add_signal(e, NULL, SIGINT, on_terminate, userdata);
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(e);
+        return 0;
+}
