@@ -6,6 +6,9 @@ import assert from "node:assert/strict";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import {
+  CallToolResultSchema,
+  CreateTaskResultSchema,
+  GetTaskResultSchema,
   CreateMessageRequestSchema,
   ElicitRequestSchema,
   ListRootsRequestSchema,
@@ -134,6 +137,21 @@ async function everythingScript(label, { client, log }) {
   t.push(["prompt-simple", await safe(client.getPrompt({ name: "simple-prompt" }))]);
   t.push(["prompt-args", await safe(client.getPrompt({ name: "args-prompt", arguments: { city: "Paris", state: "TX" } }))]);
   t.push(["complete", await safe(client.complete({ ref: { type: "ref/prompt", name: "completable-prompt" }, argument: { name: "department", value: "Eng" } }))]);
+  // A task-augmented call (2025-11-25): the task, its status and its result, routed to its backend.
+  const task = await safe(
+    client.request(
+      { method: "tools/call", params: { name: "simulate-research-query", arguments: { topic: `topic of ${label}` }, task: { ttl: 60000 } } },
+      CreateTaskResultSchema,
+    ),
+  );
+  const taskId = task.task?.taskId;
+  const stamp = (x) => JSON.parse(JSON.stringify(x ?? null).replace(/"(taskId|createdAt|lastUpdatedAt)":"[^"]*"/g, '"$1":"X"'));
+  t.push(["task-created", stamp(task)]);
+  const got = await safe(client.request({ method: "tasks/get", params: { taskId } }, GetTaskResultSchema));
+  t.push(["task-get", { taskId: got.taskId === taskId, status: typeof got.status }]);
+  t.push(["task-result", stamp(await safe(client.request({ method: "tasks/result", params: { taskId } }, CallToolResultSchema, { timeout: 30000 })))]);
+  // A task nobody created: mcp-lazy answers for no backend, with the same code and its own words.
+  t.push(["task-unknown", (await safe(client.request({ method: "tasks/get", params: { taskId: "no-such-task" } }, GetTaskResultSchema))).error]);
   // A cancelled long call: the SDK sends notifications/cancelled; the next call still works.
   const ac = new AbortController();
   const cancelled = call("trigger-long-running-operation", { duration: 5, steps: 5 }, { signal: ac.signal });
@@ -238,7 +256,7 @@ async function differential(backend, script) {
   return pids;
 }
 
-test("server-everything: tools, progress, sampling, elicitation, roots, resources, prompts, logging, cancellation", async () => {
+test("server-everything: tools, progress, sampling, elicitation, roots, resources, prompts, completion, tasks, logging, cancellation", async () => {
   const pids = await differential("everything", everythingScript);
   assert.equal(pids.length, 2, `the shim and one backend process for both sessions: ${pids}`);
 });
