@@ -3,7 +3,7 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { boxFleet, enableSockets } from "./lib/fleet.mjs";
-import { ROOT, SERVER_SCRIPTS, waitFor } from "./lib/env.mjs";
+import { ROOT, SERVER_SCRIPTS, SHIMD, waitFor } from "./lib/env.mjs";
 
 let fleet;
 before(async () => {
@@ -89,4 +89,24 @@ test("stopping a unit kills every process of the backend", async () => {
   assert.equal(r.content[0].text, "Echo: back");
   assert.ok(await waitFor(async () => (await fleet.active("everything")) === "active", 2000));
   await s.close();
+});
+
+test("Accept=yes: a shim per connection, named after the socket's address, not the instance", async () => {
+  await fleet.sh(`mkdir -p /etc/mcp-lazy
+    printf '[Socket]\\nListenStream=/run/mcp-lazy-acc/everything.sock\\nAccept=yes\\n' > /etc/systemd/system/mcp-lazy-acc.socket
+    printf '[Service]\\nType=notify\\nExecStart=${SHIMD} --manifest /etc/mcp-lazy/manifest.yaml\\n' > /etc/systemd/system/mcp-lazy-acc@.service
+    grep -v '^  - ' /etc/mcp-lazy/manifest.yaml | sed -e '/^tools:/,$d' > /etc/mcp-lazy/acc.yaml
+    printf '  acc:\\n    command: [false]\\n    socket: /run/mcp-lazy-acc/everything.sock\\ntools:\\n  - {name: echo, backend: acc, input_schema: {type: object}}\\n' >> /etc/mcp-lazy/acc.yaml
+    systemctl daemon-reload && systemctl start mcp-lazy-acc.socket`);
+  fleet.manifestPath = "/etc/mcp-lazy/acc.yaml";
+  const s = await fleet.session();
+  const r = await s.callTool({ name: "echo", arguments: { message: "accepted" } });
+  assert.equal(r.content[0].text, "Echo: accepted");
+  // The instance is named after the connection; the shim found 'everything' from the socket's path.
+  const units = await fleet.sh("systemctl list-units --no-legend --plain 'mcp-lazy-acc@*' | awk '{print $1}'");
+  assert.match(units, /^mcp-lazy-acc@\d+-\d+-\d+\.service$/m);
+  await s.close();
+  fleet.manifestPath = "/etc/mcp-lazy/frontend.yaml";
+  // The connection's shim ends with it, and its backend with the shim.
+  assert.ok(await waitFor(async () => !(await fleet.sh("systemctl list-units --no-legend --plain 'mcp-lazy-acc@*'")).includes("running"), 10000));
 });
