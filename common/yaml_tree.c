@@ -16,8 +16,7 @@ YNode *ynode_free(YNode *n) {
         for (size_t i = 0; i < n->n_items; i++)
                 ynode_free(n->items[i]);
         free(n->items);
-        free(n->value);
-        free(n);
+        free(n); /* the value lives in the same allocation */
         return NULL;
 }
 
@@ -47,13 +46,33 @@ _printf_(4, 5) static int set_error(char **ret_error, unsigned line, unsigned co
         return -EINVAL;
 }
 
-static int item_append(YNode *parent, YNode *child) {
-        YNode **l = realloc(parent->items, (parent->n_items + 1) * sizeof *l);
+/* One allocation for the node and its text: manifests have tens of thousands of scalars. */
+static YNode *ynode_alloc(YNodeKind kind, const char *value, size_t length, bool plain) {
+        YNode *n = calloc(1, sizeof *n + (value ? length + 1 : 0));
 
-        if (!l)
-                return -ENOMEM;
-        parent->items = l;
-        l[parent->n_items++] = child;
+        if (!n)
+                return NULL;
+        n->kind = kind;
+        n->plain = plain;
+        if (value) {
+                n->value = (char *) (n + 1);
+                memcpy(n->value, value, length);
+                n->value[length] = 0;
+                n->length = length;
+        }
+        return n;
+}
+
+static int item_append(YNode *parent, YNode *child) {
+        if (parent->n_items == parent->alloc_items) {
+                size_t k = parent->alloc_items ? parent->alloc_items * 2 : 4;
+                YNode **l = realloc(parent->items, k * sizeof *l);
+                if (!l)
+                        return -ENOMEM;
+                parent->items = l;
+                parent->alloc_items = k;
+        }
+        parent->items[parent->n_items++] = child;
         return 0;
 }
 
@@ -119,7 +138,11 @@ static int parse_node(Parser *p, yaml_event_t *ev, unsigned depth, YNode **ret) 
         if (depth > YAML_TREE_MAX_DEPTH)
                 return set_error(p->error, line, column, "nesting deeper than %u levels", YAML_TREE_MAX_DEPTH);
 
-        n = calloc(1, sizeof *n);
+        if (ev->type == YAML_SCALAR_EVENT)
+                n = ynode_alloc(YNODE_SCALAR, (const char *) ev->data.scalar.value, ev->data.scalar.length,
+                                ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE);
+        else
+                n = ynode_alloc(ev->type == YAML_SEQUENCE_START_EVENT ? YNODE_SEQUENCE : YNODE_MAPPING, NULL, 0, false);
         if (!n)
                 return -ENOMEM;
         n->line = line;
@@ -128,14 +151,6 @@ static int parse_node(Parser *p, yaml_event_t *ev, unsigned depth, YNode **ret) 
         switch (ev->type) {
         case YAML_SCALAR_EVENT:
                 tag = (const char *) ev->data.scalar.tag;
-                n->kind = YNODE_SCALAR;
-                n->length = ev->data.scalar.length;
-                n->value = malloc(n->length + 1);
-                if (!n->value)
-                        return -ENOMEM;
-                memcpy(n->value, ev->data.scalar.value, n->length);
-                n->value[n->length] = 0;
-                n->plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
                 if (tag && streq(tag, YAML_STR_TAG)) {
                         n->plain = false;
                         tag = NULL;
@@ -143,14 +158,12 @@ static int parse_node(Parser *p, yaml_event_t *ev, unsigned depth, YNode **ret) 
                 break;
         case YAML_SEQUENCE_START_EVENT:
                 tag = (const char *) ev->data.sequence_start.tag;
-                n->kind = YNODE_SEQUENCE;
                 r = parse_children(p, n, YAML_SEQUENCE_END_EVENT, depth);
                 if (r < 0)
                         return r;
                 break;
         case YAML_MAPPING_START_EVENT:
                 tag = (const char *) ev->data.mapping_start.tag;
-                n->kind = YNODE_MAPPING;
                 r = parse_children(p, n, YAML_MAPPING_END_EVENT, depth);
                 if (r < 0)
                         return r;
@@ -296,5 +309,123 @@ int ynode_to_json(const YNode *n, cJSON **ret, char **ret_error) {
                 }
         }
         *ret = TAKE_PTR(j);
+        return 0;
+}
+
+static YNode *ynode_new(YNodeKind kind, const char *value, bool plain) {
+        return ynode_alloc(kind, value, value ? strlen(value) : 0, plain);
+}
+
+/* JSON -> tree, typed as the YAML path would type the same text; -EINVAL for what YAML refuses
+ * (duplicate keys, nesting past the limit), so that the caller can take the YAML path for its
+ * positioned error. */
+static int from_json(const cJSON *j, unsigned depth, YNode **ret) {
+        _cleanup_(ynode_freep) YNode *n = NULL;
+        const cJSON *c;
+        int r;
+
+        if (depth > YAML_TREE_MAX_DEPTH)
+                return -EINVAL;
+        if (cJSON_IsString(j))
+                n = ynode_new(YNODE_SCALAR, j->valuestring, false);
+        else if (cJSON_IsArray(j) || cJSON_IsObject(j)) {
+                n = ynode_new(cJSON_IsArray(j) ? YNODE_SEQUENCE : YNODE_MAPPING, NULL, false);
+                if (!n)
+                        return -ENOMEM;
+                cJSON_ArrayForEach(c, j) {
+                        YNode *child;
+                        if (cJSON_IsObject(j)) {
+                                if (ynode_get(n, c->string))
+                                        return -EINVAL;
+                                child = ynode_new(YNODE_SCALAR, c->string, false);
+                                if (!child || item_append(n, child) < 0)
+                                        return child ? (ynode_free(child), -ENOMEM) : -ENOMEM;
+                        }
+                        r = from_json(c, depth + 1, &child);
+                        if (r < 0)
+                                return r;
+                        if (item_append(n, child) < 0) {
+                                ynode_free(child);
+                                return -ENOMEM;
+                        }
+                }
+        } else {
+                _cleanup_free_ char *text = cJSON_PrintUnformatted(j);
+                if (!text)
+                        return -ENOMEM;
+                n = ynode_new(YNODE_SCALAR, text, true);
+        }
+        if (!n)
+                return -ENOMEM;
+        *ret = TAKE_PTR(n);
+        return 0;
+}
+
+int ynode_from_json(const cJSON *j, YNode **ret) {
+        return from_json(j, 1, ret);
+}
+
+/* The tree as JSON, losing nothing the manifest reader looks at: mappings are objects, sequences
+ * arrays, and every scalar a string whose first character says how it was written: "=" plain
+ * (may become a number, a bool or null), "'" quoted. Strings only: cJSON reads that fastest. */
+cJSON *ynode_encode(const YNode *n) {
+        _cleanup_json_ cJSON *a = NULL;
+
+        if (n->kind == YNODE_SCALAR) {
+                _cleanup_free_ char *v = malloc(n->length + 2);
+                if (!v)
+                        return NULL;
+                v[0] = n->plain ? '=' : '\'';
+                memcpy(v + 1, n->value, n->length + 1);
+                return cJSON_CreateString(v);
+        }
+        a = n->kind == YNODE_SEQUENCE ? cJSON_CreateArray() : cJSON_CreateObject();
+        if (!a)
+                return NULL;
+        for (size_t i = 0; i < n->n_items; i++) {
+                const YNode *key = n->kind == YNODE_MAPPING ? n->items[i++] : NULL;
+                cJSON *c = ynode_encode(n->items[i]);
+                if (!c || !(key ? cJSON_AddItemToObject(a, key->value, c) : cJSON_AddItemToArray(a, c))) {
+                        cJSON_Delete(c);
+                        return NULL;
+                }
+        }
+        return TAKE_PTR(a);
+}
+
+int ynode_decode(const cJSON *j, YNode **ret) {
+        _cleanup_(ynode_freep) YNode *n = NULL;
+        const cJSON *c;
+
+        if (cJSON_IsString(j)) {
+                if (j->valuestring[0] != '=' && j->valuestring[0] != '\'')
+                        return -EINVAL;
+                n = ynode_new(YNODE_SCALAR, j->valuestring + 1, j->valuestring[0] == '=');
+        } else if (cJSON_IsArray(j) || cJSON_IsObject(j)) {
+                n = ynode_new(cJSON_IsArray(j) ? YNODE_SEQUENCE : YNODE_MAPPING, NULL, false);
+                if (!n)
+                        return -ENOMEM;
+                cJSON_ArrayForEach(c, j) {
+                        YNode *child;
+                        int r;
+
+                        if (cJSON_IsObject(j)) {
+                                child = ynode_new(YNODE_SCALAR, c->string, false);
+                                if (!child || item_append(n, child) < 0)
+                                        return child ? (ynode_free(child), -ENOMEM) : -ENOMEM;
+                        }
+                        r = ynode_decode(c, &child);
+                        if (r < 0)
+                                return r;
+                        if (item_append(n, child) < 0) {
+                                ynode_free(child);
+                                return -ENOMEM;
+                        }
+                }
+        } else
+                return -EINVAL;
+        if (!n)
+                return -ENOMEM;
+        *ret = TAKE_PTR(n);
         return 0;
 }

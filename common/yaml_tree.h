@@ -20,6 +20,7 @@ struct YNode {
         bool plain;            /* unquoted scalar: may be a number, a bool or null */
         YNode **items;         /* sequences: items; mappings: key, value, key, value, ... */
         size_t n_items;        /* for mappings, the number of pairs times two */
+        size_t alloc_items;
 };
 
 #define YAML_TREE_MAX_DEPTH 64U
@@ -33,3 +34,8 @@ const YNode *ynode_get(const YNode *map, const char *key);
  * *ret_error "LINE:COLUMN: sentence". */
 int ynode_to_json(const YNode *n, cJSON **ret, char **ret_error);
 const char *ynode_kind_name(YNodeKind k);
+/* The same tree from JSON text already parsed (no positions): -EINVAL where YAML would refuse. */
+int ynode_from_json(const cJSON *j, YNode **ret);
+/* A lossless JSON form of a tree, for the manifest cache, and back. */
+cJSON *ynode_encode(const YNode *n);
+int ynode_decode(const cJSON *j, YNode **ret);

@@ -63,6 +63,7 @@ struct Session {
         char *log_level;        /* from logging/setLevel, replayed to backends that connect later */
         Hashmap *tasks;         /* taskId -> Upstream that owns the task */
         sd_event_source *watch; /* inotify on the manifest's directory */
+        uint64_t exit_deadline; /* stdin ended: flush stdout until then */
 };
 
 /* Takes m. */

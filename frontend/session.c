@@ -571,6 +571,33 @@ static void handle_line(Session *s, const char *line, size_t len) {
                 handle_message(s, msg, NULL);
 }
 
+/* The client is done sending, but answers already made may still sit in our queue (a pipe full of
+ * them): they go out first, for a moment at most, then we exit. Calls in flight are not waited for. */
+#define EXIT_FLUSH_USEC (2ULL * USEC_PER_SEC)
+#define EXIT_POLL_USEC (5ULL * USEC_PER_MSEC)
+
+static int on_exit_poll(sd_event_source *src, uint64_t usec, void *userdata) {
+        Session *s = userdata;
+        uint64_t now;
+
+        if (channel_queued(s->client) == 0 || channel_write_closed(s->client) ||
+            (sd_event_now(s->event, CLOCK_MONOTONIC, &now) >= 0 && now >= s->exit_deadline))
+                return sd_event_exit(s->event, 0);
+        (void) sd_event_source_set_time(src, usec + EXIT_POLL_USEC);
+        return sd_event_source_set_enabled(src, SD_EVENT_ONESHOT);
+}
+
+static void session_exit_soon(Session *s) {
+        uint64_t now;
+
+        if (channel_queued(s->client) == 0 || sd_event_now(s->event, CLOCK_MONOTONIC, &now) < 0 ||
+            sd_event_add_time(s->event, NULL, CLOCK_MONOTONIC, now + EXIT_POLL_USEC, 0, on_exit_poll, s) < 0) {
+                (void) sd_event_exit(s->event, 0);
+                return;
+        }
+        s->exit_deadline = now + EXIT_FLUSH_USEC;
+}
+
 static void on_client(Channel *c, ChannelEvent ev, const char *line, size_t len, int error, void *userdata) {
         Session *s = userdata;
 
@@ -587,7 +614,7 @@ static void on_client(Channel *c, ChannelEvent ev, const char *line, size_t len,
         case CHANNEL_EOF:
                 if (error < 0)
                         log_warning_errno(error, "Reading from the client failed: %m");
-                (void) sd_event_exit(s->event, 0);
+                session_exit_soon(s);
                 break;
         case CHANNEL_WRITE_ERROR:
                 (void) sd_event_exit(s->event, 0);

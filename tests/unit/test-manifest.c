@@ -107,11 +107,60 @@ static void test_options(void) {
         CHECK_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(m->server_info, "version")), "2.0");
 }
 
+static char *tools_printed(const Manifest *m) {
+        _cleanup_json_ cJSON *a = cJSON_CreateArray();
+        for (size_t i = 0; i < m->n_tools; i++)
+                cJSON_AddItemReferenceToArray(a, m->tools[i].json);
+        return cJSON_PrintUnformatted(a);
+}
+
+/* The cache gives exactly what parsing gives, notices a changed file, and survives a corrupt entry. */
+static void test_cache(void) {
+        char dir[] = "/tmp/test-manifest-cache.XXXXXX", path[256], cmd[600];
+        _cleanup_free_ char *first = NULL, *second = NULL, *third = NULL, *err = NULL;
+        Manifest *m = NULL;
+        FILE *f;
+
+        CHECK(mkdtemp(dir) != NULL);
+        setenv("MCP_LAZY_CACHE_DIR", dir, 1);
+        snprintf(path, sizeof path, "%s/m.yaml", dir);
+        snprintf(cmd, sizeof cmd, "cp manifests/good-types.yaml %s", path);
+        CHECK(system(cmd) == 0);
+
+        CHECK(manifest_load_file(path, &m, &err) == 0);
+        first = m ? tools_printed(m) : NULL;
+        m = manifest_free(m);
+        snprintf(cmd, sizeof cmd, "test $(ls %s/*.json | wc -l) = 1", dir);
+        CHECK(system(cmd) == 0); /* written */
+        CHECK(manifest_load_file(path, &m, &err) == 0);
+        second = m ? tools_printed(m) : NULL;
+        m = manifest_free(m);
+        CHECK_STREQ(second, first); /* "1.0" stays "1.0", 0x10 is 16, ~ is null: as parsed */
+
+        snprintf(cmd, sizeof cmd, "for f in %s/*.json; do printf 'garbage' > $f; done", dir);
+        CHECK(system(cmd) == 0);
+        CHECK(manifest_load_file(path, &m, &err) == 0);
+        m = manifest_free(m);
+
+        f = fopen(path, "we");
+        fputs("backends: {b: {command: [x]}}\ntools: [{name: changed, backend: b, input_schema: {type: object}}]\n", f);
+        fclose(f);
+        CHECK(manifest_load_file(path, &m, &err) == 0);
+        third = m ? tools_printed(m) : NULL;
+        CHECK(third && strstr(third, "\"changed\""));
+        manifest_free(m);
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        CHECK(system(cmd) == 0);
+        setenv("MCP_LAZY_CACHE_DIR", "", 1);
+}
+
 int main(void) {
         DIR *d = opendir("manifests");
         struct dirent *de;
         unsigned n = 0;
 
+        /* Fixtures are parsed, not cached; the cache has a test of its own. */
+        setenv("MCP_LAZY_CACHE_DIR", "", 1);
         CHECK(d != NULL);
         while (d && (de = readdir(d))) {
                 char path[512];
@@ -130,5 +179,6 @@ int main(void) {
         CHECK(n >= 10);
         test_details();
         test_options();
+        test_cache();
         return tests_finish("test-manifest");
 }

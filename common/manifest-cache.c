@@ -1,0 +1,120 @@
+/* Manifest cache: the parsed tree of a YAML manifest as JSON (which cJSON reads many times faster
+ * than libyaml reads YAML), keyed by the file's path and stamped with its identity and times.
+ * It lives in $XDG_RUNTIME_DIR/mcp-lazy/cache (/run/mcp-lazy/cache for root), or in
+ * $MCP_LAZY_CACHE_DIR; MCP_LAZY_CACHE_DIR= (empty) turns it off. Only trees that made a valid
+ * manifest are stored, and a hit is checked again like any other tree. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "macros.h"
+#include "manifest-cache.h"
+
+#define CACHE_FORMAT 1
+#define CACHE_MAX_SIZE (256U * 1024U * 1024U)
+
+#ifndef MCP_LAZY_VERSION
+#define MCP_LAZY_VERSION "0"
+#endif
+
+static char *cache_dir(void) {
+        const char *e = getenv("MCP_LAZY_CACHE_DIR"), *rt = getenv("XDG_RUNTIME_DIR");
+        char *p = NULL;
+
+        if (e)
+                return *e ? strdup(e) : NULL;
+        if (geteuid() == 0)
+                return strdup("/run/mcp-lazy/cache");
+        if (rt && rt[0] == '/' && asprintf(&p, "%s/mcp-lazy/cache", rt) >= 0)
+                return p;
+        return NULL;
+}
+
+static char *cache_file(const char *path) {
+        _cleanup_free_ char *dir = cache_dir();
+        uint64_t h = 1469598103934665603ULL;
+        char *p = NULL;
+
+        if (!dir)
+                return NULL;
+        for (const char *c = path; *c; c++)
+                h = (h ^ (uint8_t) *c) * 1099511628211ULL;
+        return asprintf(&p, "%s/%016llx.json", dir, (unsigned long long) h) < 0 ? NULL : p;
+}
+
+/* Everything that changes when the file does, and the path (hashes can collide). */
+static char *stamp(const char *path, const struct stat *st) {
+        char *s = NULL;
+
+        if (asprintf(&s, "%d %s %s %llu %llu %lld %lld.%09ld %lld.%09ld", CACHE_FORMAT, MCP_LAZY_VERSION, path,
+                     (unsigned long long) st->st_dev, (unsigned long long) st->st_ino, (long long) st->st_size,
+                     (long long) st->st_mtim.tv_sec, st->st_mtim.tv_nsec, (long long) st->st_ctim.tv_sec,
+                     st->st_ctim.tv_nsec) < 0)
+                return NULL;
+        return s;
+}
+
+int manifest_cache_get(const char *path, const struct stat *st, YNode **ret) {
+        _cleanup_free_ char *file = cache_file(path), *want = stamp(path, st), *buf = NULL;
+        _cleanup_close_ int fd = -EBADF;
+        _cleanup_json_ cJSON *j = NULL;
+        struct stat cst;
+        ssize_t n;
+
+        if (!file || !want)
+                return -ENOENT;
+        fd = open(file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        /* Only a file of our own, that no one else can have written. */
+        if (fd < 0 || fstat(fd, &cst) < 0 || !S_ISREG(cst.st_mode) || cst.st_uid != geteuid() ||
+            (cst.st_mode & 0022) || cst.st_size <= 0 || (uint64_t) cst.st_size > CACHE_MAX_SIZE)
+                return -ENOENT;
+        buf = malloc((size_t) cst.st_size);
+        if (!buf)
+                return -ENOENT;
+        n = read(fd, buf, (size_t) cst.st_size);
+        if (n != cst.st_size)
+                return -ENOENT;
+        j = cJSON_ParseWithLength(buf, (size_t) n);
+        if (!cJSON_IsArray(j) || !cJSON_IsString(cJSON_GetArrayItem(j, 0)) ||
+            !streq(cJSON_GetArrayItem(j, 0)->valuestring, want))
+                return -ENOENT;
+        return ynode_decode(cJSON_GetArrayItem(j, 1), ret) < 0 ? -ENOENT : 0;
+}
+
+void manifest_cache_put(const char *path, const struct stat *st, const YNode *tree) {
+        _cleanup_free_ char *file = cache_file(path), *dir = cache_dir(), *s = stamp(path, st), *text = NULL, *tmp = NULL;
+        _cleanup_json_ cJSON *j = cJSON_CreateArray();
+        _cleanup_close_ int fd = -EBADF;
+        cJSON *enc;
+        size_t len;
+
+        if (!file || !dir || !s || !j)
+                return;
+        enc = ynode_encode(tree);
+        if (!cJSON_AddItemToArray(j, cJSON_CreateString(s)) || !enc || !cJSON_AddItemToArray(j, enc)) {
+                cJSON_Delete(enc);
+                return;
+        }
+        text = cJSON_PrintUnformatted(j);
+        if (!text || asprintf(&tmp, "%s.XXXXXX", file) < 0)
+                return;
+        /* The parent (a runtime dir) exists; ours is made private. */
+        {
+                char *slash = strrchr(dir, '/');
+                if (slash && slash != dir) {
+                        *slash = 0;
+                        (void) mkdir(dir, 0755);
+                        *slash = '/';
+                }
+                (void) mkdir(dir, 0700);
+        }
+        fd = mkostemp(tmp, O_CLOEXEC);
+        if (fd < 0)
+                return;
+        len = strlen(text);
+        if (write(fd, text, len) != (ssize_t) len || rename(tmp, file) < 0)
+                (void) unlink(tmp);
+}
