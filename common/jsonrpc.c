@@ -1,5 +1,6 @@
 /* JSON-RPC 2.0 message helpers shared by the frontend and the shim. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -14,6 +15,10 @@ unsigned json_text_depth(const char *text, size_t len) {
 
         for (size_t i = 0; i < len; i++) {
                 char c = text[i];
+
+                /* cJSON takes any control character for white space; JSON allows four. */
+                if (!in_string && (unsigned char) c < 0x20 && c != ' ' && c != '\t' && c != '\n' && c != '\r')
+                        return UINT_MAX;
 
                 if (in_string) {
                         if (c == '\\')
@@ -40,7 +45,10 @@ int jsonrpc_parse(const char *text, size_t len, unsigned max_depth, cJSON **ret)
         if (memchr(text, 0, len) || !utf8_is_valid(text, len))
                 return -EBADMSG;
         /* cJSON recurses; counting first keeps a hostile line from going deep on our stack. */
-        if (json_text_depth(text, len) > max_depth)
+        unsigned depth = json_text_depth(text, len);
+        if (depth == UINT_MAX)
+                return -EBADMSG;
+        if (depth > max_depth)
                 return -E2BIG;
         j = cJSON_ParseWithLengthOpts(text, len, &end, false);
         if (!j)

@@ -29,7 +29,8 @@ typedef struct JsonRpcMessage {
 
 /* -EBADMSG: not JSON, not UTF-8, or trailing bytes; -E2BIG: nested deeper than max_depth. */
 int jsonrpc_parse(const char *text, size_t len, unsigned max_depth, cJSON **ret);
-/* Nesting depth of JSON text, counted without parsing (strings skipped). */
+/* Nesting depth of JSON text, counted without parsing (strings skipped); UINT_MAX if a control
+ * character stands outside a string, which JSON forbids and cJSON would let through. */
 unsigned json_text_depth(const char *text, size_t len);
 JsonRpcMessage jsonrpc_classify(const cJSON *m);
 /* MCP ids are strings or integers; numbers are kept only where a double holds them exactly. */

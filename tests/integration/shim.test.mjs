@@ -111,6 +111,17 @@ function scenarios(makeFleet) {
     await b.close();
   });
 
+  test("calls are pipelined: a slow call does not hold up a fast one", async () => {
+    const s = await fleet.session();
+    await s.callTool({ name: "echo", arguments: { message: "warm" } });
+    const order = [];
+    const slow = s.callTool({ name: "trigger-long-running-operation", arguments: { duration: 2, steps: 2 } }).then(() => order.push("slow"));
+    const fast = s.callTool({ name: "echo", arguments: { message: "fast" } }).then(() => order.push("fast"));
+    await Promise.all([slow, fast]);
+    assert.deepEqual(order, ["fast", "slow"]);
+    await s.close();
+  });
+
   test("a backend killed mid-call fails that call; the next call works", async () => {
     const s = await fleet.session();
     const slow = s.callTool({ name: "trigger-long-running-operation", arguments: { duration: 5, steps: 5 } }).then(

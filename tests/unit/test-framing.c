@@ -101,6 +101,8 @@ static void test_parse(void) {
         memset(deep + 200, ']', 200);
         CHECK(jsonrpc_parse(deep, 400, 128, &j) == -E2BIG);
         CHECK(json_text_depth("{\"[[[[\":[1]}", 12) == 2); /* brackets in strings do not count */
+        /* Found by fuzzing: cJSON reads control characters as white space. */
+        CHECK(jsonrpc_parse("{\"id\":\x11 1}", 10, 128, &j) == -EBADMSG);
 }
 
 int main(void) {
