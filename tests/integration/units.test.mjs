@@ -110,3 +110,27 @@ test("Accept=yes: a shim per connection, named after the socket's address, not t
   // The connection's shim ends with it, and its backend with the shim.
   assert.ok(await waitFor(async () => !(await fleet.sh("systemctl list-units --no-legend --plain 'mcp-lazy-acc@*'")).includes("running"), 10000));
 });
+
+test("the same units under a user manager: socket in $XDG_RUNTIME_DIR, mode 0600, manifest in ~/.config", async () => {
+  const u = "XDG_RUNTIME_DIR=/run/user/0 systemctl --user";
+  await fleet.sh(`systemctl start user@0.service
+    for i in $(seq 50); do ${u} is-system-running >/dev/null 2>&1 && break; sleep 0.1; done
+    mkdir -p /etc/systemd/user/mcp-lazy@.service.d /root/.config/mcp-lazy
+    cp /etc/systemd/system/mcp-lazy@.service.d/test.conf /etc/systemd/user/mcp-lazy@.service.d/test.conf
+    cp /etc/mcp-lazy/manifest.yaml /root/.config/mcp-lazy/manifest.yaml
+    ${u} daemon-reload && ${u} enable --now mcp-lazy@everything.socket`);
+  assert.match(await fleet.sh("stat -c '%a %U' /run/user/0/mcp-lazy/everything.sock"), /^600 root/);
+  // A frontend of that user: root here, so the manifest names the user manager's socket.
+  await fleet.sh(`sed -e 's|^  everything:$|  everything:\\n    socket: /run/user/0/mcp-lazy/everything.sock|' /etc/mcp-lazy/manifest.yaml > /etc/mcp-lazy/user.yaml`);
+  fleet.manifestPath = "/etc/mcp-lazy/user.yaml";
+  const s = await fleet.session();
+  const r = await s.callTool({ name: "echo", arguments: { message: "user manager" } });
+  assert.equal(r.content[0].text, "Echo: user manager");
+  assert.equal((await fleet.try(`${u} is-active mcp-lazy@everything.service`)).stdout.trim(), "active");
+  // %E of a user manager is ~/.config: the shim ran with the user's manifest.
+  assert.match(await fleet.sh(`${u} show -P Environment mcp-lazy@everything.service`), /MCP_LAZY_MANIFEST=\/root\/.config\/mcp-lazy\/manifest\.yaml/);
+  assert.match(await fleet.sh(`tr '\\0' ' ' < /proc/$(${u} show -P MainPID mcp-lazy@everything.service)/cmdline`), /--manifest \/root\/.config\/mcp-lazy\/manifest\.yaml everything/);
+  await s.close();
+  fleet.manifestPath = "/etc/mcp-lazy/frontend.yaml";
+  await fleet.sh(`${u} stop mcp-lazy@everything.service mcp-lazy@everything.socket; systemctl stop user@0.service`);
+});
