@@ -12,8 +12,7 @@
 #include "macros.h"
 
 #define READ_CHUNK (64U * 1024U)
-/* Past this much unsent output we stop reading from the peer until it catches up. */
-#define OUT_HIGH_WATER (8U * 1024U * 1024U)
+#define OUT_HIGH_WATER CHANNEL_HIGH_WATER
 
 typedef struct OutChunk {
         struct OutChunk *next;
@@ -34,6 +33,7 @@ struct Channel {
         size_t out_bytes;
         bool reading_wanted, close_write_pending, write_closed, eof_seen;
         bool backpressure; /* stop reading while our own output is backed up */
+        bool was_backed_up; /* went past the high-water mark: report CHANNEL_DRAINED when below half */
         unsigned dispatching;
         bool free_pending;
         channel_handler_t handler;
@@ -194,8 +194,14 @@ static int on_out(sd_event_source *s, int fd, uint32_t revents, void *userdata) 
         c->dispatching++;
         channel_flush(c);
         c->dispatching--;
-        if (c->free_pending && c->dispatching == 0)
+        if (c->free_pending && c->dispatching == 0) {
                 channel_really_free(c);
+                return 0;
+        }
+        if (c->was_backed_up && c->out_bytes < OUT_HIGH_WATER / 2) {
+                c->was_backed_up = false;
+                (void) channel_emit(c, CHANNEL_DRAINED, NULL, 0, 0);
+        }
         return 0;
 }
 
@@ -366,6 +372,8 @@ int channel_send(Channel *c, const char *data, size_t len) {
                 c->out_head = o;
         c->out_tail = o;
         c->out_bytes += o->len;
+        if (c->out_bytes > OUT_HIGH_WATER)
+                c->was_backed_up = true;
 
         /* Write right away: a reply usually fits the pipe, and that saves a trip through epoll. */
         if (c->out_head == o)
@@ -399,6 +407,10 @@ void channel_set_reading(Channel *c, bool b) {
 void channel_set_backpressure(Channel *c, bool b) {
         c->backpressure = b;
         channel_update_reading(c);
+}
+
+bool channel_backed_up(const Channel *c) {
+        return c->out_bytes > OUT_HIGH_WATER;
 }
 
 size_t channel_queued(const Channel *c) {

@@ -8,11 +8,15 @@
 
 typedef struct Channel Channel;
 
+/* Past this much unsent output a channel counts as backed up (see channel_backed_up()). */
+#define CHANNEL_HIGH_WATER (8U * 1024U * 1024U)
+
 typedef enum ChannelEvent {
         CHANNEL_LINE,     /* line/len set */
         CHANNEL_OVERSIZE, /* a line passed the limit and was dropped */
         CHANNEL_EOF,      /* the peer closed its sending side (or reading failed: error < 0) */
         CHANNEL_WRITE_ERROR, /* the peer stopped reading (EPIPE and friends): error < 0 */
+        CHANNEL_DRAINED,  /* the queue was past CHANNEL_HIGH_WATER and is now below half of it */
 } ChannelEvent;
 
 typedef void (*channel_handler_t)(Channel *c, ChannelEvent ev, const char *line, size_t len, int error,
@@ -36,6 +40,8 @@ void channel_set_reading(Channel *c, bool b);
  * backend's stdout, the frontend's socket to a shim), or they could wait on each other for ever. */
 void channel_set_backpressure(Channel *c, bool b);
 size_t channel_queued(const Channel *c);
+/* More than CHANNEL_HIGH_WATER queued: whoever feeds this channel should pause until CHANNEL_DRAINED. */
+bool channel_backed_up(const Channel *c);
 bool channel_write_closed(const Channel *c);
 void channel_set_userdata(Channel *c, void *userdata);
 int channel_in_fd(const Channel *c);

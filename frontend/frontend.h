@@ -90,6 +90,7 @@ void upstream_cancel(Session *s, Pending *p, const cJSON *notification);
 Upstream *upstream_new(Session *s, const char *name);
 const char *upstream_name(const Upstream *u);
 void upstream_free_upcalls(Session *s);
+void upstream_set_reading(Session *s, bool b);
 Upstream *upstream_free(Upstream *u);
 /* Sends p->request to the backend, connecting (and activating) first if needed. */
 void upstream_forward(Upstream *u, Pending *p);

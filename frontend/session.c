@@ -83,6 +83,9 @@ void session_send(Session *s, const cJSON *message) {
         int r = channel_send_json(s->client, message);
         if (r < 0 && r != -EPIPE)
                 log_warning_errno(r, "Failed to queue a message for the client, dropping it: %m");
+        /* The client is not reading: stop taking more from the backends until it does. */
+        if (channel_backed_up(s->client))
+                upstream_set_reading(s, false);
 }
 
 static void batch_maybe_finish(Session *s, Batch *b) {
@@ -618,6 +621,9 @@ static void on_client(Channel *c, ChannelEvent ev, const char *line, size_t len,
                 break;
         case CHANNEL_WRITE_ERROR:
                 (void) sd_event_exit(s->event, 0);
+                break;
+        case CHANNEL_DRAINED:
+                upstream_set_reading(s, true);
                 break;
         }
 }

@@ -244,6 +244,8 @@ static void on_upconn(Channel *ch, ChannelEvent ev, const char *line, size_t len
                         snprintf(why, sizeof why, "mcp-lazy-shimd closed it");
                 upconn_close(c, why);
                 break;
+        case CHANNEL_DRAINED:
+                break;
         }
 }
 
@@ -336,6 +338,19 @@ void upstream_forward(Upstream *u, Pending *p) {
         r = channel_send_json(p->conn->ch, p->request);
         if (r < 0)
                 session_fail(s, p, "backend connection failed while sending the request");
+}
+
+void upstream_set_reading(Session *s, bool b) {
+        size_t state = 0;
+        void *v;
+
+        while (hashmap_iterate(s->upstreams, &state, NULL, &v)) {
+                Upstream *u = v;
+                if (u->current)
+                        channel_set_reading(u->current->ch, b);
+                for (UpConn *c = u->old; c; c = c->next)
+                        channel_set_reading(c->ch, b);
+        }
 }
 
 void upstream_free_upcalls(Session *s) {

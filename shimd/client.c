@@ -10,7 +10,21 @@
 #include "shimd.h"
 
 void client_send(Client *c, const cJSON *m) {
-        int r = channel_send_json(c->ch, m);
+        int r;
+
+        if (c->overflow)
+                return;
+        /* A shared backend cannot wait for one connection that does not read: past the limit the
+         * connection goes (its calls are cancelled), and the others carry on. */
+        if (channel_queued(c->ch) > CLIENT_MAX_QUEUED) {
+                log_warning("Connection %llu has not read %zu bytes of answers; closing it.", (unsigned long long) c->serial,
+                            channel_queued(c->ch));
+                c->overflow = c->eof = true;
+                channel_set_reading(c->ch, false);
+                shim_update(c->shim);
+                return;
+        }
+        r = channel_send_json(c->ch, m);
         if (r < 0 && r != -EPIPE)
                 log_warning_errno(r, "Failed to queue a message for connection %llu, dropping it: %m",
                                   (unsigned long long) c->serial);
@@ -150,6 +164,8 @@ static void on_client(Channel *ch, ChannelEvent ev, const char *line, size_t len
                 return;
         case CHANNEL_WRITE_ERROR:
                 client_free(c);
+                return;
+        case CHANNEL_DRAINED:
                 return;
         }
 }

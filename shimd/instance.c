@@ -490,6 +490,8 @@ static void on_backend(Channel *ch, ChannelEvent ev, const char *line, size_t le
                         instance_terminate(i);
                 }
                 return;
+        case CHANNEL_DRAINED:
+                return;
         }
 }
 

@@ -76,7 +76,7 @@ static int on_update(sd_event_source *src, void *userdata) {
         (void) src;
         for (Client *c = s->clients, *n; c; c = n) {
                 n = c->next;
-                if (c->eof && hashmap_size(c->pending) + c->n_queued == 0)
+                if (c->overflow || (c->eof && hashmap_size(c->pending) + c->n_queued == 0))
                         client_free(c);
         }
         in_flight = shim_in_flight(s);

@@ -13,6 +13,7 @@
 
 #define SHIM_MAX_CLIENTS 512U
 #define CLIENT_MAX_PENDING 1024U
+#define CLIENT_MAX_QUEUED (64U * 1024U * 1024U) /* unread answers before a connection is closed */
 #define SHIM_MAX_INSTANCES 8U /* backend processes at once: distinct client configurations, or sessions */
 #define DRAIN_GRACE_USEC (5ULL * 1000000ULL)
 #define STOP_STDIN_GRACE_USEC (2ULL * 1000000ULL)
@@ -76,6 +77,7 @@ struct Client {
         Hashmap *pending;     /* client id key -> Route (owned by the instance's routes) */
         cJSON *subscriptions; /* resource URIs this connection subscribed to (array of strings) */
         unsigned n_queued;    /* requests waiting for the backend to be ready */
+        bool overflow;        /* stopped reading its answers: to be closed */
         bool eof;
         Client *next;
 };

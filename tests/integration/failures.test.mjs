@@ -2,10 +2,10 @@
 // answer every call with a clear error and carry on (direct activation: no systemd needed).
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { INIT, MCP_LAZY, RawPeer, SERVER_SCRIPTS, SHIMD, cleanupPeers, sleep } from "./lib/env.mjs";
+import { INIT, MCP_LAZY, ROOT, RawPeer, SERVER_SCRIPTS, SHIMD, cleanupPeers, sleep } from "./lib/env.mjs";
 
 after(cleanupPeers);
 const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-failures-"));
@@ -80,5 +80,41 @@ test("garbage on a backend's stdout is skipped and logged, the calls still work"
   await sleep(100);
   assert.match(p.stderr, /Backend 'noisy' wrote a line that is not JSON-RPC to stdout, ignoring it: Server starting\.\.\. not JSON/);
   assert.match(p.stderr, /Backend 'noisy' sent an invalid message/);
+  await p.close();
+});
+
+test("a client that does not read while a backend floods it: memory stays bounded, nothing is lost", async () => {
+  // A backend that answers one call with 60 MB of log notifications first.
+  const flood = join(dir, "flood.mjs");
+  writeFileSync(
+    flood,
+    `import readline from "node:readline";
+const out = (m) => process.stdout.write(JSON.stringify(m) + "\\n");
+readline.createInterface({ input: process.stdin }).on("line", async (l) => {
+  const m = JSON.parse(l);
+  if (m.method === "initialize") out({ jsonrpc: "2.0", id: m.id, result: { protocolVersion: m.params.protocolVersion, capabilities: { tools: {}, logging: {} }, serverInfo: { name: "flood", version: "1" } } });
+  if (m.method === "tools/call") {
+    const data = "x".repeat(1000);
+    for (let i = 0; i < 60000; i++) if (!process.stdout.write(JSON.stringify({ jsonrpc: "2.0", method: "notifications/message", params: { level: "info", data: i + data } }) + "\\n")) await new Promise((r) => process.stdout.once("drain", r));
+    out({ jsonrpc: "2.0", id: m.id, result: { content: [{ type: "text", text: "done" }] } });
+  }
+});
+`,
+  );
+  const m = join(dir, "flood.yaml");
+  writeFileSync(m, `backends:\n  flood: {command: [node, ${flood}]}\ntools:\n  - {name: flood, backend: flood, input_schema: {type: object}}\n`);
+  // Memory is measured on the plain build: AddressSanitizer's quarantine keeps freed memory resident.
+  const plain = join(ROOT, "build");
+  const p = new RawPeer(join(plain, "mcp-lazy"), ["--manifest", m, "--activation=direct", "--shimd", join(plain, "mcp-lazy-shimd")]);
+  await p.request(INIT());
+  p.child.stdout.pause(); // the client stops reading
+  p.send({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "flood", arguments: {} } });
+  await sleep(5000);
+  const rss = Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${p.child.pid}/status`, "utf8"))[1]) / 1024;
+  assert.ok(rss < 32, `mcp-lazy holds ${rss.toFixed(1)} MiB while its client does not read`);
+  p.child.stdout.resume();
+  const msgs = await p.next(60001, 90000);
+  assert.equal(msgs.filter((x) => x.method === "notifications/message").length, 60000);
+  assert.equal(msgs.at(-1).result.content[0].text, "done");
   await p.close();
 });
