@@ -3,7 +3,9 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { boxFleet, enableSockets } from "./lib/fleet.mjs";
-import { ROOT, SERVER_SCRIPTS, SHIMD, waitFor } from "./lib/env.mjs";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { MCP_LAZY, ROOT, SERVER_SCRIPTS, SHIMD, waitFor } from "./lib/env.mjs";
 
 let fleet;
 before(async () => {
@@ -133,4 +135,37 @@ test("the same units under a user manager: socket in $XDG_RUNTIME_DIR, mode 0600
   await s.close();
   fleet.manifestPath = "/etc/mcp-lazy/frontend.yaml";
   await fleet.sh(`${u} stop mcp-lazy@everything.service mcp-lazy@everything.socket; systemctl stop user@0.service`);
+});
+
+test("a desktop user: their own manager, their own sockets, and advice that says --user", async () => {
+  await fleet.sh(`id alice >/dev/null 2>&1 || useradd -m -u 1500 alice
+    mkdir -p /home/alice/.config/mcp-lazy && cp /etc/mcp-lazy/manifest.yaml /home/alice/.config/mcp-lazy/manifest.yaml
+    chown -R alice: /home/alice/.config
+    systemctl start user@1500.service`);
+  const u = "runuser -u alice -- env XDG_RUNTIME_DIR=/run/user/1500 systemctl --user";
+  await fleet.sh(`for i in $(seq 50); do ${u} is-system-running >/dev/null 2>&1 && break; sleep 0.1; done
+    mkdir -p /etc/systemd/user/mcp-lazy@.service.d
+    cp /etc/systemd/system/mcp-lazy@.service.d/test.conf /etc/systemd/user/mcp-lazy@.service.d/test.conf
+    ${u} daemon-reload && ${u} enable --now mcp-lazy@everything.socket`);
+  // mcp-lazy as alice, with no socket: overrides: $XDG_RUNTIME_DIR/mcp-lazy/NAME.sock and her bus.
+  const [cmd, ...pre] = fleet.box.nsenterArgs();
+  const transport = new StdioClientTransport({
+    command: cmd,
+    args: [...pre, "runuser", "-u", "alice", "--", "env", "XDG_RUNTIME_DIR=/run/user/1500", MCP_LAZY, "--manifest", "/home/alice/.config/mcp-lazy/manifest.yaml"],
+    stderr: "pipe",
+  });
+  const s = new Client({ name: "alice", version: "1" });
+  await s.connect(transport);
+  try {
+    const r = await s.callTool({ name: "echo", arguments: { message: "from alice" } });
+    assert.equal(r.content[0].text, "Echo: from alice", JSON.stringify(r));
+    assert.equal((await fleet.try(`${u} is-active mcp-lazy@everything.service`)).stdout.trim(), "active");
+    assert.match(await fleet.sh("stat -c '%a %U' /run/user/1500/mcp-lazy/everything.sock"), /^600 alice/);
+    const off = await s.callTool({ name: "list_allowed_directories", arguments: {} }).catch((e) => e);
+    assert.ok(off.isError, JSON.stringify(off));
+    assert.equal(off.content[0].text, "backend 'files' is not enabled: run 'systemctl --user enable --now mcp-lazy@files.socket'");
+  } finally {
+    await s.close();
+  }
+  await fleet.sh(`${u} stop mcp-lazy@everything.socket mcp-lazy@everything.service; systemctl stop user@1500.service`);
 });
