@@ -255,6 +255,10 @@ static void channel_read(Channel *c) {
                 line_buffer_commit(&c->lines, (size_t) n);
                 if (!channel_dispatch_lines(c))
                         return;
+                /* A short read emptied the pipe: epoll says when there is more, which saves the
+                 * read that would only answer EAGAIN, on every message. */
+                if ((size_t) n < avail && c->in_pollable)
+                        return;
         }
 }
 
