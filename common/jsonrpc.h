@@ -43,5 +43,5 @@ cJSON *jsonrpc_request_new(const cJSON *id, const char *method, cJSON *params); 
 cJSON *jsonrpc_notification_new(const char *method, cJSON *params);              /* takes params */
 /* A CallToolResult with isError and one text item: how a model learns a tool failed. */
 cJSON *tool_error_result_new(const char *text);
-/* Printed form of an id, usable as a map key ("s:abc" / "n:42"); buf needs 64 bytes for numbers. */
+/* Printed form of an id, usable as a map key ("s:abc" / "n:42"); the caller frees it. */
 char *jsonrpc_id_key(const cJSON *id);

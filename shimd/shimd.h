@@ -125,14 +125,16 @@ int client_new(Shim *s, int fd);
 Client *client_free(Client *c);
 void client_send(Client *c, const cJSON *m);
 void client_send_draining(Client *c);
-/* The instance a client's requests go to, found or made on its initialize. */
+/* Leaves the client's backend instance (its calls there are cancelled). */
 void client_detach(Client *c);
 
 /* instance.c */
-/* -EUSERS when SHIM_MAX_INSTANCES backends already run for other client configurations. */
+/* The instance a client's requests go to, found (pooled) or made on its initialize; -EUSERS when
+ * SHIM_MAX_INSTANCES backends already run for other client configurations. */
 int instance_get(Shim *s, Client *c, Instance **ret);
 Instance *instance_free(Instance *i);
-/* Queue or send a client's request (takes nothing; copies what it needs). */
+/* Sends a client's message to the backend, starting it or queueing until it is ready; msg is
+ * copied, not taken. */
 void instance_submit(Instance *i, Client *c, const cJSON *msg);
 /* The client is leaving: its calls are cancelled at the backend. */
 void instance_forget_client(Instance *i, Client *c);
