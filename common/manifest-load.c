@@ -1,0 +1,162 @@
+/* Reading a manifest: from a file or text, through cJSON for JSON, libyaml for YAML, or the cache. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "framing.h"
+#include "jsonrpc.h"
+#include "macros.h"
+#include "manifest-cache.h"
+#include "manifest-internal.h"
+
+static void ynode_freep(YNode **n) {
+        ynode_free(*n);
+}
+
+/* JSON is YAML, but cJSON reads it many times faster than libyaml. A valid JSON manifest is taken
+ * that way; anything else (and any mistake, to report it with its position) takes the YAML path. */
+static int manifest_from_json_text(const char *text, size_t len, const char *name, const char *dir, Manifest **ret) {
+        _cleanup_json_ cJSON *j = NULL;
+        _cleanup_(ynode_freep) YNode *root = NULL;
+        const char *end = NULL;
+
+        if (json_text_depth(text, len) > YAML_TREE_MAX_DEPTH || !utf8_is_valid(text, len) || memchr(text, 0, len))
+                return -EINVAL;
+        j = cJSON_ParseWithLengthOpts(text, len, &end, false);
+        if (!j || !cJSON_IsObject(j))
+                return -EINVAL;
+        for (; end < text + len; end++)
+                if (!strchr(" \t\r\n", *end))
+                        return -EINVAL;
+        if (ynode_from_json(j, &root) < 0)
+                return -EINVAL;
+        return manifest_from_tree(root, name, dir, ret, NULL);
+}
+
+static int manifest_load_yaml(const char *text, size_t len, const char *name, const char *dir, Manifest **ret,
+                              char **ret_error, YNode **ret_tree) {
+        _cleanup_(ynode_freep) YNode *root = NULL;
+        _cleanup_free_ char *err = NULL;
+        int r;
+
+        r = yaml_tree_load(text, len, &root, &err);
+        if (r == -EINVAL) {
+                if (asprintf(ret_error, "%s:%s", name, err) < 0)
+                        *ret_error = NULL;
+                return -EINVAL;
+        }
+        if (r < 0)
+                return r;
+        r = manifest_from_tree(root, name, dir, ret, ret_error);
+        if (r >= 0 && ret_tree)
+                *ret_tree = TAKE_PTR(root);
+        return r;
+}
+
+static bool looks_like_json(const char *text, size_t len) {
+        size_t i = 0;
+        while (i < len && strchr(" \t\r\n", text[i]))
+                i++;
+        return i < len && text[i] == '{';
+}
+
+int manifest_load_string(const char *text, size_t len, const char *name, const char *dir, Manifest **ret,
+                         char **ret_error) {
+        if (looks_like_json(text, len) && manifest_from_json_text(text, len, name, dir, ret) >= 0)
+                return 0;
+        return manifest_load_yaml(text, len, name, dir, ret, ret_error, NULL);
+}
+
+static int read_fd(int fd, const struct stat *st, char **ret, size_t *ret_len) {
+        _cleanup_free_ char *buf = NULL;
+        size_t len = 0;
+
+        if (S_ISDIR(st->st_mode))
+                return -EISDIR;
+        if (st->st_size > (off_t) MANIFEST_MAX_SIZE)
+                return -EFBIG;
+        buf = malloc(MANIFEST_MAX_SIZE / 64);
+        size_t alloc = MANIFEST_MAX_SIZE / 64;
+        if (!buf)
+                return -ENOMEM;
+        for (;;) {
+                ssize_t n;
+                if (len == alloc) {
+                        char *p;
+                        if (alloc >= MANIFEST_MAX_SIZE)
+                                return -EFBIG;
+                        alloc *= 2;
+                        p = realloc(buf, alloc);
+                        if (!p)
+                                return -ENOMEM;
+                        buf = p;
+                }
+                n = read(fd, buf + len, alloc - len);
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -errno;
+                }
+                if (n == 0)
+                        break;
+                len += (size_t) n;
+        }
+        *ret = TAKE_PTR(buf);
+        *ret_len = len;
+        return 0;
+}
+
+int manifest_load_file(const char *path, Manifest **ret, char **ret_error) {
+        _cleanup_free_ char *text = NULL, *dir = NULL;
+        _cleanup_close_ int fd = -EBADF;
+        YNode *tree = NULL;
+        char cwd[PATH_MAX];
+        const char *slash;
+        struct stat st;
+        size_t len = 0;
+        int r = 0;
+
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        if (fd < 0 || fstat(fd, &st) < 0)
+                r = -errno;
+        else
+                r = read_fd(fd, &st, &text, &len);
+        if (r < 0) {
+                errno = -r;
+                if (asprintf(ret_error, "%s: cannot read manifest: %s", path,
+                             r == -EFBIG ? "larger than 64 MiB" : strerror(-r)) < 0)
+                        *ret_error = NULL;
+                return r;
+        }
+        /* A relative cwd in the manifest is relative to the manifest, wherever we were started. */
+        slash = strrchr(path, '/');
+        if (path[0] == '/')
+                dir = strndup(path, slash == path ? 1 : (size_t) (slash - path));
+        else if (!getcwd(cwd, sizeof cwd))
+                return -errno;
+        else if (slash)
+                r = asprintf(&dir, "%s/%.*s", cwd, (int) (slash - path), path);
+        else
+                dir = strdup(cwd);
+        if (r < 0 || !dir)
+                return -ENOMEM;
+        if (looks_like_json(text, len) && manifest_from_json_text(text, len, path, dir, ret) >= 0)
+                return 0;
+        /* YAML: a tree cached from an earlier start of an unchanged file saves libyaml's work. */
+        if (manifest_cache_get(path, &st, &tree) >= 0) {
+                r = manifest_from_tree(tree, path, dir, ret, NULL);
+                ynode_free(tree);
+                if (r >= 0)
+                        return 0;
+        }
+        r = manifest_load_yaml(text, len, path, dir, ret, ret_error, &tree);
+        if (r >= 0) {
+                manifest_cache_put(path, &st, tree);
+                ynode_free(tree);
+        }
+        return r;
+}
+
