@@ -11,7 +11,7 @@
 #include "framing.h"
 #include "macros.h"
 
-#define READ_CHUNK (64U * 1024U)
+#define READ_CHUNK     (64U * 1024U)
 #define OUT_HIGH_WATER CHANNEL_HIGH_WATER
 
 typedef struct OutChunk {
@@ -24,7 +24,7 @@ struct Channel {
         sd_event *event;
         int in_fd, out_fd;
         bool same_fd;
-        bool out_is_socket; /* half-close with shutdown(), which a dup'ed fd also reaches */
+        bool out_is_socket;             /* half-close with shutdown(), which a dup'ed fd also reaches */
         bool in_pollable, out_pollable; /* regular files cannot be polled: plain read/write them */
         sd_event_source *in_source, *out_source, *file_source, *error_source;
         int write_error;
@@ -32,7 +32,7 @@ struct Channel {
         OutChunk *out_head, *out_tail;
         size_t out_bytes;
         bool reading_wanted, close_write_pending, write_closed, eof_seen;
-        bool backpressure; /* stop reading while our own output is backed up */
+        bool backpressure;  /* stop reading while our own output is backed up */
         bool was_backed_up; /* went past the high-water mark: report CHANNEL_DRAINED when below half */
         unsigned dispatching;
         bool free_pending;
@@ -154,7 +154,7 @@ static void channel_flush(Channel *c) {
                 ssize_t k;
 
                 for (OutChunk *o = c->out_head; o && n < (int) ELEMENTSOF(iov); o = o->next, n++)
-                        iov[n] = (struct iovec) { o->data + o->done, o->len - o->done };
+                        iov[n] = (struct iovec){o->data + o->done, o->len - o->done};
                 k = writev(c->out_fd, iov, n);
                 if (k < 0) {
                         if (errno == EINTR)

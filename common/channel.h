@@ -12,15 +12,14 @@ typedef struct Channel Channel;
 #define CHANNEL_HIGH_WATER (8U * 1024U * 1024U)
 
 typedef enum ChannelEvent {
-        CHANNEL_LINE,     /* line/len set */
-        CHANNEL_OVERSIZE, /* a line passed the limit and was dropped */
-        CHANNEL_EOF,      /* the peer closed its sending side (or reading failed: error < 0) */
+        CHANNEL_LINE,        /* line/len set */
+        CHANNEL_OVERSIZE,    /* a line passed the limit and was dropped */
+        CHANNEL_EOF,         /* the peer closed its sending side (or reading failed: error < 0) */
         CHANNEL_WRITE_ERROR, /* the peer stopped reading (EPIPE and friends): error < 0 */
-        CHANNEL_DRAINED,  /* the queue was past CHANNEL_HIGH_WATER and is now below half of it */
+        CHANNEL_DRAINED,     /* the queue was past CHANNEL_HIGH_WATER and is now below half of it */
 } ChannelEvent;
 
-typedef void (*channel_handler_t)(Channel *c, ChannelEvent ev, const char *line, size_t len, int error,
-                                  void *userdata);
+typedef void (*channel_handler_t)(Channel *c, ChannelEvent ev, const char *line, size_t len, int error, void *userdata);
 
 /* Takes ownership of both fds (they may be the same socket). out_fd < 0 makes a read-only channel. */
 int channel_new(sd_event *e, int in_fd, int out_fd, size_t max_line, channel_handler_t handler, void *userdata,

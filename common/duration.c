@@ -11,9 +11,9 @@ static const struct {
         uint64_t usec;
 } units[] = {
         /* Longest first, so "ms" and "min" are not read as "m". */
-        { "min", 60 * USEC_PER_SEC }, { "ms", USEC_PER_MSEC }, { "us", 1 },
-        { "h", 3600 * USEC_PER_SEC }, { "m", 60 * USEC_PER_SEC },  { "s", USEC_PER_SEC },
-        { "d", 86400 * USEC_PER_SEC },
+        {"min", 60 * USEC_PER_SEC},  {"ms", USEC_PER_MSEC},    {"us", 1},
+        {"h", 3600 * USEC_PER_SEC},  {"m", 60 * USEC_PER_SEC}, {"s", USEC_PER_SEC},
+        {"d", 86400 * USEC_PER_SEC},
 };
 
 #define DURATION_MAX (366ULL * 86400ULL * USEC_PER_SEC)

@@ -7,12 +7,12 @@
 #include "framing.h"
 
 void line_buffer_init(LineBuffer *b, size_t max_line) {
-        *b = (LineBuffer) { .max_line = max_line ?: FRAMING_DEFAULT_MAX_LINE };
+        *b = (LineBuffer){.max_line = max_line ?: FRAMING_DEFAULT_MAX_LINE};
 }
 
 void line_buffer_done(LineBuffer *b) {
         free(b->data);
-        *b = (LineBuffer) {};
+        *b = (LineBuffer){};
 }
 
 int line_buffer_reserve(LineBuffer *b, size_t want, char **ret_ptr, size_t *ret_avail) {

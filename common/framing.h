@@ -17,8 +17,8 @@ typedef struct LineBuffer {
 } LineBuffer;
 
 enum {
-        LINE_NONE = 0,  /* need more input */
-        LINE_OK = 1,    /* a complete line, without its "\n" or "\r\n" */
+        LINE_NONE = 0,     /* need more input */
+        LINE_OK = 1,       /* a complete line, without its "\n" or "\r\n" */
         LINE_OVERSIZE = 2, /* a line passed max_line; reported once, its bytes are dropped */
 };
 

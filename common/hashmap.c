@@ -43,7 +43,8 @@ Hashmap *hashmap_free(Hashmap *h) {
 static Entry *find(const Hashmap *h, const char *key) {
         if (h->n_buckets == 0)
                 return NULL;
-        for (size_t i = hash_string(key) & (h->n_buckets - 1), n = 0; n < h->n_buckets; i = (i + 1) & (h->n_buckets - 1), n++) {
+        for (size_t i = hash_string(key) & (h->n_buckets - 1), n = 0; n < h->n_buckets;
+             i = (i + 1) & (h->n_buckets - 1), n++) {
                 Entry *e = &h->entries[i];
                 if (!e->key)
                         return NULL;
@@ -84,7 +85,9 @@ int hashmap_put(Hashmap *h, const char *key, void *value) {
         if (find(h, key))
                 return -EEXIST;
         if ((h->used + 1) * 4 >= h->n_buckets * 3) {
-                int r = resize(h, h->n_buckets == 0 ? 16 : (h->size + 1) * 4 >= h->n_buckets ? h->n_buckets * 2 : h->n_buckets);
+                int r = resize(h, h->n_buckets == 0                   ? 16
+                                  : (h->size + 1) * 4 >= h->n_buckets ? h->n_buckets * 2
+                                                                      : h->n_buckets);
                 if (r < 0)
                         return r;
         }
@@ -96,7 +99,7 @@ int hashmap_put(Hashmap *h, const char *key, void *value) {
                 ;
         if (!h->entries[i].key)
                 h->used++;
-        h->entries[i] = (Entry) { k, value };
+        h->entries[i] = (Entry){k, value};
         h->size++;
         return 0;
 }

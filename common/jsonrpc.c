@@ -74,7 +74,7 @@ int jsonrpc_id_valid(const cJSON *id) {
 }
 
 JsonRpcMessage jsonrpc_classify(const cJSON *m) {
-        JsonRpcMessage r = { .kind = JSONRPC_INVALID };
+        JsonRpcMessage r = {.kind = JSONRPC_INVALID};
         const cJSON *v, *method, *id, *params;
 
         if (!cJSON_IsObject(m)) {

@@ -4,11 +4,11 @@
 #include <stddef.h>
 #include <cjson/cJSON.h>
 
-#define JSONRPC_PARSE_ERROR -32700
-#define JSONRPC_INVALID_REQUEST -32600
+#define JSONRPC_PARSE_ERROR      -32700
+#define JSONRPC_INVALID_REQUEST  -32600
 #define JSONRPC_METHOD_NOT_FOUND -32601
-#define JSONRPC_INVALID_PARAMS -32602
-#define JSONRPC_INTERNAL_ERROR -32603
+#define JSONRPC_INVALID_PARAMS   -32602
+#define JSONRPC_INTERNAL_ERROR   -32603
 
 #define JSONRPC_DEFAULT_MAX_DEPTH 128U
 
@@ -21,10 +21,10 @@ typedef enum JsonRpcKind {
 
 typedef struct JsonRpcMessage {
         JsonRpcKind kind;
-        const char *method;   /* requests and notifications */
-        const cJSON *id;      /* requests and responses; for INVALID, the id if one could be read */
-        const cJSON *params;  /* NULL when absent */
-        const char *problem;  /* INVALID: why, as a sentence fragment for the error message */
+        const char *method;  /* requests and notifications */
+        const cJSON *id;     /* requests and responses; for INVALID, the id if one could be read */
+        const cJSON *params; /* NULL when absent */
+        const char *problem; /* INVALID: why, as a sentence fragment for the error message */
 } JsonRpcMessage;
 
 /* -EBADMSG: not JSON, not UTF-8, or trailing bytes; -E2BIG: nested deeper than max_depth. */
@@ -38,9 +38,9 @@ int jsonrpc_id_valid(const cJSON *id);
 
 /* Builders return NULL only on OOM. 'id' is copied; NULL id means JSON null. */
 cJSON *jsonrpc_error_new(const cJSON *id, int code, const char *message);
-cJSON *jsonrpc_result_new(const cJSON *id, cJSON *result); /* takes result, also on failure */
+cJSON *jsonrpc_result_new(const cJSON *id, cJSON *result);                      /* takes result, also on failure */
 cJSON *jsonrpc_request_new(const cJSON *id, const char *method, cJSON *params); /* takes params */
-cJSON *jsonrpc_notification_new(const char *method, cJSON *params);              /* takes params */
+cJSON *jsonrpc_notification_new(const char *method, cJSON *params);             /* takes params */
 /* A CallToolResult with isError and one text item: how a model learns a tool failed. */
 cJSON *tool_error_result_new(const char *text);
 /* Printed form of an id, usable as a map key ("s:abc" / "n:42"); the caller frees it. */

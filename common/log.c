@@ -64,8 +64,8 @@ int log_internal(int level, int error, const char *file, int line, const char *f
 
                 snprintf(codefile, sizeof codefile, "CODE_FILE=%s", file);
                 snprintf(codeline, sizeof codeline, "CODE_LINE=%d", line);
-                if (sd_journal_send("MESSAGE=%s", buf, "PRIORITY=%d", level, "%s", codefile, "%s", codeline,
-                                    "%s", log_field[0] ? log_field : "MCP_LAZY=1", NULL) >= 0)
+                if (sd_journal_send("MESSAGE=%s", buf, "PRIORITY=%d", level, "%s", codefile, "%s", codeline, "%s",
+                                    log_field[0] ? log_field : "MCP_LAZY=1", NULL) >= 0)
                         return -error;
         }
         fprintf(stderr, "%s: %s\n", log_program, buf);

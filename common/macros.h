@@ -6,25 +6,25 @@
 #include <unistd.h>
 #include <cjson/cJSON.h>
 
-#define _cleanup_(f) __attribute__((cleanup(f)))
-#define _unused_ __attribute__((unused))
+#define _cleanup_(f)   __attribute__((cleanup(f)))
+#define _unused_       __attribute__((unused))
 #define _printf_(a, b) __attribute__((format(printf, a, b)))
 
 #define ELEMENTSOF(x) (sizeof(x) / sizeof((x)[0]))
 
 /* Hand a pointer on: returns it and leaves NULL behind, so the local's cleanup does nothing. */
-#define TAKE_PTR(p)                                \
-        ({                                         \
-                __typeof__(p) _p_ = (p);           \
-                (p) = NULL;                        \
-                _p_;                               \
+#define TAKE_PTR(p)                      \
+        ({                               \
+                __typeof__(p) _p_ = (p); \
+                (p) = NULL;              \
+                _p_;                     \
         })
 
-#define TAKE_FD(fd)                                \
-        ({                                         \
-                int _fd_ = (fd);                   \
-                (fd) = -EBADF;                     \
-                _fd_;                              \
+#define TAKE_FD(fd)              \
+        ({                       \
+                int _fd_ = (fd); \
+                (fd) = -EBADF;   \
+                _fd_;            \
         })
 
 static inline void freep(void *p) {
@@ -44,7 +44,7 @@ static inline void closep(int *fd) {
         *fd = safe_close(*fd);
 }
 #define _cleanup_close_ _cleanup_(closep)
-#define _cleanup_free_ _cleanup_(freep)
+#define _cleanup_free_  _cleanup_(freep)
 
 static inline void cJSON_Deletep(cJSON **j) {
         cJSON_Delete(*j);
@@ -66,8 +66,8 @@ static inline void strv_freep(char ***l) {
 #define streq(a, b) (strcmp((a), (b)) == 0)
 
 #define USEC_PER_MSEC 1000ULL
-#define USEC_PER_SEC 1000000ULL
+#define USEC_PER_SEC  1000000ULL
 #define USEC_INFINITY ((uint64_t) UINT64_MAX)
 
 #define _fallthrough_ __attribute__((fallthrough))
-#define _noreturn_ __attribute__((noreturn))
+#define _noreturn_    __attribute__((noreturn))

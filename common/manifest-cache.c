@@ -13,7 +13,7 @@
 #include "macros.h"
 #include "manifest-cache.h"
 
-#define CACHE_FORMAT 1
+#define CACHE_FORMAT   1
 #define CACHE_MAX_SIZE (256U * 1024U * 1024U)
 
 #ifndef MCP_LAZY_VERSION
@@ -68,8 +68,8 @@ int manifest_cache_get(const char *path, const struct stat *st, YNode **ret) {
                 return -ENOENT;
         fd = open(file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
         /* Only a file of our own, that no one else can have written. */
-        if (fd < 0 || fstat(fd, &cst) < 0 || !S_ISREG(cst.st_mode) || cst.st_uid != geteuid() ||
-            (cst.st_mode & 0022) || cst.st_size <= 0 || (uint64_t) cst.st_size > CACHE_MAX_SIZE)
+        if (fd < 0 || fstat(fd, &cst) < 0 || !S_ISREG(cst.st_mode) || cst.st_uid != geteuid() || (cst.st_mode & 0022) ||
+            cst.st_size <= 0 || (uint64_t) cst.st_size > CACHE_MAX_SIZE)
                 return -ENOENT;
         buf = malloc((size_t) cst.st_size);
         if (!buf)
@@ -85,7 +85,8 @@ int manifest_cache_get(const char *path, const struct stat *st, YNode **ret) {
 }
 
 void manifest_cache_put(const char *path, const struct stat *st, const YNode *tree) {
-        _cleanup_free_ char *file = cache_file(path), *dir = cache_dir(), *s = stamp(path, st), *text = NULL, *tmp = NULL;
+        _cleanup_free_ char *file = cache_file(path), *dir = cache_dir(), *s = stamp(path, st), *text = NULL,
+                            *tmp = NULL;
         _cleanup_json_ cJSON *j = cJSON_CreateArray();
         _cleanup_close_ int fd = -EBADF;
         cJSON *enc;

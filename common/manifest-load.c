@@ -159,4 +159,3 @@ int manifest_load_file(const char *path, Manifest **ret, char **ret_error) {
         }
         return r;
 }
-

@@ -165,7 +165,8 @@ static int parse_timeout(Loader *l, const YNode *n, const char *key, const char 
                 return -EINVAL;
         r = duration_parse(n->value, &usec);
         if (r < 0)
-                return loader_error(l, n, "%s '%s' of backend '%s' is not a duration; write e.g. 90s, 5m, 2h or 0 for never",
+                return loader_error(l, n,
+                                    "%s '%s' of backend '%s' is not a duration; write e.g. 90s, 5m, 2h or 0 for never",
                                     key, n->value, backend);
         *ret = usec == 0 ? USEC_INFINITY : usec;
         return 0;
@@ -182,8 +183,10 @@ static int parse_env(Loader *l, const YNode *n, Backend *b) {
         for (size_t i = 0; i < n->n_items; i += 2) {
                 const YNode *key = n->items[i], *val = n->items[i + 1];
 
-                if (key->length == 0 || strspn(key->value, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") !=
-                                                key->length || (key->value[0] >= '0' && key->value[0] <= '9')) {
+                if (key->length == 0 ||
+                    strspn(key->value, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") !=
+                            key->length ||
+                    (key->value[0] >= '0' && key->value[0] <= '9')) {
                         loader_error(l, key, "'%s' is not a valid environment variable name", key->value);
                         continue;
                 }
@@ -211,8 +214,8 @@ static int parse_path(Loader *l, const YNode *n, const char *what, bool relative
 }
 
 static const char *const backend_keys[] = {
-        "command", "env", "cwd", "idle_timeout", "init_timeout", "sharing", "socket",
-        "resources", "resource_templates", "prompts", NULL,
+        "command", "env", "cwd", "idle_timeout", "init_timeout", "sharing", "socket", "resources", "resource_templates",
+        "prompts", NULL,
 };
 
 /* resources, resource_templates, prompts: lists of objects, passed to the client as they are,
@@ -233,10 +236,11 @@ static int parse_surface(Loader *l, const YNode *n, const char *what, const char
         if (r < 0)
                 return r;
         size_t k = 0;
-        cJSON_ArrayForEach(it, j) {
+        cJSON_ArrayForEach (it, j) {
                 if (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(it, id_key)) ||
                     !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(it, "name"))) {
-                        loader_error(l, n->items[k], "each of %s needs a string '%s' and a string 'name'", what, id_key);
+                        loader_error(l, n->items[k], "each of %s needs a string '%s' and a string 'name'", what,
+                                     id_key);
                         cJSON_Delete(j);
                         return -EINVAL;
                 }
@@ -256,7 +260,9 @@ static int parse_backend(Loader *l, const YNode *key, const YNode *n, Backend *b
         if (!b->name)
                 return -ENOMEM;
         if (!backend_name_valid(key->value))
-                loader_error(l, key, "backend name '%s' is invalid: use 1-%u characters of A-Z a-z 0-9 _ . - , not starting with . or -",
+                loader_error(l, key,
+                             "backend name '%s' is invalid: use 1-%u characters of A-Z a-z 0-9 _ . - , not starting "
+                             "with . or -",
                              key->value, BACKEND_NAME_MAX);
         if (!expect_kind(l, n, YNODE_MAPPING, "a backend"))
                 return -EINVAL;
@@ -284,7 +290,9 @@ static int parse_backend(Loader *l, const YNode *key, const YNode *n, Backend *b
                 if (parse_path(l, v, "socket", false, &b->socket) == -ENOMEM)
                         return -ENOMEM;
                 if (b->socket && strlen(b->socket) >= 108)
-                        loader_error(l, v, "socket path of backend '%s' is longer than a unix socket allows (107 bytes)", b->name);
+                        loader_error(l, v,
+                                     "socket path of backend '%s' is longer than a unix socket allows (107 bytes)",
+                                     b->name);
         }
         if ((v = ynode_get(n, "resources")) && parse_surface(l, v, "resources", "uri", &b->resources) == -ENOMEM)
                 return -ENOMEM;
@@ -299,7 +307,8 @@ static int parse_backend(Loader *l, const YNode *key, const YNode *n, Backend *b
                 else if (streq(v->value, "session"))
                         b->sharing = SHARING_SESSION;
                 else
-                        loader_error(l, v, "sharing of backend '%s' must be 'pooled' or 'session', not '%s'", b->name, v->value);
+                        loader_error(l, v, "sharing of backend '%s' must be 'pooled' or 'session', not '%s'", b->name,
+                                     v->value);
         }
         return 0;
 }
@@ -323,23 +332,24 @@ static const struct {
         const char *manifest, *mcp;
         YNodeKind kind;
 } tool_keys[] = {
-        { "name", "name", YNODE_SCALAR },
-        { "title", "title", YNODE_SCALAR },
-        { "description", "description", YNODE_SCALAR },
-        { "input_schema", "inputSchema", YNODE_MAPPING },
-        { "inputSchema", "inputSchema", YNODE_MAPPING },
-        { "output_schema", "outputSchema", YNODE_MAPPING },
-        { "outputSchema", "outputSchema", YNODE_MAPPING },
-        { "annotations", "annotations", YNODE_MAPPING },
-        { "icons", "icons", YNODE_SEQUENCE },
-        { "execution", "execution", YNODE_MAPPING },
-        { "_meta", "_meta", YNODE_MAPPING },
-        { "backend", NULL, YNODE_SCALAR },
+        {"name", "name", YNODE_SCALAR},
+        {"title", "title", YNODE_SCALAR},
+        {"description", "description", YNODE_SCALAR},
+        {"input_schema", "inputSchema", YNODE_MAPPING},
+        {"inputSchema", "inputSchema", YNODE_MAPPING},
+        {"output_schema", "outputSchema", YNODE_MAPPING},
+        {"outputSchema", "outputSchema", YNODE_MAPPING},
+        {"annotations", "annotations", YNODE_MAPPING},
+        {"icons", "icons", YNODE_SEQUENCE},
+        {"execution", "execution", YNODE_MAPPING},
+        {"_meta", "_meta", YNODE_MAPPING},
+        {"backend", NULL, YNODE_SCALAR},
 };
 
 static const char *const tool_key_names[] = {
-        "name", "title", "description", "input_schema", "inputSchema", "output_schema", "outputSchema",
-        "annotations", "icons", "execution", "_meta", "backend", NULL,
+        "name",          "title",        "description", "input_schema", "inputSchema",
+        "output_schema", "outputSchema", "annotations", "icons",        "execution",
+        "_meta",         "backend",      NULL,
 };
 
 static bool schema_is_object(const cJSON *schema) {
@@ -376,7 +386,8 @@ static int tool_add_key(Loader *l, cJSON *json, const YNode *key, const YNode *v
         if (!v)
                 return -ENOMEM;
         if ((streq(tool_keys[i].mcp, "inputSchema") || streq(tool_keys[i].mcp, "outputSchema")) && !schema_is_object(v))
-                return loader_error(l, val, "%s of tool '%s' must be an object schema (type: object)", key->value, tool);
+                return loader_error(l, val, "%s of tool '%s' must be an object schema (type: object)", key->value,
+                                    tool);
         if (!cJSON_AddItemToObject(json, tool_keys[i].mcp, v))
                 return -ENOMEM;
         v = NULL;
@@ -400,7 +411,8 @@ static int parse_tool(Loader *l, const YNode *n, Tool *t) {
                 return -EINVAL;
         tname = name->value;
         if (!tool_name_valid(tname))
-                loader_error(l, name, "tool name '%s' is invalid: MCP allows 1-128 characters of A-Z a-z 0-9 _ . -", tname);
+                loader_error(l, name, "tool name '%s' is invalid: MCP allows 1-128 characters of A-Z a-z 0-9 _ . -",
+                             tname);
         if (!ynode_get(n, "input_schema") && !ynode_get(n, "inputSchema"))
                 loader_error(l, n, "tool '%s' has no input_schema", tname);
 
@@ -410,8 +422,8 @@ static int parse_tool(Loader *l, const YNode *n, Tool *t) {
         else if (expect_kind(l, backend, YNODE_SCALAR, "backend")) {
                 const Backend *b = manifest_find_backend(l->m, backend->value);
                 if (!b)
-                        loader_error(l, backend, "tool '%s' names backend '%s', which is not defined under backends", tname,
-                                     backend->value);
+                        loader_error(l, backend, "tool '%s' names backend '%s', which is not defined under backends",
+                                     tname, backend->value);
                 else {
                         t->backend = (size_t) (b - l->m->backends);
                         l->m->backends[t->backend].n_tools++;
@@ -448,8 +460,9 @@ static int parse_tools(Loader *l, const YNode *n) {
                         continue;
                 dup = manifest_find_tool(l->m, t->name);
                 if (dup) {
-                        loader_error(l, ynode_get(n->items[i], "name"), "duplicate tool name '%s' (tool #%zu has it too)",
-                                     t->name, (size_t) (dup - l->m->tools) + 1);
+                        loader_error(l, ynode_get(n->items[i], "name"),
+                                     "duplicate tool name '%s' (tool #%zu has it too)", t->name,
+                                     (size_t) (dup - l->m->tools) + 1);
                         t->json = (cJSON_Delete(t->json), NULL);
                         continue;
                 }
@@ -458,7 +471,7 @@ static int parse_tools(Loader *l, const YNode *n) {
         return 0;
 }
 
-static const char *const server_keys[] = { "name", "title", "version", "instructions", "page_size", NULL };
+static const char *const server_keys[] = {"name", "title", "version", "instructions", "page_size", NULL};
 
 static int parse_server(Loader *l, const YNode *n) {
         const YNode *v;
@@ -498,7 +511,7 @@ static int server_info_default(Manifest *m) {
         return 0;
 }
 
-static const char *const top_keys[] = { "server", "backends", "tools", NULL };
+static const char *const top_keys[] = {"server", "backends", "tools", NULL};
 
 static int load_tree(Loader *l, const YNode *root) {
         const YNode *v;
@@ -547,7 +560,7 @@ Manifest *manifest_free(Manifest *m) {
 /* Checks a tree and builds the Manifest from it. */
 int manifest_from_tree(const YNode *root, const char *name, const char *dir, Manifest **ret, char **ret_error) {
         _cleanup_(manifest_freep) Manifest *m = NULL;
-        Loader l = { .file = name, .dir = dir };
+        Loader l = {.file = name, .dir = dir};
         int r;
 
         m = calloc(1, sizeof *m);
@@ -565,7 +578,8 @@ int manifest_from_tree(const YNode *root, const char *name, const char *dir, Man
         if (l.n_errors > 0) {
                 if (l.n_errors > MAX_ERRORS) {
                         char *p = NULL;
-                        if (asprintf(&p, "%s\n%s: %u more problems not shown", l.errors, name, l.n_errors - MAX_ERRORS) >= 0) {
+                        if (asprintf(&p, "%s\n%s: %u more problems not shown", l.errors, name,
+                                     l.n_errors - MAX_ERRORS) >= 0) {
                                 free(l.errors);
                                 l.errors = p;
                         }
@@ -596,7 +610,7 @@ const Tool *manifest_find_tool(const Manifest *m, const char *name) {
 
 static bool list_has_string(const cJSON *list, const char *key, const char *value) {
         const cJSON *it;
-        cJSON_ArrayForEach(it, list)
+        cJSON_ArrayForEach (it, list)
                 if (streq(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, key)) ?: "", value))
                         return true;
         return false;
@@ -612,7 +626,7 @@ const Backend *manifest_find_resource_backend(const Manifest *m, const char *uri
         /* Templates: the literal part before the first expression must prefix the URI. */
         for (size_t i = 0; i < m->n_backends; i++) {
                 const cJSON *it;
-                cJSON_ArrayForEach(it, m->backends[i].resource_templates) {
+                cJSON_ArrayForEach (it, m->backends[i].resource_templates) {
                         const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, "uriTemplate"));
                         size_t n = t ? strcspn(t, "{") : 0;
                         if (t && n >= best_len && strncmp(uri, t, n) == 0)

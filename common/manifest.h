@@ -6,10 +6,10 @@
 #include <stdint.h>
 #include <cjson/cJSON.h>
 
-#define MANIFEST_MAX_SIZE (64U * 1024U * 1024U)
+#define MANIFEST_MAX_SIZE                  (64U * 1024U * 1024U)
 #define MANIFEST_DEFAULT_IDLE_TIMEOUT_USEC (5ULL * 60ULL * 1000000ULL)
 #define MANIFEST_DEFAULT_INIT_TIMEOUT_USEC (120ULL * 1000000ULL) /* a cold npx fetches a package first */
-#define BACKEND_NAME_MAX 64U
+#define BACKEND_NAME_MAX                   64U
 
 typedef enum Sharing {
         SHARING_POOLED,
@@ -18,10 +18,10 @@ typedef enum Sharing {
 
 typedef struct Backend {
         char *name;
-        char **command;  /* argv, NULL-terminated, never empty */
-        char **env;      /* "KEY=VALUE", NULL-terminated, may be NULL */
-        char *cwd;       /* absolute, or NULL */
-        char *socket;    /* absolute socket path, or NULL for the default */
+        char **command;             /* argv, NULL-terminated, never empty */
+        char **env;                 /* "KEY=VALUE", NULL-terminated, may be NULL */
+        char *cwd;                  /* absolute, or NULL */
+        char *socket;               /* absolute socket path, or NULL for the default */
         uint64_t idle_timeout_usec; /* UINT64_MAX: never */
         uint64_t init_timeout_usec; /* UINT64_MAX: never */
         Sharing sharing;
@@ -32,9 +32,9 @@ typedef struct Backend {
 } Backend;
 
 typedef struct Tool {
-        const char *name;  /* points into json */
-        size_t backend;    /* index into Manifest.backends */
-        cJSON *json;       /* the tools/list entry, MCP spelling */
+        const char *name; /* points into json */
+        size_t backend;   /* index into Manifest.backends */
+        cJSON *json;      /* the tools/list entry, MCP spelling */
 } Tool;
 
 typedef struct Manifest {
@@ -43,9 +43,9 @@ typedef struct Manifest {
         size_t n_backends;
         Tool *tools;
         size_t n_tools;
-        cJSON *server_info;  /* initialize's serverInfo */
-        char *instructions;  /* NULL if none */
-        size_t page_size;    /* tools per tools/list page; 0: all in one */
+        cJSON *server_info; /* initialize's serverInfo */
+        char *instructions; /* NULL if none */
+        size_t page_size;   /* tools per tools/list page; 0: all in one */
 } Manifest;
 
 /* On a manifest mistake: -EINVAL and *ret_error holds every problem found, one per line, each as

@@ -100,8 +100,8 @@ static int parse_children(Parser *p, YNode *n, yaml_event_type_t end, unsigned d
 
                 if (!yaml_parser_parse(&p->parser, &ev))
                         return set_error(p->error, p->parser.problem_mark.line + 1, p->parser.problem_mark.column + 1,
-                                         "%s%s%s", p->parser.problem ?: "invalid YAML",
-                                         p->parser.context ? " " : "", p->parser.context ?: "");
+                                         "%s%s%s", p->parser.problem ?: "invalid YAML", p->parser.context ? " " : "",
+                                         p->parser.context ?: "");
                 if (ev.type == end) {
                         yaml_event_delete(&ev);
                         return 0;
@@ -187,14 +187,15 @@ static int expect_event(Parser *p, yaml_event_type_t t, yaml_event_t *ret) {
                 unsigned line = ret->start_mark.line + 1, col = ret->start_mark.column + 1;
                 yaml_event_delete(ret);
                 return set_error(p->error, line, col,
-                                 t == YAML_STREAM_END_EVENT ? "only one YAML document is allowed" : "unexpected content");
+                                 t == YAML_STREAM_END_EVENT ? "only one YAML document is allowed"
+                                                            : "unexpected content");
         }
         return 0;
 }
 
 int yaml_tree_load(const char *text, size_t len, YNode **ret, char **ret_error) {
         _cleanup_(ynode_freep) YNode *root = NULL;
-        Parser p = { .error = ret_error };
+        Parser p = {.error = ret_error};
         yaml_event_t ev;
         int r;
 
@@ -263,7 +264,8 @@ static int plain_scalar_to_json(const YNode *n, cJSON **ret, char **ret_error) {
         else if (strncmp(v, "0o", 2) == 0 && all_of(v + 2, "01234567"))
                 *ret = cJSON_CreateNumber((double) strtoull(v + 2, NULL, 8));
         else if (strcasecmp(digits, ".inf") == 0 || strcasecmp(v, ".nan") == 0)
-                return set_error(ret_error, n->line, n->column, "'%s' has no JSON equivalent; quote it for a string", v);
+                return set_error(ret_error, n->line, n->column, "'%s' has no JSON equivalent; quote it for a string",
+                                 v);
         else if ((digits[0] >= '0' && digits[0] <= '9') || (digits[0] == '.' && digits[1] >= '0' && digits[1] <= '9')) {
                 errno = 0;
                 d = strtod(v, &end);
@@ -332,7 +334,7 @@ static int from_json(const cJSON *j, unsigned depth, YNode **ret) {
                 n = ynode_new(cJSON_IsArray(j) ? YNODE_SEQUENCE : YNODE_MAPPING, NULL, false);
                 if (!n)
                         return -ENOMEM;
-                cJSON_ArrayForEach(c, j) {
+                cJSON_ArrayForEach (c, j) {
                         YNode *child;
                         if (cJSON_IsObject(j)) {
                                 if (ynode_get(n, c->string))
@@ -405,7 +407,7 @@ int ynode_decode(const cJSON *j, YNode **ret) {
                 n = ynode_new(cJSON_IsArray(j) ? YNODE_SEQUENCE : YNODE_MAPPING, NULL, false);
                 if (!n)
                         return -ENOMEM;
-                cJSON_ArrayForEach(c, j) {
+                cJSON_ArrayForEach (c, j) {
                         YNode *child;
                         int r;
 

@@ -17,9 +17,9 @@ struct YNode {
         unsigned line, column; /* 1-based */
         char *value;           /* scalars */
         size_t length;
-        bool plain;            /* unquoted scalar: may be a number, a bool or null */
-        YNode **items;         /* sequences: items; mappings: key, value, key, value, ... */
-        size_t n_items;        /* for mappings, the number of pairs times two */
+        bool plain;     /* unquoted scalar: may be a number, a bool or null */
+        YNode **items;  /* sequences: items; mappings: key, value, key, value, ... */
+        size_t n_items; /* for mappings, the number of pairs times two */
         size_t alloc_items;
 };
 

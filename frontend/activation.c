@@ -32,7 +32,7 @@ char *backend_socket_path(const Backend *b) {
 
 static int socket_connect(const char *path, int *ret_fd) {
         _cleanup_close_ int fd = -EBADF;
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
 
         if (strlen(path) >= sizeof sa.sun_path)
                 return -ENAMETOOLONG;
@@ -177,7 +177,8 @@ int activation_connect(const Options *o, const Backend *b, sd_event *e, int *ret
         if (r >= 0)
                 return 0;
         if (r == -EAGAIN) {
-                if (asprintf(ret_text, "backend '%s' is busy: %s has its whole backlog waiting; try again", b->name, path) < 0)
+                if (asprintf(ret_text, "backend '%s' is busy: %s has its whole backlog waiting; try again", b->name,
+                             path) < 0)
                         *ret_text = NULL;
                 return r;
         }
@@ -188,7 +189,8 @@ int activation_connect(const Options *o, const Backend *b, sd_event *e, int *ret
         }
         if (o->activation == ACTIVATION_DIRECT || (o->activation == ACTIVATION_AUTO && sd_booted() <= 0)) {
                 r = direct_spawn(o, b, e, ret_fd);
-                if (r < 0 && asprintf(ret_text, "backend '%s': cannot start %s: %s", b->name, o->shimd_path, strerror(-r)) < 0)
+                if (r < 0 &&
+                    asprintf(ret_text, "backend '%s': cannot start %s: %s", b->name, o->shimd_path, strerror(-r)) < 0)
                         *ret_text = NULL;
                 return r;
         }

@@ -9,10 +9,10 @@
 #include "manifest.h"
 
 #define SESSION_MAX_PENDING 4096U
-#define UPSTREAM_INIT_ID "mcp-lazy/initialize"
-#define UPSTREAM_OWN_PREFIX "mcp-lazy/"      /* ids of the frontend's own requests to shims */
-#define UPCALL_PREFIX "mcp-lazy-frontend:"   /* ids of backend requests forwarded to the client */
-#define DRAINING_METHOD "notifications/mcp-lazy/draining"
+#define UPSTREAM_INIT_ID    "mcp-lazy/initialize"
+#define UPSTREAM_OWN_PREFIX "mcp-lazy/"          /* ids of the frontend's own requests to shims */
+#define UPCALL_PREFIX       "mcp-lazy-frontend:" /* ids of backend requests forwarded to the client */
+#define DRAINING_METHOD     "notifications/mcp-lazy/draining"
 
 typedef enum ActivationMode {
         ACTIVATION_AUTO,    /* the socket, else systemd's verdict when systemd runs, else direct */
@@ -40,8 +40,8 @@ typedef struct Batch {
 
 /* A client request that went to a backend and awaits its response. */
 typedef struct Pending {
-        char *key;       /* jsonrpc_id_key() of the client's id */
-        cJSON *request;  /* as the client sent it */
+        char *key;      /* jsonrpc_id_key() of the client's id */
+        cJSON *request; /* as the client sent it */
         Batch *batch;
         UpConn *conn;
         Upstream *upstream;
@@ -56,9 +56,9 @@ struct Session {
         cJSON *client_params;   /* initialize's params, handed to each backend */
         char *protocol_version; /* negotiated */
         bool batches_allowed;
-        Hashmap *pending;       /* id key -> Pending */
-        Hashmap *upstreams;     /* backend name -> Upstream, created on first use */
-        Hashmap *upcalls;       /* id given to the client -> Upcall */
+        Hashmap *pending;   /* id key -> Pending */
+        Hashmap *upstreams; /* backend name -> Upstream, created on first use */
+        Hashmap *upcalls;   /* id given to the client -> Upcall */
         uint64_t next_upcall;
         char *log_level;        /* from logging/setLevel, replayed to backends that connect later */
         Hashmap *tasks;         /* taskId -> Upstream that owns the task */

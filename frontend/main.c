@@ -116,15 +116,15 @@ static int run(Options *o) {
 int main(int argc, char *argv[]) {
         enum { ARG_ACTIVATION = 0x100, ARG_SHIMD, ARG_MAX_LINE, ARG_VERSION };
         static const struct option options[] = {
-                { "manifest", required_argument, NULL, 'm' },
-                { "activation", required_argument, NULL, ARG_ACTIVATION },
-                { "shimd", required_argument, NULL, ARG_SHIMD },
-                { "max-line-bytes", required_argument, NULL, ARG_MAX_LINE },
-                { "version", no_argument, NULL, ARG_VERSION },
-                { "help", no_argument, NULL, 'h' },
+                {"manifest", required_argument, NULL, 'm'},
+                {"activation", required_argument, NULL, ARG_ACTIVATION},
+                {"shimd", required_argument, NULL, ARG_SHIMD},
+                {"max-line-bytes", required_argument, NULL, ARG_MAX_LINE},
+                {"version", no_argument, NULL, ARG_VERSION},
+                {"help", no_argument, NULL, 'h'},
                 {},
         };
-        Options o = { .max_line = FRAMING_DEFAULT_MAX_LINE };
+        Options o = {.max_line = FRAMING_DEFAULT_MAX_LINE};
         _cleanup_free_ char *manifest = NULL, *shimd = NULL;
         const char *manifest_arg = NULL;
         int c, r;

@@ -13,7 +13,7 @@
 #include "macros.h"
 
 /* Oldest first; an unknown version from the client gets the newest. */
-static const char *const protocol_versions[] = { "2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25" };
+static const char *const protocol_versions[] = {"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"};
 #define CURSOR_PREFIX "mcp-lazy:tools:"
 
 Session *session_new(sd_event *e, Manifest *m, const Options *o) {
@@ -126,7 +126,8 @@ static void reply_error(Session *s, Batch *batch, const cJSON *id, int code, con
 
 /* A task-augmented call's answer names a task: later tasks calls for it go to the same backend. */
 static void track_task(Session *s, const Pending *p, const cJSON *response) {
-        const cJSON *task = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(response, "result"), "task");
+        const cJSON *task =
+                cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(response, "result"), "task");
         const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(task, "taskId"));
 
         if (id && hashmap_size(s->tasks) < 65536)
@@ -180,7 +181,8 @@ static cJSON *initialize_result_new(Session *s, const char *version) {
         if (manifest_has(s->manifest, offsetof(Backend, resources)) ||
             manifest_has(s->manifest, offsetof(Backend, resource_templates))) {
                 cJSON *res = cJSON_AddObjectToObject(caps, "resources");
-                if (!res || !cJSON_AddBoolToObject(res, "subscribe", true) || !cJSON_AddBoolToObject(res, "listChanged", true))
+                if (!res || !cJSON_AddBoolToObject(res, "subscribe", true) ||
+                    !cJSON_AddBoolToObject(res, "listChanged", true))
                         return NULL;
         }
         if (manifest_has(s->manifest, offsetof(Backend, prompts))) {
@@ -349,10 +351,12 @@ static void handle_tools_call(Session *s, const cJSON *msg, const JsonRpcMessage
         const Tool *t;
 
         if (!cJSON_IsObject(m->params) || !cJSON_IsString(name))
-                return reply_error(s, batch, m->id, JSONRPC_INVALID_PARAMS, "tools/call needs params with a string name");
+                return reply_error(s, batch, m->id, JSONRPC_INVALID_PARAMS,
+                                   "tools/call needs params with a string name");
         t = manifest_find_tool(s->manifest, name->valuestring);
         if (!t)
-                return reply_error(s, batch, m->id, JSONRPC_INVALID_PARAMS, "Unknown tool: '%.200s'", name->valuestring);
+                return reply_error(s, batch, m->id, JSONRPC_INVALID_PARAMS, "Unknown tool: '%.200s'",
+                                   name->valuestring);
         route_to_backend(s, msg, m, t->backend, batch);
 }
 
@@ -367,7 +371,7 @@ static void handle_surface_list(Session *s, const JsonRpcMessage *m, Batch *batc
                 return reply_error(s, batch, m->id, JSONRPC_INTERNAL_ERROR, "out of memory");
         for (size_t i = 0; i < s->manifest->n_backends; i++) {
                 const cJSON *it, *l = *(cJSON **) ((char *) &s->manifest->backends[i] + offset);
-                cJSON_ArrayForEach(it, l)
+                cJSON_ArrayForEach (it, l)
                         cJSON_AddItemReferenceToArray(list, (cJSON *) it);
         }
         reply(s, batch, jsonrpc_result_new(m->id, TAKE_PTR(r)));
@@ -419,7 +423,8 @@ static void handle_task(Session *s, const cJSON *msg, const JsonRpcMessage *m, B
         r = pending_new(s, msg, m, batch, &p);
         if (r < 0)
                 return reply_error(s, batch, m->id, r == -EEXIST ? JSONRPC_INVALID_REQUEST : JSONRPC_INTERNAL_ERROR,
-                                   r == -EEXIST ? "request id is already used by a request still in flight" : "out of memory");
+                                   r == -EEXIST ? "request id is already used by a request still in flight"
+                                                : "out of memory");
         p->upstream = u;
         upstream_forward(u, p);
 }
@@ -449,7 +454,8 @@ static void handle_request(Session *s, const cJSON *msg, const JsonRpcMessage *m
         bool prompts = manifest_has(s->manifest, offsetof(Backend, prompts));
 
         /* What is not advertised is not there. */
-        if ((!resources && (strncmp(m->method, "resources/", 10) == 0)) || (!prompts && strncmp(m->method, "prompts/", 8) == 0) ||
+        if ((!resources && (strncmp(m->method, "resources/", 10) == 0)) ||
+            (!prompts && strncmp(m->method, "prompts/", 8) == 0) ||
             (!resources && !prompts && streq(m->method, "completion/complete")))
                 return handle_core_request(s, msg, m, batch);
         if (streq(m->method, "resources/list"))
@@ -460,9 +466,11 @@ static void handle_request(Session *s, const cJSON *msg, const JsonRpcMessage *m
                 return handle_surface_list(s, m, batch, offsetof(Backend, prompts), "prompts");
         if (streq(m->method, "resources/read") || streq(m->method, "resources/subscribe") ||
             streq(m->method, "resources/unsubscribe"))
-                return route_by(s, msg, m, batch, uri ? manifest_find_resource_backend(s->manifest, uri) : NULL, "resource", uri);
+                return route_by(s, msg, m, batch, uri ? manifest_find_resource_backend(s->manifest, uri) : NULL,
+                                "resource", uri);
         if (streq(m->method, "prompts/get"))
-                return route_by(s, msg, m, batch, name ? manifest_find_prompt_backend(s->manifest, name) : NULL, "prompt", name);
+                return route_by(s, msg, m, batch, name ? manifest_find_prompt_backend(s->manifest, name) : NULL,
+                                "prompt", name);
         if (streq(m->method, "completion/complete"))
                 return handle_completion(s, msg, m, batch);
         if (strncmp(m->method, "tasks/", 6) == 0)
@@ -537,8 +545,9 @@ static void handle_batch(Session *s, const cJSON *array) {
         const cJSON *item;
 
         if (!s->batches_allowed)
-                return reply_error(s, NULL, NULL, JSONRPC_INVALID_REQUEST,
-                                   "Invalid Request: JSON-RPC batches are only allowed with protocol version 2025-03-26");
+                return reply_error(
+                        s, NULL, NULL, JSONRPC_INVALID_REQUEST,
+                        "Invalid Request: JSON-RPC batches are only allowed with protocol version 2025-03-26");
         if (cJSON_GetArraySize(array) == 0)
                 return reply_error(s, NULL, NULL, JSONRPC_INVALID_REQUEST, "Invalid Request: empty batch");
         b = calloc(1, sizeof *b);
@@ -546,9 +555,9 @@ static void handle_batch(Session *s, const cJSON *array) {
                 free(b);
                 return reply_error(s, NULL, NULL, JSONRPC_INTERNAL_ERROR, "out of memory");
         }
-        cJSON_ArrayForEach(item, array) {
-                if (cJSON_IsObject(item) && streq(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(item, "method")) ?: "",
-                                                  "initialize"))
+        cJSON_ArrayForEach (item, array) {
+                if (cJSON_IsObject(item) &&
+                    streq(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(item, "method")) ?: "", "initialize"))
                         reply_error(s, b, cJSON_GetObjectItemCaseSensitive(item, "id"), JSONRPC_INVALID_REQUEST,
                                     "Invalid Request: initialize must not be part of a batch");
                 else
@@ -577,7 +586,7 @@ static void handle_line(Session *s, const char *line, size_t len) {
 /* The client is done sending, but answers already made may still sit in our queue (a pipe full of
  * them): they go out first, for a moment at most, then we exit. Calls in flight are not waited for. */
 #define EXIT_FLUSH_USEC (2ULL * USEC_PER_SEC)
-#define EXIT_POLL_USEC (5ULL * USEC_PER_MSEC)
+#define EXIT_POLL_USEC  (5ULL * USEC_PER_MSEC)
 
 static int on_exit_poll(sd_event_source *src, uint64_t usec, void *userdata) {
         Session *s = userdata;
@@ -642,7 +651,7 @@ static char *surface_print(const Manifest *m, size_t offset) {
                 cJSON_AddItemReferenceToArray(a, m->tools[i].json);
         for (size_t i = 0; offset != (size_t) -1 && i < m->n_backends; i++) {
                 const cJSON *it, *l = *(cJSON **) ((char *) &m->backends[i] + offset);
-                cJSON_ArrayForEach(it, l)
+                cJSON_ArrayForEach (it, l)
                         cJSON_AddItemReferenceToArray(a, (cJSON *) it);
         }
         return cJSON_PrintUnformatted(a);
@@ -651,7 +660,8 @@ static char *surface_print(const Manifest *m, size_t offset) {
 static void notify_if_changed(Session *s, const Manifest *old, const Manifest *new, size_t offset, size_t offset2,
                               const char *method) {
         _cleanup_free_ char *a = surface_print(old, offset), *b = surface_print(new, offset);
-        _cleanup_free_ char *a2 = offset2 ? surface_print(old, offset2) : NULL, *b2 = offset2 ? surface_print(new, offset2) : NULL;
+        _cleanup_free_ char *a2 = offset2 ? surface_print(old, offset2) : NULL,
+                            *b2 = offset2 ? surface_print(new, offset2) : NULL;
         _cleanup_json_ cJSON *n = NULL;
 
         if (a && b && streq(a, b) && (!offset2 || (a2 && b2 && streq(a2, b2))))
@@ -691,11 +701,12 @@ static int on_manifest_dir(sd_event_source *src, const struct inotify_event *ev,
 }
 
 int session_watch_manifest(Session *s) {
-        _cleanup_free_ char *dir = strndup(s->options->manifest_path,
-                                           (size_t) (strrchr(s->options->manifest_path, '/') - s->options->manifest_path));
+        _cleanup_free_ char *dir =
+                strndup(s->options->manifest_path,
+                        (size_t) (strrchr(s->options->manifest_path, '/') - s->options->manifest_path));
 
         if (!dir)
                 return -ENOMEM;
-        return sd_event_add_inotify(s->event, &s->watch, dir[0] ? dir : "/",
-                                    IN_CLOSE_WRITE | IN_MOVED_TO | IN_ONLYDIR, on_manifest_dir, s);
+        return sd_event_add_inotify(s->event, &s->watch, dir[0] ? dir : "/", IN_CLOSE_WRITE | IN_MOVED_TO | IN_ONLYDIR,
+                                    on_manifest_dir, s);
 }

@@ -136,7 +136,8 @@ static void upconn_handle_response(UpConn *c, const cJSON *msg, const JsonRpcMes
         _cleanup_free_ char *key = NULL;
         Pending *p;
 
-        if (cJSON_IsString(m->id) && strncmp(m->id->valuestring, UPSTREAM_OWN_PREFIX, strlen(UPSTREAM_OWN_PREFIX)) == 0 &&
+        if (cJSON_IsString(m->id) &&
+            strncmp(m->id->valuestring, UPSTREAM_OWN_PREFIX, strlen(UPSTREAM_OWN_PREFIX)) == 0 &&
             !streq(m->id->valuestring, UPSTREAM_INIT_ID))
                 return; /* the answer to a replayed logging/setLevel: nobody waits for it */
         if (cJSON_IsString(m->id) && streq(m->id->valuestring, UPSTREAM_INIT_ID)) {
@@ -165,7 +166,8 @@ static void upconn_forward_upcall(UpConn *c, const cJSON *msg, const JsonRpcMess
 
         snprintf(key, sizeof key, UPCALL_PREFIX "%llu", (unsigned long long) ++s->next_upcall);
         if (hashmap_size(s->upcalls) >= SESSION_MAX_PENDING) {
-                _cleanup_json_ cJSON *e = jsonrpc_error_new(m->id, JSONRPC_INTERNAL_ERROR, "too many requests waiting for the client");
+                _cleanup_json_ cJSON *e =
+                        jsonrpc_error_new(m->id, JSONRPC_INTERNAL_ERROR, "too many requests waiting for the client");
                 free(u);
                 if (e)
                         (void) channel_send_json(c->ch, e);
@@ -273,8 +275,8 @@ static int upconn_handshake(UpConn *c) {
                 r = channel_send_json(c->ch, initialized);
         if (r >= 0 && s->log_level) {
                 /* logging/setLevel came before this backend was reached: it gets the same. */
-                _cleanup_json_ cJSON *lid = cJSON_CreateString(UPSTREAM_OWN_PREFIX "setLevel"), *p = cJSON_CreateObject(),
-                                     *req = NULL;
+                _cleanup_json_ cJSON *lid = cJSON_CreateString(UPSTREAM_OWN_PREFIX "setLevel"),
+                                     *p = cJSON_CreateObject(), *req = NULL;
                 if (!lid || !p || !cJSON_AddStringToObject(p, "level", s->log_level))
                         return -ENOMEM;
                 req = jsonrpc_request_new(lid, "logging/setLevel", TAKE_PTR(p));

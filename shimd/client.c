@@ -17,8 +17,8 @@ void client_send(Client *c, const cJSON *m) {
         /* A shared backend cannot wait for one connection that does not read: past the limit the
          * connection goes (its calls are cancelled), and the others carry on. */
         if (channel_queued(c->ch) > CLIENT_MAX_QUEUED) {
-                log_warning("Connection %llu has not read %zu bytes of answers; closing it.", (unsigned long long) c->serial,
-                            channel_queued(c->ch));
+                log_warning("Connection %llu has not read %zu bytes of answers; closing it.",
+                            (unsigned long long) c->serial, channel_queued(c->ch));
                 c->overflow = c->eof = true;
                 channel_set_reading(c->ch, false);
                 shim_update(c->shim);
@@ -77,15 +77,17 @@ static void handle_initialize(Client *c, const cJSON *msg, const JsonRpcMessage 
         int r;
 
         if (!cJSON_IsObject(m->params) || !cJSON_IsString(v))
-                return reply_error(c, m->id, JSONRPC_INVALID_PARAMS, "initialize needs params with a string protocolVersion");
+                return reply_error(c, m->id, JSONRPC_INVALID_PARAMS,
+                                   "initialize needs params with a string protocolVersion");
         if (c->init_params)
                 return reply_error(c, m->id, JSONRPC_INVALID_REQUEST, "the connection is already initialized");
         c->init_params = cJSON_Duplicate(m->params, true);
         r = c->init_params ? instance_get(c->shim, c, &c->instance) : -ENOMEM;
         if (r == -EUSERS) {
                 c->init_params = (cJSON_Delete(c->init_params), NULL);
-                return reply_error(c, m->id, JSONRPC_INTERNAL_ERROR,
-                                   "this backend already runs for as many client configurations as it may (8); try again later");
+                return reply_error(
+                        c, m->id, JSONRPC_INTERNAL_ERROR,
+                        "this backend already runs for as many client configurations as it may (8); try again later");
         }
         if (r < 0)
                 return reply_error(c, m->id, JSONRPC_INTERNAL_ERROR, "out of memory");
@@ -132,7 +134,8 @@ static void handle_line(Client *c, const char *line, size_t len) {
         if (r == -E2BIG)
                 return reply_error(c, NULL, JSONRPC_INVALID_REQUEST, "JSON nested too deeply");
         if (r < 0)
-                return reply_error(c, NULL, JSONRPC_PARSE_ERROR, "Parse error: a message must be one line of valid UTF-8 JSON");
+                return reply_error(c, NULL, JSONRPC_PARSE_ERROR,
+                                   "Parse error: a message must be one line of valid UTF-8 JSON");
         if (cJSON_IsArray(msg))
                 return reply_error(c, NULL, JSONRPC_INVALID_REQUEST, "mcp-lazy-shimd does not take JSON-RPC batches");
         handle_message(c, msg);
@@ -141,7 +144,7 @@ static void handle_line(Client *c, const char *line, size_t len) {
 /* EOF alone may be a half-close (a frontend that got our draining notice and still wants its
  * answers); POLLHUP says the peer is gone altogether. */
 static bool peer_gone(Client *c) {
-        struct pollfd p = { .fd = channel_in_fd(c->ch), .events = POLLOUT };
+        struct pollfd p = {.fd = channel_in_fd(c->ch), .events = POLLOUT};
         return poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR));
 }
 

@@ -14,9 +14,9 @@ static const struct {
         const char *method, *result_key, *id_key, *what;
         size_t offset; /* of the Backend list, or (size_t) -1 for tools */
 } lists[] = {
-        { -1, "tools/list", "tools", "name", "tool", (size_t) -1 },
-        { -2, "resources/list", "resources", "uri", "resource", offsetof(Backend, resources) },
-        { -3, "prompts/list", "prompts", "name", "prompt", offsetof(Backend, prompts) },
+        {-1, "tools/list", "tools", "name", "tool", (size_t) -1},
+        {-2, "resources/list", "resources", "uri", "resource", offsetof(Backend, resources)},
+        {-3, "prompts/list", "prompts", "name", "prompt", offsetof(Backend, prompts)},
 };
 
 static cJSON *declared(const Shim *s, size_t k) {
@@ -30,7 +30,7 @@ static cJSON *declared(const Shim *s, size_t k) {
                                 cJSON_AddItemReferenceToArray(a, s->manifest->tools[t].json);
         } else {
                 const cJSON *l = *(cJSON **) ((const char *) s->backend + lists[k].offset), *it;
-                cJSON_ArrayForEach(it, l)
+                cJSON_ArrayForEach (it, l)
                         cJSON_AddItemReferenceToArray(a, (cJSON *) it);
         }
         return a;
@@ -38,7 +38,7 @@ static cJSON *declared(const Shim *s, size_t k) {
 
 static const cJSON *find(const cJSON *list, const char *key, const char *value) {
         const cJSON *it;
-        cJSON_ArrayForEach(it, list)
+        cJSON_ArrayForEach (it, list)
                 if (streq(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, key)) ?: "", value))
                         return it;
         return NULL;
@@ -64,22 +64,24 @@ static void compare(Instance *i, size_t k, const cJSON *actual) {
         unsigned missing = 0, extra = 0, changed = 0;
         const cJSON *it;
 
-        cJSON_ArrayForEach(it, want) {
+        cJSON_ArrayForEach (it, want) {
                 const char *v = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, key)) ?: "";
                 const cJSON *got = find(actual, key, v);
                 if (!got) {
                         missing++;
-                        log_warning("Backend '%s' does not list the %s '%s' that the manifest declares.", name, what, v);
+                        log_warning("Backend '%s' does not list the %s '%s' that the manifest declares.", name, what,
+                                    v);
                 } else if (!cJSON_Compare(it, got, true)) {
                         changed++;
                         log_warning("Backend '%s' lists the %s '%s' differently from the manifest.", name, what, v);
                 }
         }
-        cJSON_ArrayForEach(it, actual) {
+        cJSON_ArrayForEach (it, actual) {
                 const char *v = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, key)) ?: "";
                 if (!find(want, key, v)) {
                         extra++;
-                        log_warning("Backend '%s' lists the %s '%s', which the manifest does not declare.", name, what, v);
+                        log_warning("Backend '%s' lists the %s '%s', which the manifest does not declare.", name, what,
+                                    v);
                 }
         }
         if (missing + extra + changed == 0)

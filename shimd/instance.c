@@ -36,7 +36,8 @@ static const char *iname(const Instance *i) {
 
 static char *pool_key(const Client *c) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(c->init_params, "protocolVersion");
-        _cleanup_free_ char *caps = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(c->init_params, "capabilities"));
+        _cleanup_free_ char *caps =
+                cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(c->init_params, "capabilities"));
         char *k = NULL;
 
         if (asprintf(&k, "%s %s", cJSON_GetStringValue(v) ?: "", caps ?: "{}") < 0)
@@ -208,7 +209,7 @@ static void track_subscription(Client *c, const JsonRpcMessage *m) {
                 return;
         if (!c->subscriptions && !(c->subscriptions = cJSON_CreateArray()))
                 return;
-        cJSON_ArrayForEach(it, c->subscriptions) {
+        cJSON_ArrayForEach (it, c->subscriptions) {
                 if (streq(it->valuestring, uri->valuestring)) {
                         if (!sub)
                                 cJSON_DeleteItemFromArray(c->subscriptions, n);
@@ -222,7 +223,7 @@ static void track_subscription(Client *c, const JsonRpcMessage *m) {
 
 static bool client_subscribed(const Client *c, const char *uri) {
         const cJSON *it;
-        cJSON_ArrayForEach(it, c->subscriptions)
+        cJSON_ArrayForEach (it, c->subscriptions)
                 if (streq(it->valuestring, uri))
                         return true;
         return false;
@@ -270,8 +271,9 @@ static void forward_request(Instance *i, Client *c, const cJSON *msg, const Json
                 /* Two sessions may well both use token 1: the backend sees one of ours instead. */
                 char t[64];
                 snprintf(t, sizeof t, PROGRESS_TOKEN_PREFIX "%lld", (long long) r->backend_id);
-                cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(copy, "params"), "_meta"),
-                                                       "progressToken", cJSON_CreateString(t));
+                cJSON_ReplaceItemInObjectCaseSensitive(
+                        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(copy, "params"), "_meta"),
+                        "progressToken", cJSON_CreateString(t));
         }
         track_subscription(c, m);
         if (instance_send(i, copy) < 0) {
@@ -326,7 +328,6 @@ static int queue_append(Instance *i, Client *c, const cJSON *msg) {
         c->n_queued++;
         return 0;
 }
-
 
 static uint64_t backoff_usec(unsigned crashes) {
         /* The first crash restarts at once (the next call just works); a crash loop slows to 30 s. */
@@ -388,7 +389,8 @@ static void handle_backend_response(Instance *i, const cJSON *msg, const JsonRpc
         }
         r = route_find(i, id);
         if (!r) {
-                log_debug("Dropping backend '%s''s answer to request %lld (cancelled or unknown).", iname(i), (long long) id);
+                log_debug("Dropping backend '%s''s answer to request %lld (cancelled or unknown).", iname(i),
+                          (long long) id);
                 return;
         }
         copy = cJSON_Duplicate(msg, true);
@@ -407,14 +409,15 @@ static void handle_progress(Instance *i, const cJSON *msg, const JsonRpcMessage 
         _cleanup_json_ cJSON *copy = NULL;
         Route *r;
 
-        if (!cJSON_IsString(token) || strncmp(token->valuestring, PROGRESS_TOKEN_PREFIX, strlen(PROGRESS_TOKEN_PREFIX)) != 0)
+        if (!cJSON_IsString(token) ||
+            strncmp(token->valuestring, PROGRESS_TOKEN_PREFIX, strlen(PROGRESS_TOKEN_PREFIX)) != 0)
                 return;
         r = route_find(i, strtoll(token->valuestring + strlen(PROGRESS_TOKEN_PREFIX), NULL, 10));
         if (!r || !r->progress_token)
                 return; /* the call has ended: progress for it is stale */
         copy = cJSON_Duplicate(msg, true);
-        if (copy && cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(copy, "params"), "progressToken",
-                                                           cJSON_Duplicate(r->progress_token, true)))
+        if (copy && cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(copy, "params"),
+                                                           "progressToken", cJSON_Duplicate(r->progress_token, true)))
                 client_send(r->client, copy);
 }
 
@@ -425,7 +428,8 @@ static void handle_backend_notification(Instance *i, const cJSON *msg, const Jso
                 return handle_progress(i, msg, m);
         if (streq(m->method, "notifications/cancelled"))
                 return upcall_cancelled(i, m->params);
-        if (streq(m->method, "notifications/tools/list_changed") || streq(m->method, "notifications/resources/list_changed") ||
+        if (streq(m->method, "notifications/tools/list_changed") ||
+            streq(m->method, "notifications/resources/list_changed") ||
             streq(m->method, "notifications/prompts/list_changed"))
                 contract_request(i); /* and the sessions hear of it too, below */
         for (Client *c = i->shim->clients; c; c = c->next) {
@@ -513,7 +517,8 @@ static int on_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
         } else
                 log_info("Backend '%s' (pid %d) stopped: %s.", iname(i), (int) i->pid, how);
         if (!i->init_result)
-                snprintf(text, sizeof text, "backend '%s' failed to start: it %s before answering initialize", iname(i), how);
+                snprintf(text, sizeof text, "backend '%s' failed to start: it %s before answering initialize", iname(i),
+                         how);
         else
                 snprintf(text, sizeof text, "backend '%s' %s while handling this call; the next call starts it again",
                          iname(i), how);
@@ -538,8 +543,9 @@ static int on_timer(sd_event_source *s, uint64_t usec, void *userdata) {
 
         (void) s, (void) usec;
         if (i->state == INSTANCE_STARTING) {
-                snprintf(text, sizeof text, "backend '%s' did not answer initialize within %s (init_timeout); stopped it",
-                         iname(i), duration_format(i->shim->backend->init_timeout_usec, d, sizeof d));
+                snprintf(text, sizeof text,
+                         "backend '%s' did not answer initialize within %s (init_timeout); stopped it", iname(i),
+                         duration_format(i->shim->backend->init_timeout_usec, d, sizeof d));
                 log_warning("%s", text);
                 fail_everything(i, text);
                 i->broken = true;
@@ -560,7 +566,8 @@ static int arm_timer(Instance *i, uint64_t usec) {
         int r;
 
         if (!i->timer_source)
-                return sd_event_add_time_relative(i->shim->event, &i->timer_source, CLOCK_MONOTONIC, usec, 0, on_timer, i);
+                return sd_event_add_time_relative(i->shim->event, &i->timer_source, CLOCK_MONOTONIC, usec, 0, on_timer,
+                                                  i);
         r = sd_event_source_set_time_relative(i->timer_source, usec);
         if (r >= 0)
                 r = sd_event_source_set_enabled(i->timer_source, SD_EVENT_ONESHOT);
@@ -574,8 +581,10 @@ static int instance_spawn(Instance *i, Client *c, char *text, size_t size) {
         uint64_t now = now_usec();
 
         if (now < i->retry_after_usec) {
-                snprintf(text, size, "backend '%s' crashed %u times in a row (last: it %s); not restarting it for another %.1f s",
-                         b->name, i->crashes, i->last_exit ?: "exited", (double) (i->retry_after_usec - now) / USEC_PER_SEC);
+                snprintf(text, size,
+                         "backend '%s' crashed %u times in a row (last: it %s); not restarting it for another %.1f s",
+                         b->name, i->crashes, i->last_exit ?: "exited",
+                         (double) (i->retry_after_usec - now) / USEC_PER_SEC);
                 return -EAGAIN;
         }
         r = process_spawn(b, &i->pid, &in_fd, &out_fd, text, size);
@@ -651,7 +660,9 @@ void instance_submit(Instance *i, Client *c, const cJSON *msg) {
         case INSTANCE_STARTING:
                 r = queue_append(i, c, msg);
                 if (r < 0)
-                        fail_message(c, msg, r == -ENOBUFS ? "too many requests in flight on this connection" : "out of memory");
+                        fail_message(c, msg,
+                                     r == -ENOBUFS ? "too many requests in flight on this connection"
+                                                   : "out of memory");
                 break;
         case INSTANCE_STOPPING:
                 /* Only reached when a stop raced a request: it would die with the process. */
@@ -686,7 +697,8 @@ void instance_cancel(Instance *i, Client *c, const cJSON *params) {
         }
         params_copy = cJSON_Duplicate(params, true);
         if (params_copy) {
-                cJSON_ReplaceItemInObjectCaseSensitive(params_copy, "requestId", cJSON_CreateNumber((double) r->backend_id));
+                cJSON_ReplaceItemInObjectCaseSensitive(params_copy, "requestId",
+                                                       cJSON_CreateNumber((double) r->backend_id));
                 m = jsonrpc_notification_new("notifications/cancelled", TAKE_PTR(params_copy));
                 if (m)
                         (void) instance_send(i, m);

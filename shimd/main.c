@@ -33,8 +33,9 @@ static void shim_notify_status(Shim *s) {
                 if (i->pid > 0)
                         off += (size_t) snprintf(status + off, sizeof status - off, "%sbackend pid %d (%s)",
                                                  off ? ", " : "", (int) i->pid,
-                                                 i->state == INSTANCE_READY ? "ready" :
-                                                 i->state == INSTANCE_STARTING ? "starting" : "stopping");
+                                                 i->state == INSTANCE_READY      ? "ready"
+                                                 : i->state == INSTANCE_STARTING ? "starting"
+                                                                                 : "stopping");
         contract_summary(s, contract, sizeof contract);
         snprintf(status + off, sizeof status - off, "%s%s, %u session%s, %u in flight, %llu call%s served%s",
                  off ? "" : "backend idle", s->draining ? ", stopping" : "", s->n_clients, s->n_clients == 1 ? "" : "s",
@@ -219,7 +220,8 @@ static int run(const char *manifest_path, const char *name_arg) {
                                                 "mcp-lazy@NAME.socket, or by mcp-lazy --activation=direct.");
         name = name_arg ? strdup(name_arg) : name_from_socket(SD_LISTEN_FDS_START);
         if (!name)
-                return log_error_errno(-EINVAL, "No backend name given, and the socket's address does not end in NAME.sock.");
+                return log_error_errno(-EINVAL,
+                                       "No backend name given, and the socket's address does not end in NAME.sock.");
         log_set_field("MCP_LAZY_BACKEND", name);
 
         r = manifest_load_file(manifest_path, &m, &err);
@@ -271,8 +273,8 @@ static int run(const char *manifest_path, const char *name_arg) {
 
 int main(int argc, char *argv[]) {
         static const struct option options[] = {
-                { "manifest", required_argument, NULL, 'm' },
-                { "help", no_argument, NULL, 'h' },
+                {"manifest", required_argument, NULL, 'm'},
+                {"help", no_argument, NULL, 'h'},
                 {},
         };
         const char *manifest = NULL;

@@ -9,8 +9,8 @@
 #include "macros.h"
 #include "process.h"
 
-static const char *const unset_vars[] = { "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "NOTIFY_SOCKET",
-                                           "WATCHDOG_PID", "WATCHDOG_USEC", NULL };
+static const char *const unset_vars[] = {
+        "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "NOTIFY_SOCKET", "WATCHDOG_PID", "WATCHDOG_USEC", NULL};
 
 _noreturn_ static void child_exec(const Backend *b, int in, int out, int err_fd) {
         sigset_t none;

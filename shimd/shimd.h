@@ -11,17 +11,17 @@
 #include "hashmap.h"
 #include "manifest.h"
 
-#define SHIM_MAX_CLIENTS 512U
-#define CLIENT_MAX_PENDING 1024U
-#define CLIENT_MAX_QUEUED (64U * 1024U * 1024U) /* unread answers before a connection is closed */
-#define SHIM_MAX_INSTANCES 8U /* backend processes at once: distinct client configurations, or sessions */
-#define DRAIN_GRACE_USEC (5ULL * 1000000ULL)
+#define SHIM_MAX_CLIENTS      512U
+#define CLIENT_MAX_PENDING    1024U
+#define CLIENT_MAX_QUEUED     (64U * 1024U * 1024U) /* unread answers before a connection is closed */
+#define SHIM_MAX_INSTANCES    8U /* backend processes at once: distinct client configurations, or sessions */
+#define DRAIN_GRACE_USEC      (5ULL * 1000000ULL)
 #define STOP_STDIN_GRACE_USEC (2ULL * 1000000ULL)
-#define STOP_TERM_GRACE_USEC (3ULL * 1000000ULL)
-#define DRAINING_METHOD "notifications/mcp-lazy/draining"
-#define INIT_REQUEST_ID 0
+#define STOP_TERM_GRACE_USEC  (3ULL * 1000000ULL)
+#define DRAINING_METHOD       "notifications/mcp-lazy/draining"
+#define INIT_REQUEST_ID       0
 #define PROGRESS_TOKEN_PREFIX "mcp-lazy-progress:"
-#define UPCALL_ID_PREFIX "mcp-lazy-upcall:"
+#define UPCALL_ID_PREFIX      "mcp-lazy-upcall:"
 
 typedef struct Shim Shim;
 typedef struct Client Client;
@@ -39,8 +39,8 @@ typedef enum InstanceState {
 typedef struct Route {
         int64_t backend_id;
         Client *client;
-        cJSON *client_id;     /* as the client sent it */
-        char *client_key;     /* jsonrpc_id_key(client_id) */
+        cJSON *client_id;      /* as the client sent it */
+        char *client_key;      /* jsonrpc_id_key(client_id) */
         cJSON *progress_token; /* _meta.progressToken, if any */
         char *method;
         bool is_tool_call;
@@ -48,23 +48,23 @@ typedef struct Route {
 
 struct Instance {
         Shim *shim;
-        char *key;            /* pool key: protocol version + client capabilities */
+        char *key; /* pool key: protocol version + client capabilities */
         InstanceState state;
         pid_t pid;
         sd_event_source *child_source, *timer_source;
-        Channel *ch;          /* backend stdout (in) and stdin (out) */
-        cJSON *init_result;   /* the backend's initialize result, handed to later sessions */
-        QueueItem *queue;     /* requests waiting for READY, oldest first */
-        Hashmap *routes;      /* backend id -> Route */
+        Channel *ch;        /* backend stdout (in) and stdin (out) */
+        cJSON *init_result; /* the backend's initialize result, handed to later sessions */
+        QueueItem *queue;   /* requests waiting for READY, oldest first */
+        Hashmap *routes;    /* backend id -> Route */
         int64_t next_id;
-        unsigned n_clients;   /* clients attached */
-        unsigned crashes;     /* consecutive unexpected exits */
+        unsigned n_clients; /* clients attached */
+        unsigned crashes;   /* consecutive unexpected exits */
         uint64_t started_usec, retry_after_usec;
-        char *last_exit;      /* "exited with status 1", "killed by signal 9" */
-        bool answered;        /* answered a call since it started: it works */
-        bool session_owned;   /* sharing: session; ends with its client */
-        bool broken;          /* closed its stdout or spoke nonsense: its exit counts as a crash */
-        unsigned stop_stage;  /* 0: stdin closed, 1: SIGTERM sent, 2: SIGKILL sent */
+        char *last_exit;     /* "exited with status 1", "killed by signal 9" */
+        bool answered;       /* answered a call since it started: it works */
+        bool session_owned;  /* sharing: session; ends with its client */
+        bool broken;         /* closed its stdout or spoke nonsense: its exit counts as a crash */
+        unsigned stop_stage; /* 0: stdin closed, 1: SIGTERM sent, 2: SIGKILL sent */
         Instance *next;
 };
 
@@ -72,7 +72,7 @@ struct Client {
         Shim *shim;
         Channel *ch;
         uint64_t serial;
-        cJSON *init_params;   /* the client's initialize params */
+        cJSON *init_params; /* the client's initialize params */
         Instance *instance;
         Hashmap *pending;     /* client id key -> Route (owned by the instance's routes) */
         cJSON *subscriptions; /* resource URIs this connection subscribed to (array of strings) */
@@ -92,13 +92,13 @@ struct Shim {
         unsigned n_clients;
         Instance *instances;
         sd_event_source *idle_source, *drain_source;
-        Hashmap *upcalls;     /* id given to a client -> Upcall (a backend's request to a client) */
+        Hashmap *upcalls; /* id given to a client -> Upcall (a backend's request to a client) */
         uint64_t next_upcall;
         bool draining, inetd;
         uint64_t calls_served, next_client_serial;
         int exit_code;
         char last_status[384];
-        char contract[3][96];   /* per list: "" when it matches the manifest */
+        char contract[3][96]; /* per list: "" when it matches the manifest */
         bool contract_checked;
 };
 

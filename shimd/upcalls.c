@@ -77,9 +77,10 @@ void upcall_forward(Instance *i, const cJSON *msg, const cJSON *id, const char *
                 log_warning("Backend '%s' sent %s while %u sessions were calling it; refused it, since mcp-lazy cannot "
                             "tell which session it is for (use sharing: session for this backend).",
                             shim_backend_name(s), method, calling);
-                return reply_backend_error(i, id, calling > 1 ? "several client sessions share this backend; "
-                                                                "mcp-lazy cannot tell which one this request is for"
-                                                              : "no client session is connected to answer this request");
+                return reply_backend_error(i, id,
+                                           calling > 1 ? "several client sessions share this backend; "
+                                                         "mcp-lazy cannot tell which one this request is for"
+                                                       : "no client session is connected to answer this request");
         }
         if (hashmap_size(s->upcalls) >= CLIENT_MAX_PENDING)
                 return reply_backend_error(i, id, "too many requests waiting for clients");
@@ -111,7 +112,8 @@ bool upcall_answer(Client *c, const cJSON *msg, const cJSON *id) {
                 return false;
         hashmap_remove(s->upcalls, u->key);
         copy = cJSON_Duplicate(msg, true);
-        if (copy && cJSON_ReplaceItemInObjectCaseSensitive(copy, "id", cJSON_Duplicate(u->backend_id, true)) && u->instance->ch)
+        if (copy && cJSON_ReplaceItemInObjectCaseSensitive(copy, "id", cJSON_Duplicate(u->backend_id, true)) &&
+            u->instance->ch)
                 (void) channel_send_json(u->instance->ch, copy);
         upcall_free(u);
         return true;
@@ -127,7 +129,8 @@ static void forget(Shim *s, Client *c, Instance *i) {
                 if ((c && u->client != c) || (i && u->instance != i))
                         continue;
                 if (c)
-                        reply_backend_error(u->instance, u->backend_id, "the client session that was asked has gone away");
+                        reply_backend_error(u->instance, u->backend_id,
+                                            "the client session that was asked has gone away");
                 hashmap_remove(s->upcalls, u->key);
                 upcall_free(u);
         }

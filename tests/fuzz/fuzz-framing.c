@@ -61,15 +61,15 @@ static size_t expected_events(const uint8_t *s, size_t n, size_t max_line, Event
                 if (len > 0 && s[i - 1] == '\r')
                         len--;
                 if (len > max_line)
-                        ev[k++] = (Event) { LINE_OVERSIZE, start, len };
+                        ev[k++] = (Event){LINE_OVERSIZE, start, len};
                 else if (len > 0)
-                        ev[k++] = (Event) { LINE_OK, start, len };
+                        ev[k++] = (Event){LINE_OK, start, len};
                 start = i + 1;
         }
         /* An unterminated tail is reported as soon as it cannot be a line within the limit: longer
          * than the limit, but for a "\r" that may yet be followed by its "\n". */
         if (n - start > max_line + 1 || (n - start == max_line + 1 && s[n - 1] != '\r')) {
-                ev[k++] = (Event) { LINE_OVERSIZE, start, n - start };
+                ev[k++] = (Event){LINE_OVERSIZE, start, n - start};
                 *ret_pending = 0;
         } else
                 *ret_pending = n - start;

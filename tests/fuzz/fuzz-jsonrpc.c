@@ -17,7 +17,7 @@ static unsigned tree_depth(const cJSON *j) {
 
         if (!cJSON_IsArray(j) && !cJSON_IsObject(j))
                 return 0;
-        cJSON_ArrayForEach(c, j) {
+        cJSON_ArrayForEach (c, j) {
                 unsigned d = tree_depth(c);
                 if (d > max)
                         max = d;
@@ -155,7 +155,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 const cJSON *item;
                 unsigned n = 0;
 
-                cJSON_ArrayForEach(item, msg) {
+                cJSON_ArrayForEach (item, msg) {
                         if (++n > MAX_BATCH)
                                 break;
                         handle_message(item);

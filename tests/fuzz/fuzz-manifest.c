@@ -20,7 +20,7 @@ static void check_surface(const Manifest *m, const cJSON *list, const char *id_k
         if (!list)
                 return;
         FUZZ_ASSERT(cJSON_IsArray(list));
-        cJSON_ArrayForEach(it, list) {
+        cJSON_ArrayForEach (it, list) {
                 const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, id_key);
 
                 FUZZ_ASSERT(cJSON_IsObject(it) && cJSON_IsString(id));

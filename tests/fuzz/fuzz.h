@@ -9,10 +9,10 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* An invariant that does not hold is a finding: abort, so libFuzzer keeps the input and the replay counts it. */
-#define FUZZ_ASSERT(cond)                                                                          \
-        do {                                                                                       \
-                if (!(cond)) {                                                                     \
+#define FUZZ_ASSERT(cond)                                                                            \
+        do {                                                                                         \
+                if (!(cond)) {                                                                       \
                         fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #cond); \
-                        abort();                                                                   \
-                }                                                                                  \
+                        abort();                                                                     \
+                }                                                                                    \
         } while (0)

@@ -80,10 +80,10 @@ static void test_crlf_split_at_limit(void) {
 static void test_utf8(void) {
         CHECK(utf8_is_valid("plain", 5));
         CHECK(utf8_is_valid("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 15));
-        CHECK(!utf8_is_valid("\xc3", 1));              /* truncated */
-        CHECK(!utf8_is_valid("\xc0\xaf", 2));          /* overlong */
-        CHECK(!utf8_is_valid("\xed\xa0\x80", 3));      /* surrogate */
-        CHECK(!utf8_is_valid("\xf4\x90\x80\x80", 4));  /* past U+10FFFF */
+        CHECK(!utf8_is_valid("\xc3", 1));             /* truncated */
+        CHECK(!utf8_is_valid("\xc0\xaf", 2));         /* overlong */
+        CHECK(!utf8_is_valid("\xed\xa0\x80", 3));     /* surrogate */
+        CHECK(!utf8_is_valid("\xf4\x90\x80\x80", 4)); /* past U+10FFFF */
         CHECK(!utf8_is_valid("\xff", 1));
 }
 
@@ -94,7 +94,7 @@ static void test_parse(void) {
         CHECK(jsonrpc_parse("{\"a\":1}", 7, 128, &j) == 0);
         cJSON_Delete(j);
         CHECK(jsonrpc_parse("{\"a\":1} x", 9, 128, &j) == -EBADMSG);
-        CHECK(jsonrpc_parse("{\"a\":1}\0", 8, 128, &j) == -EBADMSG);     /* embedded NUL */
+        CHECK(jsonrpc_parse("{\"a\":1}\0", 8, 128, &j) == -EBADMSG);      /* embedded NUL */
         CHECK(jsonrpc_parse("{\"a\":\"\xff\"}", 8, 128, &j) == -EBADMSG); /* invalid UTF-8 */
         CHECK(jsonrpc_parse("{\"a\":", 5, 128, &j) == -EBADMSG);
         memset(deep, '[', 200);

@@ -48,7 +48,8 @@ static void test_builders(void) {
         _cleanup_free_ char *k2 = jsonrpc_id_key(n);
 
         CHECK_STREQ(es, "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32700,\"message\":\"Parse error\"}}");
-        CHECK_STREQ(rs, "{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"boom\"}],\"isError\":true}}");
+        CHECK_STREQ(rs, "{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"result\":{\"content\":[{\"type\":\"text\",\"text\":"
+                        "\"boom\"}],\"isError\":true}}");
         CHECK_STREQ(k1, "s:x");
         CHECK_STREQ(k2, "n:42");
 }

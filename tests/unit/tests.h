@@ -7,26 +7,26 @@
 
 static unsigned tests_passed, tests_failed;
 
-#define CHECK(cond)                                                                       \
-        do {                                                                              \
-                if (cond)                                                                 \
-                        tests_passed++;                                                   \
-                else {                                                                    \
-                        tests_failed++;                                                   \
+#define CHECK(cond)                                                                              \
+        do {                                                                                     \
+                if (cond)                                                                        \
+                        tests_passed++;                                                          \
+                else {                                                                           \
+                        tests_failed++;                                                          \
                         fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-                }                                                                         \
+                }                                                                                \
         } while (0)
 
-#define CHECK_STREQ(a, b)                                                                 \
-        do {                                                                              \
-                const char *_a = (a), *_b = (b);                                          \
-                if (_a && _b && strcmp(_a, _b) == 0)                                      \
-                        tests_passed++;                                                   \
-                else {                                                                    \
-                        tests_failed++;                                                   \
+#define CHECK_STREQ(a, b)                                                                                 \
+        do {                                                                                              \
+                const char *_a = (a), *_b = (b);                                                          \
+                if (_a && _b && strcmp(_a, _b) == 0)                                                      \
+                        tests_passed++;                                                                   \
+                else {                                                                                    \
+                        tests_failed++;                                                                   \
                         fprintf(stderr, "%s:%d: expected\n  \"%s\"\ngot\n  \"%s\"\n", __FILE__, __LINE__, \
-                                _b ? _b : "(null)", _a ? _a : "(null)");                  \
-                }                                                                         \
+                                _b ? _b : "(null)", _a ? _a : "(null)");                                  \
+                }                                                                                         \
         } while (0)
 
 /* The closing line CI reads: "N passed, N failed". */
