@@ -529,6 +529,11 @@ static int load_tree(Loader *l, const YNode *root) {
                 return r;
         if ((v = ynode_get(root, "tools")) && (r = parse_tools(l, v)) == -ENOMEM)
                 return r;
+        for (size_t i = 0; i < l->m->n_backends; i++) {
+                l->m->has_resources |= !!l->m->backends[i].resources;
+                l->m->has_resource_templates |= !!l->m->backends[i].resource_templates;
+                l->m->has_prompts |= !!l->m->backends[i].prompts;
+        }
         return 0;
 }
 
@@ -641,11 +646,4 @@ const Backend *manifest_find_prompt_backend(const Manifest *m, const char *name)
                 if (list_has_string(m->backends[i].prompts, "name", name))
                         return &m->backends[i];
         return NULL;
-}
-
-bool manifest_has(const Manifest *m, size_t offset_of_list) {
-        for (size_t i = 0; i < m->n_backends; i++)
-                if (*(cJSON **) ((char *) &m->backends[i] + offset_of_list))
-                        return true;
-        return false;
 }

@@ -46,6 +46,8 @@ typedef struct Manifest {
         cJSON *server_info; /* initialize's serverInfo */
         char *instructions; /* NULL if none */
         size_t page_size;   /* tools per tools/list page; 0: all in one */
+        /* Whether any backend declares these: decided once at load, for initialize and routing. */
+        bool has_resources, has_resource_templates, has_prompts;
 } Manifest;
 
 /* On a manifest mistake: -EINVAL and *ret_error holds every problem found, one per line, each as
@@ -55,6 +57,11 @@ int manifest_load_file(const char *path, Manifest **ret, char **ret_error);
 int manifest_load_string(const char *text, size_t len, const char *name, const char *dir, Manifest **ret,
                          char **ret_error);
 Manifest *manifest_free(Manifest *m);
+/* One of a backend's declared lists by its offsetof(Backend, resources / resource_templates / prompts). */
+static inline const cJSON *backend_list(const Backend *b, size_t offset) {
+        return *(cJSON *const *) ((const char *) b + offset);
+}
+
 static inline void manifest_freep(Manifest **m) {
         manifest_free(*m);
 }
@@ -63,6 +70,5 @@ const Tool *manifest_find_tool(const Manifest *m, const char *name);
 /* The backend serving a resource URI (exact, else by the longest template prefix), or a prompt. */
 const Backend *manifest_find_resource_backend(const Manifest *m, const char *uri);
 const Backend *manifest_find_prompt_backend(const Manifest *m, const char *name);
-bool manifest_has(const Manifest *m, size_t offset_of_list);
 bool tool_name_valid(const char *s);
 bool backend_name_valid(const char *s);

@@ -134,21 +134,32 @@ static void track_task(Session *s, const Pending *p, const cJSON *response) {
                 (void) hashmap_put(s->tasks, id, p->upstream);
 }
 
-void session_complete(Session *s, Pending *p, cJSON *response) {
+/* Forgets a pending request everywhere; returns its batch, if any, which still counts it. */
+static Batch *pending_forget(Session *s, Pending *p) {
         Batch *b = p->batch;
-
-        if (p->is_tool_call && response)
-                track_task(s, p, response);
 
         hashmap_remove(s->pending, p->key);
         if (p->conn)
                 upconn_release(p->conn);
         pending_free(p);
+        return b;
+}
+
+static void batch_member_done(Session *s, Batch *b) {
+        if (!b)
+                return;
+        b->outstanding--;
+        batch_maybe_finish(s, b);
+}
+
+void session_complete(Session *s, Pending *p, cJSON *response) {
+        Batch *b;
+
+        if (p->is_tool_call && response)
+                track_task(s, p, response);
+        b = pending_forget(s, p);
         reply(s, b, response);
-        if (b) {
-                b->outstanding--;
-                batch_maybe_finish(s, b);
-        }
+        batch_member_done(s, b);
 }
 
 void session_fail(Session *s, Pending *p, const char *text) {
@@ -178,20 +189,18 @@ static cJSON *initialize_result_new(Session *s, const char *version) {
         cJSON *tools = caps ? cJSON_AddObjectToObject(caps, "tools") : NULL;
         if (!tools || !cJSON_AddBoolToObject(tools, "listChanged", true) || !cJSON_AddObjectToObject(caps, "logging"))
                 return NULL;
-        if (manifest_has(s->manifest, offsetof(Backend, resources)) ||
-            manifest_has(s->manifest, offsetof(Backend, resource_templates))) {
+        if (s->manifest->has_resources || s->manifest->has_resource_templates) {
                 cJSON *res = cJSON_AddObjectToObject(caps, "resources");
                 if (!res || !cJSON_AddBoolToObject(res, "subscribe", true) ||
                     !cJSON_AddBoolToObject(res, "listChanged", true))
                         return NULL;
         }
-        if (manifest_has(s->manifest, offsetof(Backend, prompts))) {
+        if (s->manifest->has_prompts) {
                 cJSON *pr = cJSON_AddObjectToObject(caps, "prompts");
                 if (!pr || !cJSON_AddBoolToObject(pr, "listChanged", true))
                         return NULL;
         }
-        if ((manifest_has(s->manifest, offsetof(Backend, prompts)) ||
-             manifest_has(s->manifest, offsetof(Backend, resource_templates))) &&
+        if ((s->manifest->has_prompts || s->manifest->has_resource_templates) &&
             !cJSON_AddObjectToObject(caps, "completions"))
                 return NULL;
         info = cJSON_Duplicate(s->manifest->server_info, true);
@@ -370,7 +379,7 @@ static void handle_surface_list(Session *s, const JsonRpcMessage *m, Batch *batc
         if (!r || !(list = cJSON_AddArrayToObject(r, key)))
                 return reply_error(s, batch, m->id, JSONRPC_INTERNAL_ERROR, "out of memory");
         for (size_t i = 0; i < s->manifest->n_backends; i++) {
-                const cJSON *it, *l = *(cJSON **) ((char *) &s->manifest->backends[i] + offset);
+                const cJSON *it, *l = backend_list(&s->manifest->backends[i], offset);
                 cJSON_ArrayForEach (it, l)
                         cJSON_AddItemReferenceToArray(list, (cJSON *) it);
         }
@@ -449,14 +458,14 @@ static void handle_request(Session *s, const cJSON *msg, const JsonRpcMessage *m
         const char *uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "uri"));
         const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "name"));
 
-        bool resources = manifest_has(s->manifest, offsetof(Backend, resources)) ||
-                         manifest_has(s->manifest, offsetof(Backend, resource_templates));
-        bool prompts = manifest_has(s->manifest, offsetof(Backend, prompts));
+        const Manifest *mf = s->manifest;
+        bool resources = mf->has_resources || mf->has_resource_templates;
+        bool completions = mf->has_prompts || mf->has_resource_templates;
 
-        /* What is not advertised is not there. */
-        if ((!resources && (strncmp(m->method, "resources/", 10) == 0)) ||
-            (!prompts && strncmp(m->method, "prompts/", 8) == 0) ||
-            (!resources && !prompts && streq(m->method, "completion/complete")))
+        /* What is not advertised (see initialize_result_new()) is not there. */
+        if ((!resources && strncmp(m->method, "resources/", 10) == 0) ||
+            (!mf->has_prompts && strncmp(m->method, "prompts/", 8) == 0) ||
+            (!completions && streq(m->method, "completion/complete")))
                 return handle_core_request(s, msg, m, batch);
         if (streq(m->method, "resources/list"))
                 return handle_surface_list(s, m, batch, offsetof(Backend, resources), "resources");
@@ -498,20 +507,11 @@ static void handle_cancelled(Session *s, const cJSON *msg, const JsonRpcMessage 
         const cJSON *rid = cJSON_GetObjectItemCaseSensitive(m->params, "requestId");
         _cleanup_free_ char *key = rid ? jsonrpc_id_key(rid) : NULL;
         Pending *p = key ? hashmap_get(s->pending, key) : NULL;
-        Batch *b;
 
         if (!p)
                 return;
         upstream_cancel(s, p, msg);
-        b = p->batch;
-        hashmap_remove(s->pending, p->key);
-        if (p->conn)
-                upconn_release(p->conn);
-        pending_free(p);
-        if (b) {
-                b->outstanding--;
-                batch_maybe_finish(s, b);
-        }
+        batch_member_done(s, pending_forget(s, p));
 }
 
 static void handle_notification(Session *s, const cJSON *msg, const JsonRpcMessage *m) {
@@ -650,7 +650,7 @@ static char *surface_print(const Manifest *m, size_t offset) {
         for (size_t i = 0; offset == (size_t) -1 && i < m->n_tools; i++)
                 cJSON_AddItemReferenceToArray(a, m->tools[i].json);
         for (size_t i = 0; offset != (size_t) -1 && i < m->n_backends; i++) {
-                const cJSON *it, *l = *(cJSON **) ((char *) &m->backends[i] + offset);
+                const cJSON *it, *l = backend_list(&m->backends[i], offset);
                 cJSON_ArrayForEach (it, l)
                         cJSON_AddItemReferenceToArray(a, (cJSON *) it);
         }

@@ -131,7 +131,9 @@ static void upconn_drain(UpConn *c) {
         channel_close_write(c->ch);
 }
 
-static void upconn_handle_response(UpConn *c, const cJSON *msg, const JsonRpcMessage *m) {
+/* Takes *msgp when it answers a pending request: the parsed line goes to the client as it is. */
+static void upconn_handle_response(UpConn *c, cJSON **msgp, const JsonRpcMessage *m) {
+        const cJSON *msg = *msgp;
         Session *s = c->up->s;
         _cleanup_free_ char *key = NULL;
         Pending *p;
@@ -153,7 +155,7 @@ static void upconn_handle_response(UpConn *c, const cJSON *msg, const JsonRpcMes
                 log_debug("Dropping a response from backend '%s' that matches no request.", up_name(c->up));
                 return;
         }
-        session_complete(s, p, cJSON_Duplicate(msg, true));
+        session_complete(s, p, TAKE_PTR(*msgp));
 }
 
 /* A backend asks the client something (sampling, elicitation, roots): the client sees it under an
@@ -210,7 +212,7 @@ static void upconn_handle_line(UpConn *c, const char *line, size_t len) {
         m = jsonrpc_classify(msg);
         switch (m.kind) {
         case JSONRPC_RESPONSE:
-                return upconn_handle_response(c, msg, &m);
+                return upconn_handle_response(c, &msg, &m);
         case JSONRPC_NOTIFICATION:
                 if (streq(m.method, DRAINING_METHOD))
                         return upconn_drain(c);

@@ -29,7 +29,7 @@ static cJSON *declared(const Shim *s, size_t k) {
                         if (&s->manifest->backends[s->manifest->tools[t].backend] == s->backend)
                                 cJSON_AddItemReferenceToArray(a, s->manifest->tools[t].json);
         } else {
-                const cJSON *l = *(cJSON **) ((const char *) s->backend + lists[k].offset), *it;
+                const cJSON *l = backend_list(s->backend, lists[k].offset), *it;
                 cJSON_ArrayForEach (it, l)
                         cJSON_AddItemReferenceToArray(a, (cJSON *) it);
         }
@@ -49,7 +49,7 @@ void contract_request(Instance *i) {
                 _cleanup_json_ cJSON *id = cJSON_CreateNumber((double) lists[k].id), *m = NULL;
 
                 /* Resources and prompts only where the manifest declares some: the backend may have none. */
-                if (lists[k].offset != (size_t) -1 && !*(cJSON **) ((const char *) i->shim->backend + lists[k].offset))
+                if (lists[k].offset != (size_t) -1 && !backend_list(i->shim->backend, lists[k].offset))
                         continue;
                 m = jsonrpc_request_new(id, lists[k].method, NULL);
                 if (m && i->ch)

@@ -101,7 +101,7 @@ static int on_update(sd_event_source *src, void *userdata) {
                                 all_down = false;
                 }
                 if (all_down)
-                        (void) sd_event_exit(s->event, s->exit_code);
+                        (void) sd_event_exit(s->event, 0);
         }
         shim_notify_status(s);
         return 0;

@@ -96,7 +96,6 @@ struct Shim {
         uint64_t next_upcall;
         bool draining, inetd;
         uint64_t calls_served, next_client_serial;
-        int exit_code;
         char last_status[384];
         char contract[3][96]; /* per list: "" when it matches the manifest */
         bool contract_checked;

@@ -62,9 +62,9 @@ static void check_manifest(const Manifest *m) {
                 check_surface(m, b->prompts, "name");
         }
         /* Nothing declared, nothing found: the frontend then answers resources/ and prompts/ itself. */
-        if (!manifest_has(m, offsetof(Backend, resources)) && !manifest_has(m, offsetof(Backend, resource_templates)))
+        if (!m->has_resources && !m->has_resource_templates)
                 FUZZ_ASSERT(!manifest_find_resource_backend(m, "file:///x"));
-        if (!manifest_has(m, offsetof(Backend, prompts)))
+        if (!m->has_prompts)
                 FUZZ_ASSERT(!manifest_find_prompt_backend(m, "x"));
         FUZZ_ASSERT(tools_per_backend == m->n_tools);
         for (size_t i = 0; i < m->n_tools; i++) {
