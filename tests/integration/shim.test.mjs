@@ -181,5 +181,5 @@ function scenarios(makeFleet) {
   });
 }
 
-if (!process.env.ONLY_DIRECT) describe("socket activation under systemd", () => scenarios(boxFleet));
+describe("socket activation under systemd", () => scenarios(boxFleet));
 describe("direct activation without systemd", () => scenarios(async () => directFleet()));
