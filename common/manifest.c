@@ -215,7 +215,7 @@ static int parse_path(Loader *l, const YNode *n, const char *what, bool relative
 
 static const char *const backend_keys[] = {
         "command", "env", "cwd", "idle_timeout", "init_timeout", "sharing", "socket", "resources", "resource_templates",
-        "prompts", NULL,
+        "prompts", "server_info", "instructions", "capabilities", NULL,
 };
 
 /* resources, resource_templates, prompts: lists of objects, passed to the client as they are,
@@ -247,6 +247,64 @@ static int parse_surface(Loader *l, const YNode *n, const char *what, const char
                 k++;
         }
         *ret = j;
+        return 0;
+}
+
+/* server_info: serverInfo as the backend sent it. Its scalar fields (name, version, title, ...) are
+ * text, even when written unquoted like 1.0. */
+static int parse_server_info(Loader *l, const YNode *n, Backend *b) {
+        _cleanup_json_ cJSON *j = NULL;
+        _cleanup_free_ char *err = NULL;
+        int r;
+
+        if (!expect_kind(l, n, YNODE_MAPPING, "server_info"))
+                return -EINVAL;
+        j = cJSON_CreateObject();
+        if (!j)
+                return -ENOMEM;
+        for (size_t i = 0; i < n->n_items; i += 2) {
+                const YNode *key = n->items[i], *val = n->items[i + 1];
+                cJSON *v = NULL;
+
+                if (val->kind == YNODE_SCALAR)
+                        v = cJSON_CreateString(val->value);
+                else if ((r = ynode_to_json(val, &v, &err)) == -EINVAL)
+                        return loader_error_append(l, err);
+                else if (r < 0)
+                        return r;
+                if (!v || !cJSON_AddItemToObject(j, key->value, v)) {
+                        cJSON_Delete(v);
+                        return -ENOMEM;
+                }
+        }
+        if (!cJSON_IsString(cJSON_GetObjectItemCaseSensitive(j, "name")) ||
+            !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(j, "version")))
+                return loader_error(l, n, "server_info of backend '%s' needs a string 'name' and a string 'version'",
+                                    b->name);
+        b->server_info = TAKE_PTR(j);
+        return 0;
+}
+
+/* instructions and capabilities: the rest of the backend's initialize answer. */
+static int parse_identity(Loader *l, const YNode *n, Backend *b) {
+        _cleanup_free_ char *err = NULL;
+        const YNode *v;
+        int r;
+
+        if ((v = ynode_get(n, "server_info")) && parse_server_info(l, v, b) == -ENOMEM)
+                return -ENOMEM;
+        if ((v = ynode_get(n, "instructions")) && expect_kind(l, v, YNODE_SCALAR, "instructions")) {
+                b->instructions = strdup(v->value);
+                if (!b->instructions)
+                        return -ENOMEM;
+        }
+        if ((v = ynode_get(n, "capabilities")) && expect_kind(l, v, YNODE_MAPPING, "capabilities")) {
+                r = ynode_to_json(v, &b->capabilities, &err);
+                if (r == -EINVAL)
+                        return loader_error_append(l, err);
+                if (r < 0)
+                        return r;
+        }
         return 0;
 }
 
@@ -300,6 +358,8 @@ static int parse_backend(Loader *l, const YNode *key, const YNode *n, Backend *b
             parse_surface(l, v, "resource_templates", "uriTemplate", &b->resource_templates) == -ENOMEM)
                 return -ENOMEM;
         if ((v = ynode_get(n, "prompts")) && parse_surface(l, v, "prompts", "name", &b->prompts) == -ENOMEM)
+                return -ENOMEM;
+        if (parse_identity(l, n, b) == -ENOMEM)
                 return -ENOMEM;
         if ((v = ynode_get(n, "sharing")) && expect_kind(l, v, YNODE_SCALAR, "sharing")) {
                 if (streq(v->value, "pooled"))
@@ -550,6 +610,9 @@ Manifest *manifest_free(Manifest *m) {
                 cJSON_Delete(b->resources);
                 cJSON_Delete(b->resource_templates);
                 cJSON_Delete(b->prompts);
+                cJSON_Delete(b->server_info);
+                free(b->instructions);
+                cJSON_Delete(b->capabilities);
         }
         free(m->backends);
         for (size_t i = 0; i < m->n_tools; i++)

@@ -29,6 +29,10 @@ typedef struct Backend {
         cJSON *resources;          /* resources/list entries, or NULL */
         cJSON *resource_templates; /* resources/templates/list entries, or NULL */
         cJSON *prompts;            /* prompts/list entries, or NULL */
+        /* The backend's own initialize answer, for `mcp-lazy --backend NAME`; each NULL if not recorded. */
+        cJSON *server_info;  /* serverInfo, every field it had */
+        char *instructions;  /* instructions */
+        cJSON *capabilities; /* capabilities as the backend declared them */
 } Backend;
 
 typedef struct Tool {

@@ -107,6 +107,32 @@ static void test_options(void) {
         CHECK_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(m->server_info, "version")), "2.0");
 }
 
+/* A backend's own initialize answer, recorded for --backend: kept as written, text fields as text. */
+static void test_identity(void) {
+        _cleanup_(manifest_freep) Manifest *m = NULL;
+        _cleanup_free_ char *err = NULL, *info = NULL, *caps = NULL;
+        const char *text =
+                "backends:\n  b:\n    command: [x]\n"
+                "    server_info: {name: example-servers/everything, title: Everything, version: 2.0, icons: [{src: a}]}\n"
+                "    instructions: Call echo first.\n"
+                "    capabilities: {tools: {listChanged: true}, logging: {}, resources: {subscribe: true}}\n"
+                "  plain:\n    command: [y]\n";
+        const Backend *b;
+
+        CHECK(manifest_load_string(text, strlen(text), "inline", "/base", &m, &err) == 0);
+        if (!m)
+                return;
+        b = manifest_find_backend(m, "b");
+        info = cJSON_PrintUnformatted(b->server_info);
+        CHECK_STREQ(info, "{\"name\":\"example-servers/everything\",\"title\":\"Everything\",\"version\":\"2.0\","
+                          "\"icons\":[{\"src\":\"a\"}]}");
+        CHECK_STREQ(b->instructions, "Call echo first.");
+        caps = cJSON_PrintUnformatted(b->capabilities);
+        CHECK_STREQ(caps, "{\"tools\":{\"listChanged\":true},\"logging\":{},\"resources\":{\"subscribe\":true}}");
+        b = manifest_find_backend(m, "plain");
+        CHECK(!b->server_info && !b->instructions && !b->capabilities);
+}
+
 static char *tools_printed(const Manifest *m) {
         _cleanup_json_ cJSON *a = cJSON_CreateArray();
         for (size_t i = 0; i < m->n_tools; i++)
@@ -179,6 +205,7 @@ int main(void) {
         CHECK(n >= 10);
         test_details();
         test_options();
+        test_identity();
         test_cache();
         return tests_finish("test-manifest");
 }
