@@ -597,32 +597,79 @@ static int load_tree(Loader *l, const YNode *root) {
         return 0;
 }
 
+static void backend_done(Backend *b);
+
 Manifest *manifest_free(Manifest *m) {
         if (!m)
                 return NULL;
-        for (size_t i = 0; i < m->n_backends; i++) {
-                Backend *b = &m->backends[i];
-                free(b->name);
-                strv_free(b->command);
-                strv_free(b->env);
-                free(b->cwd);
-                free(b->socket);
-                cJSON_Delete(b->resources);
-                cJSON_Delete(b->resource_templates);
-                cJSON_Delete(b->prompts);
-                cJSON_Delete(b->server_info);
-                free(b->instructions);
-                cJSON_Delete(b->capabilities);
-        }
+        for (size_t i = 0; i < m->n_backends; i++)
+                backend_done(&m->backends[i]);
         free(m->backends);
         for (size_t i = 0; i < m->n_tools; i++)
                 cJSON_Delete(m->tools[i].json);
         free(m->tools);
         cJSON_Delete(m->server_info);
         free(m->instructions);
+        cJSON_Delete(m->capabilities);
         free(m->path);
         free(m);
         return NULL;
+}
+
+static void backend_done(Backend *b) {
+        free(b->name);
+        strv_free(b->command);
+        strv_free(b->env);
+        free(b->cwd);
+        free(b->socket);
+        cJSON_Delete(b->resources);
+        cJSON_Delete(b->resource_templates);
+        cJSON_Delete(b->prompts);
+        cJSON_Delete(b->server_info);
+        free(b->instructions);
+        cJSON_Delete(b->capabilities);
+        *b = (Backend) {};
+}
+
+int manifest_restrict(Manifest *m, const char *backend) {
+        const Backend *found = manifest_find_backend(m, backend);
+        size_t k, n = 0;
+        Backend *b;
+
+        if (!found)
+                return -ENOENT;
+        k = (size_t) (found - m->backends);
+        for (size_t i = 0; i < m->n_tools; i++) {
+                if (m->tools[i].backend != k) {
+                        cJSON_Delete(m->tools[i].json);
+                        continue;
+                }
+                m->tools[n] = m->tools[i];
+                m->tools[n++].backend = 0;
+        }
+        m->n_tools = n;
+        for (size_t i = 0; i < m->n_backends; i++)
+                if (i != k)
+                        backend_done(&m->backends[i]);
+        if (k != 0)
+                m->backends[0] = m->backends[k], m->backends[k] = (Backend) {};
+        m->n_backends = 1;
+        b = &m->backends[0];
+        m->has_resources = !!b->resources;
+        m->has_resource_templates = !!b->resource_templates;
+        m->has_prompts = !!b->prompts;
+        /* The backend's own identity: its serverInfo comes with its instructions (or none). */
+        if (b->server_info) {
+                cJSON_Delete(m->server_info);
+                m->server_info = TAKE_PTR(b->server_info);
+                free(m->instructions);
+                m->instructions = TAKE_PTR(b->instructions);
+        }
+        if (b->capabilities) {
+                cJSON_Delete(m->capabilities);
+                m->capabilities = TAKE_PTR(b->capabilities);
+        }
+        return 0;
 }
 
 /* Checks a tree and builds the Manifest from it. */

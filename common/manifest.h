@@ -50,6 +50,7 @@ typedef struct Manifest {
         cJSON *server_info; /* initialize's serverInfo */
         char *instructions; /* NULL if none */
         size_t page_size;   /* tools per tools/list page; 0: all in one */
+        cJSON *capabilities; /* initialize's capabilities as recorded (one backend's), or NULL: derived */
         /* Whether any backend declares these: decided once at load, for initialize and routing. */
         bool has_resources, has_resource_templates, has_prompts;
 } Manifest;
@@ -61,6 +62,10 @@ int manifest_load_file(const char *path, Manifest **ret, char **ret_error);
 int manifest_load_string(const char *text, size_t len, const char *name, const char *dir, Manifest **ret,
                          char **ret_error);
 Manifest *manifest_free(Manifest *m);
+/* Keeps only the named backend and its tools, resources and prompts, and takes on its recorded
+ * initialize answer (server_info with its instructions, capabilities) where it has one: what
+ * `mcp-lazy --backend NAME` serves. -ENOENT if there is no such backend. */
+int manifest_restrict(Manifest *m, const char *backend);
 /* One of a backend's declared lists by its offsetof(Backend, resources / resource_templates / prompts). */
 static inline const cJSON *backend_list(const Backend *b, size_t offset) {
         return *(cJSON *const *) ((const char *) b + offset);

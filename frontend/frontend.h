@@ -22,6 +22,7 @@ typedef enum ActivationMode {
 
 typedef struct Options {
         const char *manifest_path; /* absolute */
+        const char *backend;       /* --backend: serve only this one, as itself; NULL: the whole fleet */
         const char *shimd_path;
         size_t max_line;
         ActivationMode activation;
@@ -66,6 +67,8 @@ struct Session {
         uint64_t exit_deadline; /* stdin ended: flush stdout until then */
 };
 
+/* The manifest as this frontend serves it (restricted to --backend's); errors as manifest_load_file(). */
+int session_load_manifest(const Options *o, Manifest **ret, char **ret_error);
 /* Takes m. */
 struct Session *session_new(sd_event *e, Manifest *m, const Options *o);
 /* Reads the manifest again; a valid one replaces the old and the client hears what changed. */

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -22,10 +23,13 @@
 
 static void help(void) {
         printf("Usage: mcp-lazy --manifest FILE [OPTIONS]\n"
+               "       mcp-lazy --backend NAME [--manifest FILE] [OPTIONS]\n"
                "       mcp-lazy check FILE\n\n"
                "An MCP server on stdio that lists the manifest's tools without starting anything,\n"
                "and starts each backend (through its systemd socket) only when one of its tools is called.\n\n"
-               "  --manifest FILE          the manifest (YAML or JSON)\n"
+               "  --manifest FILE          the manifest (YAML or JSON); with --backend the default is\n"
+               "                           $XDG_CONFIG_HOME/mcp-lazy/manifest.yaml (/etc/mcp-lazy/ for root)\n"
+               "  --backend NAME           serve only this backend, answering initialize as it does\n"
                "  --activation=MODE        auto (default), direct (start mcp-lazy-shimd ourselves when\n"
                "                           the socket is missing) or systemd (sockets only)\n"
                "  --shimd PATH             mcp-lazy-shimd to run for direct activation\n"
@@ -79,6 +83,24 @@ static char *find_shimd(void) {
         return strdup("mcp-lazy-shimd");
 }
 
+/* The manifest the units read: %E/mcp-lazy/manifest.yaml of the manager this user would have. */
+static char *default_manifest(void) {
+        const char *config = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
+        char *p = NULL;
+
+        if (geteuid() == 0)
+                return strdup("/etc/mcp-lazy/manifest.yaml");
+        if (config && config[0] == '/')
+                return asprintf(&p, "%s/mcp-lazy/manifest.yaml", config) < 0 ? NULL : p;
+        if (!home || home[0] != '/') {
+                struct passwd *pw = getpwuid(geteuid());
+                home = pw ? pw->pw_dir : NULL;
+        }
+        if (!home)
+                return NULL;
+        return asprintf(&p, "%s/.config/mcp-lazy/manifest.yaml", home) < 0 ? NULL : p;
+}
+
 static int run(Options *o) {
         _cleanup_(manifest_freep) Manifest *m = NULL;
         _cleanup_(sd_event_unrefp) sd_event *e = NULL;
@@ -86,7 +108,7 @@ static int run(Options *o) {
         Session *s;
         int r;
 
-        r = manifest_load_file(o->manifest_path, &m, &err);
+        r = session_load_manifest(o, &m, &err);
         if (r < 0) {
                 fprintf(stderr, "%s\n", err ?: strerror(-r));
                 return r;
@@ -114,9 +136,10 @@ static int run(Options *o) {
 }
 
 int main(int argc, char *argv[]) {
-        enum { ARG_ACTIVATION = 0x100, ARG_SHIMD, ARG_MAX_LINE, ARG_VERSION };
+        enum { ARG_ACTIVATION = 0x100, ARG_SHIMD, ARG_MAX_LINE, ARG_VERSION, ARG_BACKEND };
         static const struct option options[] = {
                 {"manifest", required_argument, NULL, 'm'},
+                {"backend", required_argument, NULL, ARG_BACKEND},
                 {"activation", required_argument, NULL, ARG_ACTIVATION},
                 {"shimd", required_argument, NULL, ARG_SHIMD},
                 {"max-line-bytes", required_argument, NULL, ARG_MAX_LINE},
@@ -125,7 +148,7 @@ int main(int argc, char *argv[]) {
                 {},
         };
         Options o = {.max_line = FRAMING_DEFAULT_MAX_LINE};
-        _cleanup_free_ char *manifest = NULL, *shimd = NULL;
+        _cleanup_free_ char *manifest = NULL, *shimd = NULL, *default_path = NULL;
         const char *manifest_arg = NULL;
         int c, r;
 
@@ -157,6 +180,13 @@ int main(int argc, char *argv[]) {
                 case ARG_SHIMD:
                         shimd = strdup(optarg);
                         break;
+                case ARG_BACKEND:
+                        if (!backend_name_valid(optarg)) {
+                                fprintf(stderr, "mcp-lazy: --backend '%s' is not a backend name\n", optarg);
+                                return 2;
+                        }
+                        o.backend = optarg;
+                        break;
                 case ARG_MAX_LINE: {
                         char *end;
                         unsigned long long v = strtoull(optarg, &end, 10);
@@ -176,8 +206,10 @@ int main(int argc, char *argv[]) {
                 default:
                         return 2;
                 }
+        if (!manifest_arg && o.backend)
+                manifest_arg = default_path = default_manifest();
         if (!manifest_arg || optind != argc) {
-                fprintf(stderr, "Usage: mcp-lazy --manifest FILE (see --help)\n");
+                fprintf(stderr, "Usage: mcp-lazy --manifest FILE | --backend NAME [--manifest FILE] (see --help)\n");
                 return 2;
         }
         /* The shim we may start resolves the manifest on its own: hand it an absolute path. */

@@ -176,33 +176,65 @@ static const char *negotiate_version(const char *asked) {
         return protocol_versions[ELEMENTSOF(protocol_versions) - 1];
 }
 
+/* What initialize advertises: a backend's recorded capabilities (--backend), else only what we do
+ * for the fleet: tools and logging always, resources, prompts and completions when a backend
+ * declares some. */
+static cJSON *capabilities_new(const Manifest *mf) {
+        _cleanup_json_ cJSON *caps = NULL;
+        cJSON *tools;
+
+        if (mf->capabilities)
+                return cJSON_Duplicate(mf->capabilities, true);
+        caps = cJSON_CreateObject();
+        /* listChanged: the manifest is watched, and a change is announced. */
+        tools = caps ? cJSON_AddObjectToObject(caps, "tools") : NULL;
+        if (!tools || !cJSON_AddBoolToObject(tools, "listChanged", true) || !cJSON_AddObjectToObject(caps, "logging"))
+                return NULL;
+        if (mf->has_resources || mf->has_resource_templates) {
+                cJSON *res = cJSON_AddObjectToObject(caps, "resources");
+                if (!res || !cJSON_AddBoolToObject(res, "subscribe", true) ||
+                    !cJSON_AddBoolToObject(res, "listChanged", true))
+                        return NULL;
+        }
+        if (mf->has_prompts) {
+                cJSON *pr = cJSON_AddObjectToObject(caps, "prompts");
+                if (!pr || !cJSON_AddBoolToObject(pr, "listChanged", true))
+                        return NULL;
+        }
+        if ((mf->has_prompts || mf->has_resource_templates) && !cJSON_AddObjectToObject(caps, "completions"))
+                return NULL;
+        return TAKE_PTR(caps);
+}
+
+/* Whether initialize advertised capability 'cap' (and, with sub, that member of it as true). */
+static bool advertised(const Manifest *mf, const char *cap, const char *sub) {
+        const cJSON *c;
+
+        if (!mf->capabilities) {
+                bool res = mf->has_resources || mf->has_resource_templates;
+                if (streq(cap, "resources"))
+                        return res;
+                if (streq(cap, "prompts"))
+                        return mf->has_prompts;
+                if (streq(cap, "completions"))
+                        return mf->has_prompts || mf->has_resource_templates;
+                return streq(cap, "tools") || streq(cap, "logging") || streq(cap, "tasks");
+        }
+        c = cJSON_GetObjectItemCaseSensitive(mf->capabilities, cap);
+        return c && (!sub || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, sub)));
+}
+
 static cJSON *initialize_result_new(Session *s, const char *version) {
         _cleanup_json_ cJSON *r = cJSON_CreateObject();
         cJSON *caps, *info;
 
         if (!r || !cJSON_AddStringToObject(r, "protocolVersion", version))
                 return NULL;
-        /* Only what we really do: tools and logging always, resources, prompts and completions when a
-         * backend declares some. */
-        caps = cJSON_AddObjectToObject(r, "capabilities");
-        /* listChanged: the manifest is watched, and a change is announced. */
-        cJSON *tools = caps ? cJSON_AddObjectToObject(caps, "tools") : NULL;
-        if (!tools || !cJSON_AddBoolToObject(tools, "listChanged", true) || !cJSON_AddObjectToObject(caps, "logging"))
+        caps = capabilities_new(s->manifest);
+        if (!caps || !cJSON_AddItemToObject(r, "capabilities", caps)) {
+                cJSON_Delete(caps);
                 return NULL;
-        if (s->manifest->has_resources || s->manifest->has_resource_templates) {
-                cJSON *res = cJSON_AddObjectToObject(caps, "resources");
-                if (!res || !cJSON_AddBoolToObject(res, "subscribe", true) ||
-                    !cJSON_AddBoolToObject(res, "listChanged", true))
-                        return NULL;
         }
-        if (s->manifest->has_prompts) {
-                cJSON *pr = cJSON_AddObjectToObject(caps, "prompts");
-                if (!pr || !cJSON_AddBoolToObject(pr, "listChanged", true))
-                        return NULL;
-        }
-        if ((s->manifest->has_prompts || s->manifest->has_resource_templates) &&
-            !cJSON_AddObjectToObject(caps, "completions"))
-                return NULL;
         info = cJSON_Duplicate(s->manifest->server_info, true);
         if (!info || !cJSON_AddItemToObject(r, "serverInfo", info)) {
                 cJSON_Delete(info);
@@ -459,13 +491,13 @@ static void handle_request(Session *s, const cJSON *msg, const JsonRpcMessage *m
         const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "name"));
 
         const Manifest *mf = s->manifest;
-        bool resources = mf->has_resources || mf->has_resource_templates;
-        bool completions = mf->has_prompts || mf->has_resource_templates;
 
-        /* What is not advertised (see initialize_result_new()) is not there. */
-        if ((!resources && strncmp(m->method, "resources/", 10) == 0) ||
-            (!mf->has_prompts && strncmp(m->method, "prompts/", 8) == 0) ||
-            (!completions && streq(m->method, "completion/complete")))
+        /* What is not advertised (see capabilities_new()) is not there. */
+        if ((!advertised(mf, "resources", NULL) && strncmp(m->method, "resources/", 10) == 0) ||
+            (!advertised(mf, "prompts", NULL) && strncmp(m->method, "prompts/", 8) == 0) ||
+            (!advertised(mf, "completions", NULL) && streq(m->method, "completion/complete")) ||
+            (!advertised(mf, "tasks", NULL) && strncmp(m->method, "tasks/", 6) == 0) ||
+            (!advertised(mf, "logging", NULL) && streq(m->method, "logging/setLevel")))
                 return handle_core_request(s, msg, m, batch);
         if (streq(m->method, "resources/list"))
                 return handle_surface_list(s, m, batch, offsetof(Backend, resources), "resources");
@@ -658,7 +690,7 @@ static char *surface_print(const Manifest *m, size_t offset) {
 }
 
 static void notify_if_changed(Session *s, const Manifest *old, const Manifest *new, size_t offset, size_t offset2,
-                              const char *method) {
+                              const char *cap, const char *method) {
         _cleanup_free_ char *a = surface_print(old, offset), *b = surface_print(new, offset);
         _cleanup_free_ char *a2 = offset2 ? surface_print(old, offset2) : NULL,
                             *b2 = offset2 ? surface_print(new, offset2) : NULL;
@@ -666,25 +698,53 @@ static void notify_if_changed(Session *s, const Manifest *old, const Manifest *n
 
         if (a && b && streq(a, b) && (!offset2 || (a2 && b2 && streq(a2, b2))))
                 return;
+        /* A backend that does not announce changes (its recorded capabilities say so) stays silent. */
+        if (new->capabilities && !advertised(new, cap, "listChanged"))
+                return;
         n = jsonrpc_notification_new(method, NULL);
         if (n && s->protocol_version)
                 session_send(s, n);
 }
 
+int session_load_manifest(const Options *o, Manifest **ret, char **ret_error) {
+        _cleanup_(manifest_freep) Manifest *m = NULL;
+        int r = manifest_load_file(o->manifest_path, &m, ret_error);
+
+        if (r < 0)
+                return r;
+        if (o->backend && manifest_restrict(m, o->backend) < 0) {
+                _cleanup_free_ char *names = NULL;
+                size_t len = 0;
+                FILE *f = open_memstream(&names, &len);
+
+                for (size_t i = 0; f && i < m->n_backends; i++)
+                        fprintf(f, "%s%s", i ? ", " : "", m->backends[i].name);
+                if (f)
+                        fclose(f);
+                if (asprintf(ret_error, "%s: no backend '%s' in this manifest (it has: %s)", o->manifest_path,
+                             o->backend, names && *names ? names : "none") < 0)
+                        *ret_error = NULL;
+                return -ENOENT;
+        }
+        *ret = TAKE_PTR(m);
+        return 0;
+}
+
 void session_reload(Session *s) {
         _cleanup_free_ char *err = NULL;
         Manifest *m = NULL, *old = s->manifest;
-        int r = manifest_load_file(s->options->manifest_path, &m, &err);
+        int r = session_load_manifest(s->options, &m, &err);
 
         if (r < 0) {
                 log_error("Manifest changed but cannot be used, keeping the one in force: %s", err ?: strerror(-r));
                 return;
         }
         s->manifest = m;
-        notify_if_changed(s, old, m, (size_t) -1, 0, "notifications/tools/list_changed");
-        notify_if_changed(s, old, m, offsetof(Backend, resources), offsetof(Backend, resource_templates),
+        notify_if_changed(s, old, m, (size_t) -1, 0, "tools", "notifications/tools/list_changed");
+        notify_if_changed(s, old, m, offsetof(Backend, resources), offsetof(Backend, resource_templates), "resources",
                           "notifications/resources/list_changed");
-        notify_if_changed(s, old, m, offsetof(Backend, prompts), 0, "notifications/prompts/list_changed");
+        notify_if_changed(s, old, m, offsetof(Backend, prompts), 0, "prompts",
+                          "notifications/prompts/list_changed");
         log_info("Reloaded %s: %zu backends, %zu tools.", s->options->manifest_path, m->n_backends, m->n_tools);
         manifest_free(old);
 }

@@ -7,6 +7,9 @@
 //
 //   --backend NAME  the backend name written into every tool's `backend:` key (required)
 //   --header        print a `tools:` line before the entries
+//   --backend-keys  print instead the keys that go under `backends.NAME`: the server's own
+//                   initialize answer (server_info, instructions, capabilities) and its
+//                   resources, resource_templates and prompts (see backendKeysToYaml)
 //   --indent N      spaces before each "- " (default 2)
 //   DUMP.json       output of dump-server.mjs (default: standard input)
 //
@@ -97,24 +100,53 @@ export function toolsToYaml(tools, backend, { indent = 2 } = {}) {
   return lines.join("\n") + (lines.length ? "\n" : "");
 }
 
+// What goes under `backends.NAME` from a dump, in this order (absent ones skipped): the server's
+// own initialize answer, which `mcp-lazy --backend NAME` answers with, and its other lists.
+export const BACKEND_KEYS = [
+  ["serverInfo", "server_info"],
+  ["instructions", "instructions"],
+  ["capabilities", "capabilities"],
+  ["resources", "resources"],
+  ["resourceTemplates", "resource_templates"],
+  ["prompts", "prompts"],
+];
+
+/** `backends.NAME` keys (one-line JSON values) recorded from a dump; lists the server failed to
+ * answer ({error}) and empty lists are left out. */
+export function backendKeysToYaml(dump, { indent = 4 } = {}) {
+  const pad = " ".repeat(indent);
+  const lines = [];
+  for (const [field, key] of BACKEND_KEYS) {
+    const v = dump[field];
+    if (v === undefined || v === null) continue;
+    if (["resources", "resourceTemplates", "prompts"].includes(field) && (!Array.isArray(v) || v.length === 0)) continue;
+    checkKeyOrder(v, field);
+    lines.push(`${pad}${key}: ${yamlJson(v)}`);
+  }
+  return lines.join("\n") + (lines.length ? "\n" : "");
+}
+
 function main(argv) {
   let backend;
   let header = false;
-  let indent = 2;
+  let keys = false;
+  let indent;
   let input = "-";
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     if (a === "--backend") backend = argv[++i];
     else if (a === "--header") header = true;
+    else if (a === "--backend-keys") keys = true;
     else if (a === "--indent") indent = Number(argv[++i]);
     else if (a.startsWith("--")) throw new Error(`unknown option ${a}`);
     else input = a;
   }
-  if (!backend) throw new Error("usage: manifest-from-server.mjs --backend NAME [--header] [--indent N] [DUMP.json|-]");
+  if (!backend) throw new Error("usage: manifest-from-server.mjs --backend NAME [--header | --backend-keys] [--indent N] [DUMP.json|-]");
   const dump = JSON.parse(readFileSync(input === "-" ? 0 : input, "utf8"));
+  if (keys) return process.stdout.write(backendKeysToYaml(dump, { indent: indent ?? 4 }));
   const tools = Array.isArray(dump) ? dump : dump.tools;
   if (!Array.isArray(tools)) throw new Error("input has no tools array");
-  process.stdout.write((header ? "tools:\n" : "") + toolsToYaml(tools, backend, { indent }));
+  process.stdout.write((header ? "tools:\n" : "") + toolsToYaml(tools, backend, { indent: indent ?? 2 }));
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {

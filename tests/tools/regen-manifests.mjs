@@ -24,12 +24,16 @@
 // Its tools/list is turned into manifest entries by manifest-from-server.mjs,
 // and EVERYTHING FROM THE TOP-LEVEL `tools:` LINE TO THE END OF THE FILE is
 // replaced by the entries of all backends, in the order of `backends:`.
+// In each backend's block, the recorded keys (server_info, instructions,
+// capabilities, resources, resource_templates, prompts: one line each, after
+// a `# ---- recorded` comment) are replaced by what the server answers now;
+// every other line of the block stays as it is.
 
 import { readFileSync, writeFileSync, existsSync } from "node:fs";
 import { dirname, isAbsolute, join, resolve, relative } from "node:path";
 import { fileURLToPath } from "node:url";
 import { dumpServer, CAPS as CAPS_TABLE } from "./dump-server.mjs";
-import { toolsToYaml } from "./manifest-from-server.mjs";
+import { toolsToYaml, backendKeysToYaml, BACKEND_KEYS } from "./manifest-from-server.mjs";
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const TESTS = resolve(HERE, "..");
@@ -179,6 +183,49 @@ export function localCommand(backend, manifestDir) {
   return { command: [cmd === "node" ? process.execPath : cmd, ...rest], cwd, env: backend.env, note: backend.command.join(" ") };
 }
 
+const RECORDED = new RegExp(`^ {4}(${BACKEND_KEYS.map(([, k]) => k).join("|")}):|^ {4}# ---- recorded `);
+
+/** The lines up to `tools:` with each backend's recorded keys replaced by the dumps' (at the end of
+ * its block, before any blank lines). */
+function recordBackendKeys(lines, dumps, caps) {
+  const start = lines.findIndex((l) => /^backends:\s*(#.*)?$/.test(l));
+  const out = lines.slice(0, start + 1);
+  let i = start + 1;
+  const flush = (block, d) => {
+    while (block.length && block[block.length - 1].trim() === "") block.pop();
+    const tail = [];
+    const kept = block.filter((l) => !RECORDED.test(l));
+    if (d) {
+      const si = d.dump.serverInfo ?? {};
+      tail.push(
+        `    # ---- recorded from initialize and the lists of ${si.name} ${si.version}` +
+          `${caps === "none" ? "" : ` (client capabilities: ${caps})`}: do not edit, run tests/tools/regen-manifests.sh`,
+      );
+      tail.push(...backendKeysToYaml(d.dump, { indent: 4 }).split("\n").filter(Boolean));
+    }
+    return [...kept, ...tail];
+  };
+  let block = null;
+  let cur = null;
+  const blanks = [];
+  for (; i < lines.length; i++) {
+    const l = lines[i];
+    if (/^\S/.test(l) && !l.startsWith("#")) break;
+    const m = /^ {2}("[^"]*"|'[^']*'|[^\s#:][^:]*?)\s*:\s*(#.*)?$/.exec(l);
+    if (m) {
+      if (block) out.push(...flush(block, cur), ...blanks.splice(0));
+      const name = unquoteKey(m[1]);
+      cur = dumps.find((d) => d.b.name === name);
+      block = [l];
+    } else if (block) {
+      if (l.trim() === "") blanks.push(l);
+      else block.push(...blanks.splice(0), l);
+    } else out.push(l);
+  }
+  if (block) out.push(...flush(block, cur), ...blanks.splice(0));
+  return [...out, ...lines.slice(i)];
+}
+
 export async function regenManifest(file, { caps = "none" } = {}) {
   const text = readFileSync(file, "utf8");
   const backends = readBackends(text);
@@ -189,7 +236,7 @@ export async function regenManifest(file, { caps = "none" } = {}) {
     if (/^[^\s#]/.test(lines[i])) throw new Error(`${file}: \`tools:\` must be the last top-level key (found ${JSON.stringify(lines[i])} after it)`);
   }
   const manifestDir = dirname(resolve(file));
-  let out = lines.slice(0, toolsAt + 1).join("\n") + "\n";
+  const dumps = [];
   for (const b of backends) {
     const run = localCommand(b, manifestDir);
     const o = {
@@ -210,6 +257,10 @@ export async function regenManifest(file, { caps = "none" } = {}) {
       `  ${relative(ROOT, file)}: ${b.name}: ${dump.tools.length} tools from ${si.name} ${si.version} (${run.note}); ` +
         `spawn→initialize ${dump.timing.initialize_ms} ms, →tools/list ${dump.timing.tools_list_ms} ms\n`,
     );
+    dumps.push({ b, run, dump, si });
+  }
+  let out = recordBackendKeys(lines.slice(0, toolsAt + 1), dumps, caps).join("\n") + "\n";
+  for (const { b, run, dump, si } of dumps) {
     out +=
       `  # ---- backend ${b.name}: ${dump.tools.length} tool${dump.tools.length === 1 ? "" : "s"}, verbatim from tools/list of ${si.name} ${si.version} (${run.note})` +
       `${caps === "none" ? "" : `, client capabilities: ${caps}`}\n`;
