@@ -2,6 +2,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <sys/stat.h>
 #include <systemd/sd-event.h>
 
 #include "channel.h"
@@ -63,7 +64,8 @@ struct Session {
         uint64_t next_upcall;
         char *log_level;        /* from logging/setLevel, replayed to backends that connect later */
         Hashmap *tasks;         /* taskId -> Upstream that owns the task */
-        sd_event_source *watch; /* inotify on the manifest's directory */
+        sd_event_source *watch; /* inotify on the manifest's directory, or the stat timer */
+        struct stat watched;    /* the manifest as the stat timer last saw it */
         uint64_t exit_deadline; /* stdin ended: flush stdout until then */
 };
 

@@ -157,3 +157,53 @@ ${tools.map((t) => `  - {name: ${t}, backend: x, input_schema: {type: object}}`)
   assert.deepEqual(after.result.tools.map((x) => x.name), ["t1"]);
   await p.close();
 });
+
+// Linux gives each user 128 inotify instances, one per frontend: past that a frontend checks its
+// manifest with stat() on a timer. Here, in a user namespace whose limit is 4, 12 frontends of one
+// user all hear of a change.
+test("more frontends than the user's inotify instances: every one still reloads", async (t) => {
+  const LIMIT = 4;
+  const N = 12;
+  const { spawn } = await import("node:child_process");
+  const holder = spawn("unshare", ["-U", "-r", "sh", "-c", `echo ${LIMIT} > /proc/sys/user/max_inotify_instances && echo ready && exec sleep 600`], { stdio: ["ignore", "pipe", "pipe"] });
+  let out = "";
+  holder.stdout.on("data", (d) => (out += d));
+  holder.stderr.on("data", (d) => (out += d));
+  t.after(() => holder.kill("SIGKILL"));
+  await waitFor(() => out.includes("ready") || holder.exitCode !== null, 10000);
+  assert.match(out, /ready/, `cannot make a user namespace with a lower inotify limit: ${out}`);
+
+  const path = join(dir, "many.yaml");
+  const text = (tools) => `backends: {x: {command: [/bin/false]}}
+tools:
+${tools.map((n) => `  - {name: ${n}, backend: x, input_schema: {type: object}}`).join("\n")}
+`;
+  writeFileSync(path, text(["t1"]));
+  const env = { ...process.env, MCP_LAZY_CACHE_DIR: "", MCP_LAZY_LOG_LEVEL: "debug" };
+  const peers = [];
+  for (let i = 0; i < N; i++) {
+    const p = new RawPeer("nsenter", ["-t", String(holder.pid), "-U", "--", MCP_LAZY, ...lazyArgs("x", path)], { env });
+    p.send(INIT());
+    peers.push(p);
+  }
+  for (const p of peers) await p.next(1, 10000);
+  const polling = peers.filter((p) => /Cannot watch .* with inotify \(Too many open files\), checking it every 2 s instead/.test(p.stderr));
+  assert.equal(polling.length, N - LIMIT, "frontends past the limit fall back to stat()");
+  // Renamed over, as editors and `mcp-lazy import` write it.
+  writeFileSync(path + ".new", text(["t1", "t2"]));
+  const { renameSync } = await import("node:fs");
+  renameSync(path + ".new", path);
+  for (const p of peers) {
+    const [note] = await p.next(1, 10000);
+    assert.equal(note.method, "notifications/tools/list_changed");
+    const list = await p.request({ jsonrpc: "2.0", id: 1, method: "tools/list" });
+    assert.deepEqual(list.result.tools.map((x) => x.name), ["t1", "t2"]);
+  }
+  // And written in place.
+  writeFileSync(path, text(["t3"]));
+  for (const p of peers) {
+    const [note] = await p.next(1, 10000);
+    assert.equal(note.method, "notifications/tools/list_changed");
+  }
+  await Promise.all(peers.map((p) => p.close()));
+});
