@@ -1,4 +1,5 @@
-/* libyaml events -> YNode tree. Aliases are refused and depth is capped: libyaml 0.2.5 has neither limit. */
+/* libyaml events -> YNode tree. Aliases are expanded (copies of their anchor's node) within a bound on
+ * what they add, and depth is capped: libyaml 0.2.5 has neither limit. */
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -7,6 +8,7 @@
 #include <string.h>
 #include <yaml.h>
 
+#include "hashmap.h"
 #include "macros.h"
 #include "yaml_tree.h"
 
@@ -85,10 +87,98 @@ const YNode *ynode_get(const YNode *map, const char *key) {
         return NULL;
 }
 
+/* An anchor (&name) and the size of its node, measured once when the node is complete. */
+typedef struct Anchor {
+        const YNode *node; /* NULL while the node is still being read */
+        size_t nodes, bytes;
+        unsigned height; /* levels, the node itself being 1 */
+} Anchor;
+
 typedef struct Parser {
         yaml_parser_t parser;
         char **error;
+        Hashmap *anchors;          /* name -> Anchor */
+        size_t alias_nodes, alias_bytes; /* what aliases added so far */
 } Parser;
+
+static void anchor_measure(const YNode *n, unsigned depth, Anchor *a) {
+        a->nodes++;
+        a->bytes += n->length;
+        if (depth > a->height)
+                a->height = depth;
+        for (size_t i = 0; i < n->n_items; i++)
+                anchor_measure(n->items[i], depth + 1, a);
+}
+
+static YNode *ynode_copy(const YNode *n, unsigned line, unsigned column) {
+        _cleanup_(ynode_freep) YNode *c = ynode_alloc(n->kind, n->value, n->length, n->plain);
+
+        if (!c)
+                return NULL;
+        /* A copy is where the alias is: mistakes in it are reported there. */
+        c->line = line;
+        c->column = column;
+        if (n->n_items > 0) {
+                c->items = calloc(n->n_items, sizeof *c->items);
+                if (!c->items)
+                        return NULL;
+                c->alloc_items = n->n_items;
+                for (size_t i = 0; i < n->n_items; i++) {
+                        c->items[i] = ynode_copy(n->items[i], line, column);
+                        if (!c->items[i])
+                                return NULL;
+                        c->n_items++;
+                }
+        }
+        return TAKE_PTR(c);
+}
+
+/* &name: remembered before the node is read, so that an alias inside it is told apart from an
+ * undefined one. A later anchor of the same name replaces it, as YAML says. */
+static int anchor_begin(Parser *p, const char *name, Anchor **ret) {
+        Anchor *a = hashmap_get(p->anchors, name);
+        int r;
+
+        if (!a) {
+                a = calloc(1, sizeof *a);
+                if (!a)
+                        return -ENOMEM;
+                r = hashmap_put(p->anchors, name, a);
+                if (r < 0) {
+                        free(a);
+                        return r;
+                }
+        }
+        *a = (Anchor) {};
+        *ret = a;
+        return 0;
+}
+
+static int alias_expand(Parser *p, const yaml_event_t *ev, unsigned depth, YNode **ret) {
+        const char *name = (const char *) ev->data.alias.anchor;
+        unsigned line = ev->start_mark.line + 1, column = ev->start_mark.column + 1;
+        const Anchor *a = hashmap_get(p->anchors, name);
+
+        if (!a)
+                return set_error(p->error, line, column, "alias *%s names no anchor (&%s) defined before it", name,
+                                 name);
+        if (!a->node)
+                return set_error(p->error, line, column, "alias *%s is inside the node it names: it would never end",
+                                 name);
+        if (depth + a->height - 1 > YAML_TREE_MAX_DEPTH)
+                return set_error(p->error, line, column, "alias *%s makes nesting deeper than %u levels", name,
+                                 YAML_TREE_MAX_DEPTH);
+        if (a->nodes > YAML_TREE_MAX_ALIAS_NODES - p->alias_nodes ||
+            a->bytes > YAML_TREE_MAX_ALIAS_BYTES - p->alias_bytes)
+                return set_error(p->error, line, column,
+                                 "alias *%s would make aliases expand to more than %u nodes or %u MiB in all; "
+                                 "refusing a document that grows without bound (a \"billion laughs\")",
+                                 name, YAML_TREE_MAX_ALIAS_NODES, YAML_TREE_MAX_ALIAS_BYTES / 1024U / 1024U);
+        p->alias_nodes += a->nodes;
+        p->alias_bytes += a->bytes;
+        *ret = ynode_copy(a->node, line, column);
+        return *ret ? 0 : -ENOMEM;
+}
 
 static int parse_node(Parser *p, yaml_event_t *ev, unsigned depth, YNode **ret);
 
@@ -132,11 +222,21 @@ static int parse_node(Parser *p, yaml_event_t *ev, unsigned depth, YNode **ret) 
         const char *tag = NULL;
         int r;
 
-        if (ev->type == YAML_ALIAS_EVENT)
-                return set_error(p->error, line, column, "YAML aliases (*%s) are not supported; write the value out",
-                                 ev->data.alias.anchor);
+        const yaml_char_t *anchor_name = ev->type == YAML_SCALAR_EVENT           ? ev->data.scalar.anchor
+                                         : ev->type == YAML_SEQUENCE_START_EVENT ? ev->data.sequence_start.anchor
+                                         : ev->type == YAML_MAPPING_START_EVENT  ? ev->data.mapping_start.anchor
+                                                                                 : NULL;
+        Anchor *anchor = NULL;
+
         if (depth > YAML_TREE_MAX_DEPTH)
                 return set_error(p->error, line, column, "nesting deeper than %u levels", YAML_TREE_MAX_DEPTH);
+        if (ev->type == YAML_ALIAS_EVENT)
+                return alias_expand(p, ev, depth, ret);
+        if (anchor_name) {
+                r = anchor_begin(p, (const char *) anchor_name, &anchor);
+                if (r < 0)
+                        return r;
+        }
 
         if (ev->type == YAML_SCALAR_EVENT)
                 n = ynode_alloc(YNODE_SCALAR, (const char *) ev->data.scalar.value, ev->data.scalar.length,
@@ -173,6 +273,10 @@ static int parse_node(Parser *p, yaml_event_t *ev, unsigned depth, YNode **ret) 
         }
         if (tag && !streq(tag, YAML_SEQ_TAG) && !streq(tag, YAML_MAP_TAG))
                 return set_error(p->error, line, column, "YAML tag '%s' is not supported", tag);
+        if (anchor) {
+                anchor_measure(n, 1, anchor);
+                anchor->node = n; /* stays in the tree, which outlives the parse */
+        }
         *ret = TAKE_PTR(n);
         return 0;
 }
@@ -199,8 +303,13 @@ int yaml_tree_load(const char *text, size_t len, YNode **ret, char **ret_error) 
         yaml_event_t ev;
         int r;
 
-        if (!yaml_parser_initialize(&p.parser))
+        p.anchors = hashmap_new();
+        if (!p.anchors)
                 return -ENOMEM;
+        if (!yaml_parser_initialize(&p.parser)) {
+                hashmap_free(p.anchors);
+                return -ENOMEM;
+        }
         yaml_parser_set_input_string(&p.parser, (const unsigned char *) text, len);
 
         r = expect_event(&p, YAML_STREAM_START_EVENT, &ev);
@@ -240,6 +349,13 @@ int yaml_tree_load(const char *text, size_t len, YNode **ret, char **ret_error) 
         *ret = TAKE_PTR(root);
 finish:
         yaml_parser_delete(&p.parser);
+        {
+                size_t state = 0;
+                void *a;
+                while (hashmap_iterate(p.anchors, &state, NULL, &a))
+                        free(a);
+                hashmap_free(p.anchors);
+        }
         return r;
 }
 
