@@ -182,7 +182,36 @@ static int alias_expand(Parser *p, const yaml_event_t *ev, unsigned depth, YNode
 
 static int parse_node(Parser *p, yaml_event_t *ev, unsigned depth, YNode **ret);
 
+static void hashmap_freep(Hashmap **h) {
+        hashmap_free(*h);
+}
+
+#define KEYS_INDEXED_FROM 16U /* pairs; below, a linear search is faster than a table */
+
+/* Whether key is already in mapping n; a big mapping gets an index of its keys (*index), so that
+ * a file of a million keys is not a million squared comparisons. Adds key to the index. */
+static int mapping_has_key(const YNode *n, Hashmap **index, const char *key) {
+        int r;
+
+        if (!*index && n->n_items / 2 < KEYS_INDEXED_FROM)
+                return !!ynode_get(n, key);
+        if (!*index) {
+                *index = hashmap_new();
+                if (!*index)
+                        return -ENOMEM;
+                for (size_t i = 0; i + 1 < n->n_items; i += 2) {
+                        r = hashmap_put(*index, n->items[i]->value, NULL);
+                        if (r < 0 && r != -EEXIST)
+                                return r;
+                }
+        }
+        r = hashmap_put(*index, key, NULL);
+        return r == -EEXIST ? 1 : r;
+}
+
 static int parse_children(Parser *p, YNode *n, yaml_event_type_t end, unsigned depth) {
+        _cleanup_(hashmap_freep) Hashmap *index = NULL;
+
         for (;;) {
                 _cleanup_(ynode_freep) YNode *child = NULL;
                 yaml_event_t ev;
@@ -205,7 +234,10 @@ static int parse_children(Parser *p, YNode *n, yaml_event_type_t end, unsigned d
                                 return set_error(p->error, child->line, child->column,
                                                  "mapping keys must be plain strings, not %s",
                                                  ynode_kind_name(child->kind));
-                        if (ynode_get(n, child->value))
+                        r = mapping_has_key(n, &index, child->value);
+                        if (r < 0)
+                                return r;
+                        if (r > 0)
                                 return set_error(p->error, child->line, child->column, "duplicate key '%s'",
                                                  child->value);
                 }
@@ -439,6 +471,7 @@ static YNode *ynode_new(YNodeKind kind, const char *value, bool plain) {
  * positioned error. */
 static int from_json(const cJSON *j, unsigned depth, YNode **ret) {
         _cleanup_(ynode_freep) YNode *n = NULL;
+        _cleanup_(hashmap_freep) Hashmap *index = NULL;
         const cJSON *c;
         int r;
 
@@ -453,8 +486,9 @@ static int from_json(const cJSON *j, unsigned depth, YNode **ret) {
                 cJSON_ArrayForEach (c, j) {
                         YNode *child;
                         if (cJSON_IsObject(j)) {
-                                if (ynode_get(n, c->string))
-                                        return -EINVAL;
+                                r = mapping_has_key(n, &index, c->string);
+                                if (r != 0)
+                                        return r < 0 ? r : -EINVAL;
                                 child = ynode_new(YNODE_SCALAR, c->string, false);
                                 if (!child || item_append(n, child) < 0)
                                         return child ? (ynode_free(child), -ENOMEM) : -ENOMEM;

@@ -133,6 +133,42 @@ static void test_identity(void) {
         CHECK(!b->server_info && !b->instructions && !b->capabilities);
 }
 
+/* A mapping of many keys: duplicates are still found (by an index of the keys, not by comparing
+ * each key with every other: 100000 keys took a minute that way, a 64 MiB file days). */
+static void test_many_keys(void) {
+        const size_t n = 100000;
+        for (int json = 0; json <= 1; json++)
+                for (int dup = 0; dup <= 1; dup++) {
+                        _cleanup_(manifest_freep) Manifest *m = NULL;
+                        _cleanup_free_ char *err = NULL, *text = NULL;
+                        size_t len = 0;
+                        FILE *f = open_memstream(&text, &len);
+                        int r;
+
+                        fputs(json ? "{\"backends\": {\"b\": {\"command\": [\"x\"]}}, \"tools\": [{\"name\": \"t\", "
+                                     "\"backend\": \"b\", \"input_schema\": {\"type\": \"object\", \"properties\": {"
+                                   : "backends: {b: {command: [x]}}\ntools:\n- {name: t, backend: b, input_schema: "
+                                     "{type: object, properties: {",
+                              f);
+                        for (size_t i = 0; i < n; i++)
+                                fprintf(f, json ? "%s\"k%zu\": 1" : "%sk%zu: 1", i ? ", " : "", i);
+                        if (dup)
+                                fputs(json ? ", \"k5\": 2" : ", k5: 2", f);
+                        fputs(json ? "}}}]}\n" : "}}}\n", f);
+                        fclose(f);
+                        r = manifest_load_string(text, len, "many", "/", &m, &err);
+                        if (dup) {
+                                CHECK(r == -EINVAL);
+                                CHECK(err && strstr(err, ": duplicate key 'k5'"));
+                        } else {
+                                CHECK(r == 0);
+                                CHECK(m && cJSON_GetArraySize(cJSON_GetObjectItem(
+                                                   cJSON_GetObjectItem(m->tools[0].json, "inputSchema"), "properties")) ==
+                                                   (int) n);
+                        }
+                }
+}
+
 static char *tools_printed(const Manifest *m) {
         _cleanup_json_ cJSON *a = cJSON_CreateArray();
         for (size_t i = 0; i < m->n_tools; i++)
@@ -206,6 +242,7 @@ int main(void) {
         test_details();
         test_options();
         test_identity();
+        test_many_keys();
         test_cache();
         return tests_finish("test-manifest");
 }
