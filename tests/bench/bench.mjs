@@ -8,7 +8,9 @@
 // 2. warm call latency: straight to a server vs through mcp-lazy (direct activation);
 // 3. the first call from cold, split into its phases, vs the server's own start;
 // 4. processes and memory of 10 sessions x 3 backends: every session starting its own servers
-//    vs mcp-lazy with pooled backends behind systemd sockets (in a throwaway systemd box).
+//    vs mcp-lazy with pooled backends behind systemd sockets (in a throwaway systemd box);
+// 5. a frontend per backend vs one for the fleet, and 500 frontends of one user, inotify vs the
+//    stat() timer (frontends.mjs; `node bench/frontends.mjs 1000` for a thousand).
 //
 // Targets are printed beside the figures; missing one never fails the run. A section that cannot
 // run prints FAILED with the reason, and the run then exits 1. Nothing is left running.
@@ -21,6 +23,7 @@ import { fileURLToPath } from "node:url";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport, getDefaultEnvironment } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { startBox } from "../integration/lib/box.mjs";
+import { sectionFrontends } from "./frontends.mjs";
 import {
   Peer, alive, cmdline, descendants, leftovers, demoTools, generateManifest, heading, initialize, initialized, killAllTracked, median,
   mib, ms, now, p90, p99, procCpuMs, procPss, procStatus, processesMatching, ratio, reapTree, table, toolsCall, toolsList,
@@ -658,6 +661,7 @@ async function main() {
   if (want(2)) await section("section 2", () => sectionWarm(direct));
   if (want(3)) await section("section 3", () => sectionCold(direct));
   if (want(4)) await section("section 4", sectionFleet);
+  if (want(5)) await section("section 5", () => sectionFrontends({ mcpLazy: MCP_LAZY, work: WORK, runs: QUICK ? 3 : 10, n: QUICK ? 200 : 500 }));
 
   // Anything of ours still running is a bug in the bench or in mcp-lazy's shutdown.
   await new Promise((r) => setTimeout(r, 200));
