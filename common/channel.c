@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -25,15 +26,23 @@ struct Channel {
         int in_fd, out_fd;
         bool same_fd;
         bool out_is_socket;             /* half-close with shutdown(), which a dup'ed fd also reaches */
+        bool out_is_pipe;               /* what the reader has not read yet can be asked (FIONREAD) */
         bool in_pollable, out_pollable; /* regular files cannot be polled: plain read/write them */
         sd_event_source *in_source, *out_source, *file_source, *error_source;
+        sd_event_source *dispatch_source; /* hands out lines already read when reading resumes */
+        sd_event_source *closed_source;   /* reports CHANNEL_CLOSED */
+        sd_event_source *stall_source;    /* FLUSHING: gives up on a peer that reads nothing */
+        uint64_t stall_usec;
+        uint64_t sent_total, written_total, unread_at_close;
         int write_error;
         LineBuffer lines;
         OutChunk *out_head, *out_tail;
         size_t out_bytes;
         bool reading_wanted, close_write_pending, write_closed, eof_seen;
-        bool backpressure;  /* stop reading while our own output is backed up */
-        bool was_backed_up; /* went past the high-water mark: report CHANNEL_DRAINED when below half */
+        bool shutting_down, closed; /* FLUSHING, CLOSED (see ChannelState) */
+        bool reading_on;            /* what channel_update_reading() last decided */
+        bool backpressure;          /* stop reading while our own output is backed up */
+        bool was_backed_up;         /* went past the high-water mark: report CHANNEL_DRAINED when below half */
         unsigned dispatching;
         bool free_pending;
         channel_handler_t handler;
@@ -41,6 +50,7 @@ struct Channel {
 };
 
 static void channel_update_reading(Channel *c);
+static void channel_mark_closed(Channel *c);
 
 static int fd_make_nonblocking(int fd, bool *ret_pollable) {
         struct stat st;
@@ -59,16 +69,34 @@ static int fd_make_nonblocking(int fd, bool *ret_pollable) {
         return 0;
 }
 
-static void channel_really_free(Channel *c) {
-        sd_event_source_disable_unref(c->in_source);
-        sd_event_source_disable_unref(c->out_source);
-        sd_event_source_disable_unref(c->file_source);
-        sd_event_source_disable_unref(c->error_source);
+static void channel_drop_output(Channel *c) {
         while (c->out_head) {
                 OutChunk *n = c->out_head->next;
                 free(c->out_head);
                 c->out_head = n;
         }
+        c->out_tail = NULL;
+        c->out_bytes = 0;
+}
+
+/* For a pipe whose reader is gone, what it never read. */
+static uint64_t pipe_unread(const Channel *c) {
+        int n = 0;
+
+        if (!c->out_is_pipe || c->out_fd < 0 || ioctl(c->out_fd, FIONREAD, &n) < 0 || n < 0)
+                return 0;
+        return (uint64_t) n;
+}
+
+static void channel_really_free(Channel *c) {
+        sd_event_source_disable_unref(c->dispatch_source);
+        sd_event_source_disable_unref(c->closed_source);
+        sd_event_source_disable_unref(c->stall_source);
+        sd_event_source_disable_unref(c->in_source);
+        sd_event_source_disable_unref(c->out_source);
+        sd_event_source_disable_unref(c->file_source);
+        sd_event_source_disable_unref(c->error_source);
+        channel_drop_output(c);
         line_buffer_done(&c->lines);
         if (!c->same_fd)
                 safe_close(c->out_fd);
@@ -87,6 +115,9 @@ Channel *channel_free(Channel *c) {
                 sd_event_source_set_enabled(c->out_source, SD_EVENT_OFF);
                 sd_event_source_set_enabled(c->file_source, SD_EVENT_OFF);
                 sd_event_source_set_enabled(c->error_source, SD_EVENT_OFF);
+                sd_event_source_set_enabled(c->dispatch_source, SD_EVENT_OFF);
+                sd_event_source_set_enabled(c->closed_source, SD_EVENT_OFF);
+                sd_event_source_set_enabled(c->stall_source, SD_EVENT_OFF);
                 return NULL;
         }
         channel_really_free(c);
@@ -122,17 +153,18 @@ static int on_write_error(sd_event_source *s, void *userdata) {
  * find its own objects freed under it by the error handler. */
 static void channel_error_write(Channel *c, int r) {
         /* Drop what can no longer be delivered, and tell the owner once. */
-        while (c->out_head) {
-                OutChunk *n = c->out_head->next;
-                free(c->out_head);
-                c->out_head = n;
-        }
-        c->out_tail = NULL;
-        c->out_bytes = 0;
+        channel_drop_output(c);
+        c->unread_at_close = pipe_unread(c);
+        c->close_write_pending = false;
         c->write_closed = true;
         sd_event_source_set_enabled(c->out_source, SD_EVENT_OFF);
         channel_update_reading(c);
         c->write_error = r;
+        if (c->shutting_down) {
+                /* Nobody reads what is left: done. */
+                channel_mark_closed(c);
+                return;
+        }
         if (sd_event_add_defer(c->event, &c->error_source, on_write_error, c) >= 0)
                 (void) sd_event_source_set_enabled(c->error_source, SD_EVENT_ONESHOT);
 }
@@ -141,10 +173,13 @@ static void channel_finish_close_write(Channel *c) {
         c->close_write_pending = false;
         c->write_closed = true;
         c->out_source = sd_event_source_disable_unref(c->out_source);
+        c->unread_at_close = pipe_unread(c);
         if (c->out_is_socket)
                 (void) shutdown(c->out_fd, SHUT_WR);
         if (!c->same_fd)
                 c->out_fd = safe_close(c->out_fd);
+        if (c->shutting_down)
+                channel_mark_closed(c);
 }
 
 static void channel_flush(Channel *c) {
@@ -165,6 +200,10 @@ static void channel_flush(Channel *c) {
                         return;
                 }
                 c->out_bytes -= (size_t) k;
+                c->written_total += (uint64_t) k;
+                /* A flushing peer that reads is waited for, however slowly it reads. */
+                if (c->shutting_down && c->stall_source)
+                        (void) sd_event_source_set_time_relative(c->stall_source, c->stall_usec);
                 while (k > 0) {
                         OutChunk *o = c->out_head;
                         size_t left = o->len - o->done;
@@ -205,24 +244,32 @@ static int on_out(sd_event_source *s, int fd, uint32_t revents, void *userdata) 
         return 0;
 }
 
-/* Hand every complete line to the handler. */
+/* Whether lines may be read and handed out now: the one flow-control decision. */
+static bool channel_may_read(const Channel *c) {
+        return c->reading_wanted && !c->shutting_down && !c->closed &&
+               (!c->backpressure || c->out_bytes < OUT_HIGH_WATER);
+}
+
+/* Hand every complete line to the handler, until reading is paused. */
 static bool channel_dispatch_lines(Channel *c) {
-        for (;;) {
+        while (channel_may_read(c)) {
                 const char *line;
                 size_t len;
                 int k = line_buffer_next(&c->lines, &line, &len);
 
                 if (k == LINE_NONE)
-                        return true;
+                        break;
                 if (!channel_emit(c, k == LINE_OK ? CHANNEL_LINE : CHANNEL_OVERSIZE, line, len, 0))
                         return false;
-                if (!c->reading_wanted)
-                        return true;
         }
+        return true;
 }
 
-static void channel_read(Channel *c) {
-        for (int rounds = 0; rounds < 16 && !c->eof_seen && c->reading_wanted; rounds++) {
+static void channel_read(Channel *c, int max_rounds) {
+        /* Lines held back by a pause go first. */
+        if (!channel_dispatch_lines(c))
+                return;
+        for (int rounds = 0; rounds < max_rounds && !c->eof_seen && channel_may_read(c); rounds++) {
                 char *p;
                 size_t avail;
                 ssize_t n;
@@ -257,7 +304,7 @@ static void channel_read(Channel *c) {
                         return;
                 /* A short read emptied the pipe: epoll says when there is more, which saves the
                  * read that would only answer EAGAIN, on every message. */
-                if ((size_t) n < avail && c->in_pollable)
+                if ((size_t) n < avail && c->in_pollable && max_rounds <= 16)
                         return;
         }
 }
@@ -267,11 +314,92 @@ static int on_in(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
 
         (void) s, (void) fd, (void) revents;
         c->dispatching++;
-        channel_read(c);
+        channel_read(c, 16);
         c->dispatching--;
         if (c->free_pending && c->dispatching == 0)
                 channel_really_free(c);
         return 0;
+}
+
+void channel_read_all(Channel *c) {
+        c->dispatching++;
+        /* 64 MiB at most: a backend's child that still writes cannot keep us here. */
+        channel_read(c, 1024);
+        c->dispatching--;
+        if (c->free_pending && c->dispatching == 0)
+                channel_really_free(c);
+}
+
+static int on_dispatch(sd_event_source *s, void *userdata) {
+        Channel *c = userdata;
+
+        (void) s;
+        c->dispatching++;
+        (void) channel_dispatch_lines(c);
+        c->dispatching--;
+        if (c->free_pending && c->dispatching == 0)
+                channel_really_free(c);
+        return 0;
+}
+
+static int on_closed(sd_event_source *s, void *userdata) {
+        (void) s;
+        (void) channel_emit(userdata, CHANNEL_CLOSED, NULL, 0, 0);
+        return 0;
+}
+
+static void channel_mark_closed(Channel *c) {
+        if (c->closed)
+                return;
+        c->closed = true;
+        c->stall_source = sd_event_source_disable_unref(c->stall_source);
+        channel_update_reading(c);
+        /* Reported from the loop, never from inside the call that closed it. */
+        if (sd_event_add_defer(c->event, &c->closed_source, on_closed, c) >= 0)
+                (void) sd_event_source_set_enabled(c->closed_source, SD_EVENT_ONESHOT);
+}
+
+static int on_stall(sd_event_source *s, uint64_t usec, void *userdata) {
+        Channel *c = userdata;
+
+        (void) s, (void) usec;
+        /* The peer has read nothing for stall_usec: what is left will not be read. */
+        channel_drop_output(c);
+        sd_event_source_set_enabled(c->out_source, SD_EVENT_OFF);
+        c->write_closed = true;
+        c->close_write_pending = false;
+        channel_mark_closed(c);
+        return 0;
+}
+
+void channel_shutdown(Channel *c, uint64_t stall_usec) {
+        if (c->shutting_down || c->closed)
+                return;
+        c->shutting_down = true;
+        c->stall_usec = stall_usec;
+        channel_update_reading(c);
+        if (c->write_closed || c->out_fd < 0) {
+                channel_mark_closed(c);
+                return;
+        }
+        if (!c->out_head) {
+                channel_finish_close_write(c);
+                return;
+        }
+        c->close_write_pending = true;
+        /* Without a timer the flush would be bounded by the peer alone: then it is not waited for. */
+        if (sd_event_add_time_relative(c->event, &c->stall_source, CLOCK_MONOTONIC, stall_usec, 0, on_stall, c) < 0)
+                (void) on_stall(NULL, 0, c);
+}
+
+ChannelState channel_state(const Channel *c) {
+        if (c->closed)
+                return CHANNEL_STATE_CLOSED;
+        if (c->shutting_down)
+                return CHANNEL_STATE_FLUSHING;
+        if (c->eof_seen || c->write_closed || c->close_write_pending)
+                return CHANNEL_STATE_HALF_CLOSED;
+        return CHANNEL_STATE_OPEN;
 }
 
 static int on_file(sd_event_source *s, void *userdata) {
@@ -279,8 +407,12 @@ static int on_file(sd_event_source *s, void *userdata) {
 }
 
 static void channel_update_reading(Channel *c) {
-        bool on = c->reading_wanted && !c->eof_seen && (!c->backpressure || c->out_bytes < OUT_HIGH_WATER);
+        bool on = channel_may_read(c) && !c->eof_seen;
 
+        /* Resuming: lines already read go out now, not when the peer happens to send more. */
+        if (channel_may_read(c) && !c->reading_on && c->lines.end > c->lines.start && c->dispatch_source)
+                (void) sd_event_source_set_enabled(c->dispatch_source, SD_EVENT_ONESHOT);
+        c->reading_on = channel_may_read(c);
         if (c->in_source)
                 sd_event_source_set_enabled(c->in_source, on ? SD_EVENT_ON : SD_EVENT_OFF);
         if (c->file_source)
@@ -303,6 +435,7 @@ int channel_new(sd_event *e, int in_fd, int out_fd, size_t max_line, channel_han
         c->userdata = userdata;
         c->reading_wanted = true;
         c->backpressure = true;
+        c->reading_on = true;
         line_buffer_init(&c->lines, max_line);
 
         r = fd_make_nonblocking(in_fd, &c->in_pollable);
@@ -312,6 +445,16 @@ int channel_new(sd_event *e, int in_fd, int out_fd, size_t max_line, channel_han
                 c->out_pollable = c->in_pollable;
         if (r < 0)
                 goto fail;
+
+        r = sd_event_add_defer(e, &c->dispatch_source, on_dispatch, c);
+        if (r >= 0)
+                r = sd_event_source_set_enabled(c->dispatch_source, SD_EVENT_OFF);
+        if (r < 0)
+                goto fail;
+        if (out_fd >= 0) {
+                struct stat st;
+                c->out_is_pipe = fstat(out_fd, &st) >= 0 && S_ISFIFO(st.st_mode);
+        }
 
         /* epoll refuses what never blocks (regular files, /dev/null): those are read and written plainly. */
         if (c->in_pollable) {
@@ -376,6 +519,7 @@ int channel_send(Channel *c, const char *data, size_t len) {
                 c->out_head = o;
         c->out_tail = o;
         c->out_bytes += o->len;
+        c->sent_total += o->len;
         if (c->out_bytes > OUT_HIGH_WATER)
                 c->was_backed_up = true;
 
@@ -431,4 +575,14 @@ void channel_set_userdata(Channel *c, void *userdata) {
 
 int channel_in_fd(const Channel *c) {
         return c->in_fd;
+}
+
+uint64_t channel_sent_bytes(const Channel *c) {
+        return c->sent_total;
+}
+
+uint64_t channel_delivered_bytes(const Channel *c) {
+        uint64_t unread = c->write_closed ? c->unread_at_close : pipe_unread(c);
+
+        return unread > c->written_total ? 0 : c->written_total - unread;
 }

@@ -3,6 +3,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <systemd/sd-event.h>
 #include <cjson/cJSON.h>
 
@@ -13,11 +14,26 @@ typedef struct Channel Channel;
 
 typedef enum ChannelEvent {
         CHANNEL_LINE,        /* line/len set */
-        CHANNEL_OVERSIZE,    /* a line passed the limit and was dropped */
+        CHANNEL_OVERSIZE,    /* a line passed the limit and was dropped; line/len: its first max_line bytes */
         CHANNEL_EOF,         /* the peer closed its sending side (or reading failed: error < 0) */
         CHANNEL_WRITE_ERROR, /* the peer stopped reading (EPIPE and friends): error < 0 */
         CHANNEL_DRAINED,     /* the queue was past CHANNEL_HIGH_WATER and is now below half of it */
+        CHANNEL_CLOSED,      /* after channel_shutdown(): all queued output went out (or cannot); free it now */
 } ChannelEvent;
+
+/* A connection's life, in one place for the frontend and the shim:
+ *   OPEN         both directions work
+ *   HALF_CLOSED  one direction has ended (the peer's EOF, or our channel_close_write()); the other goes on
+ *   FLUSHING     channel_shutdown(): nothing more is read or queued; the queue is being written out
+ *   CLOSED       the queue is written and our side closed, or the peer cannot read any more; CHANNEL_CLOSED
+ *                is (or is about to be) reported
+ * Freeing a channel in FLUSHING drops what its peer has not read yet: owners wait for CHANNEL_CLOSED. */
+typedef enum ChannelState {
+        CHANNEL_STATE_OPEN,
+        CHANNEL_STATE_HALF_CLOSED,
+        CHANNEL_STATE_FLUSHING,
+        CHANNEL_STATE_CLOSED,
+} ChannelState;
 
 typedef void (*channel_handler_t)(Channel *c, ChannelEvent ev, const char *line, size_t len, int error, void *userdata);
 
@@ -32,7 +48,14 @@ int channel_send(Channel *c, const char *data, size_t len);
 int channel_send_json(Channel *c, const cJSON *message);
 /* After everything queued is written, half-close (sockets) or close (pipes) the sending side. */
 void channel_close_write(Channel *c);
-/* Stop or resume reading (the queue of a peer that sends but never reads is thereby bounded). */
+/* Ends the connection without losing output: stops reading, writes out what is queued, closes our side,
+ * then reports CHANNEL_CLOSED. A peer that reads nothing for stall_usec is given up on (its output
+ * dropped). A write error, or a channel whose sending side is already closed, closes it at once. */
+void channel_shutdown(Channel *c, uint64_t stall_usec);
+ChannelState channel_state(const Channel *c);
+/* Stop or resume reading (the queue of a peer that sends but never reads is thereby bounded). Pausing
+ * also stops handing out lines already read; resuming hands them out first, without waiting for more
+ * bytes from the peer. This and channel_set_backpressure() are the only flow control. */
 void channel_set_reading(Channel *c, bool b);
 /* On by default, for channels to clients: a peer that sends but never reads stops being read once
  * 8 MiB wait for it. Off for channels whose reading must go on for our own output to drain (a
@@ -43,4 +66,13 @@ size_t channel_queued(const Channel *c);
 bool channel_backed_up(const Channel *c);
 bool channel_write_closed(const Channel *c);
 void channel_set_userdata(Channel *c, void *userdata);
+/* Bytes ever queued by channel_send(): after a send, the end offset of that message in the stream. */
+uint64_t channel_sent_bytes(const Channel *c);
+/* Of those, how many the peer can have read: written to the fd, less (for a pipe) what still sits
+ * unread in it. Once our writing side is closed, what sat unread at that moment counts as unread:
+ * call it when the reader is known to be gone (a backend that died). */
+uint64_t channel_delivered_bytes(const Channel *c);
+/* Reads and hands out, now, whatever the peer has written (up to EOF or EAGAIN): what a backend wrote
+ * before it died is handled before its death. Not from inside this channel's own handler. */
+void channel_read_all(Channel *c);
 int channel_in_fd(const Channel *c);

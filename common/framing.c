@@ -63,6 +63,10 @@ int line_buffer_next(LineBuffer *b, const char **ret_line, size_t *ret_len) {
                         /* Over the limit as soon as it cannot be a line within it any more; a line of
                          * exactly max_line bytes may have its "\r\n" split between two reads. */
                         if (avail > b->max_line + 1 || (avail == b->max_line + 1 && p[avail - 1] != '\r')) {
+                                /* The bytes stay where they are until the next read: the caller may
+                                 * look at the line's beginning (for its id) before they go. */
+                                *ret_line = p;
+                                *ret_len = b->max_line;
                                 b->start = b->end = b->scanned = 0;
                                 b->discarding = true;
                                 return LINE_OVERSIZE;
@@ -79,8 +83,11 @@ int line_buffer_next(LineBuffer *b, const char **ret_line, size_t *ret_len) {
                 }
                 if (len > 0 && p[len - 1] == '\r')
                         len--;
-                if (len > b->max_line)
+                if (len > b->max_line) {
+                        *ret_line = p;
+                        *ret_len = b->max_line;
                         return LINE_OVERSIZE;
+                }
                 if (len == 0)
                         continue; /* blank lines carry no message */
                 *ret_line = p;

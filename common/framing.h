@@ -27,7 +27,8 @@ void line_buffer_done(LineBuffer *b);
 /* Space to read at least 'want' bytes into; commit what was read. */
 int line_buffer_reserve(LineBuffer *b, size_t want, char **ret_ptr, size_t *ret_avail);
 void line_buffer_commit(LineBuffer *b, size_t n);
-/* Returns LINE_NONE, LINE_OK (with ret_line/ret_len valid until the next call) or LINE_OVERSIZE. */
+/* Returns LINE_NONE, LINE_OK (with ret_line/ret_len valid until the next call) or LINE_OVERSIZE (with
+ * ret_line/ret_len the line's first max_line bytes, valid until the next reserve). */
 int line_buffer_next(LineBuffer *b, const char **ret_line, size_t *ret_len);
 /* Bytes of an unterminated line still held (for reporting a truncated last message at EOF). */
 size_t line_buffer_pending(const LineBuffer *b);

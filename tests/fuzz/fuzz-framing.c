@@ -134,6 +134,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                         FUZZ_ASSERT(memcmp(line, stream + ev[k].off, line_len) == 0);
                                         FUZZ_ASSERT(utf8_is_valid(line, line_len) ==
                                                     utf8_reference((const uint8_t *) line, line_len));
+                                } else {
+                                        /* An over-long line shows its first max_line bytes (for its id). */
+                                        FUZZ_ASSERT(line_len == max_line);
+                                        FUZZ_ASSERT(memcmp(line, stream + ev[k].off, line_len) == 0);
                                 }
                                 k++;
                         }

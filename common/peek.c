@@ -1,0 +1,92 @@
+/* Peeking at a cut-off JSON-RPC message: find its top-level "id" without parsing (or holding) the rest. */
+#include <stdbool.h>
+#include <string.h>
+
+#include "jsonrpc.h"
+#include "peek.h"
+
+static size_t skip_ws(const char *s, size_t n, size_t i) {
+        while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r' || s[i] == '\n'))
+                i++;
+        return i;
+}
+
+/* s[i] is '"': returns the index after the closing quote, or n when the string is cut off. */
+static size_t skip_string(const char *s, size_t n, size_t i) {
+        for (i++; i < n; i++) {
+                if (s[i] == '\\')
+                        i++;
+                else if (s[i] == '"')
+                        return i + 1;
+        }
+        return n;
+}
+
+/* Returns the index after the value starting at s[i], or n when it is cut off. */
+static size_t skip_value(const char *s, size_t n, size_t i) {
+        size_t depth = 0;
+
+        if (i >= n)
+                return n;
+        if (s[i] == '"')
+                return skip_string(s, n, i);
+        if (s[i] != '{' && s[i] != '[') {
+                while (i < n && !strchr(",}] \t\r\n", s[i]))
+                        i++;
+                return i;
+        }
+        for (; i < n; i++) {
+                if (s[i] == '"') {
+                        i = skip_string(s, n, i);
+                        if (i >= n)
+                                return n;
+                        i--;
+                } else if (s[i] == '{' || s[i] == '[')
+                        depth++;
+                else if ((s[i] == '}' || s[i] == ']') && --depth == 0)
+                        return i + 1;
+        }
+        return n;
+}
+
+cJSON *json_peek_member(const char *s, size_t n, const char *name) {
+        size_t i = skip_ws(s, n, 0), id_start = 0, id_end = 0, name_len = strlen(name);
+        bool found = false;
+
+        if (i >= n || s[i] != '{')
+                return NULL;
+        for (i = skip_ws(s, n, i + 1); i < n && s[i] == '"';) {
+                size_t key = i, key_end = skip_string(s, n, i), v, v_end;
+
+                i = skip_ws(s, n, key_end);
+                if (key_end >= n || i >= n || s[i] != ':')
+                        break;
+                v = skip_ws(s, n, i + 1);
+                v_end = skip_value(s, n, v);
+                /* A value that runs to the end of what we have may be cut off. */
+                if (v_end >= n)
+                        break;
+                if (key_end - key == name_len + 2 && memcmp(s + key + 1, name, name_len) == 0) {
+                        if (found)
+                                return NULL; /* twice: neither can be trusted */
+                        found = true;
+                        id_start = v;
+                        id_end = v_end;
+                }
+                i = skip_ws(s, n, v_end);
+                if (i >= n || s[i] != ',')
+                        break;
+                i = skip_ws(s, n, i + 1);
+        }
+        if (!found)
+                return NULL;
+        return cJSON_ParseWithLength(s + id_start, id_end - id_start);
+}
+
+cJSON *jsonrpc_peek_id(const char *s, size_t n) {
+        cJSON *id = json_peek_member(s, n, "id");
+
+        if (id && !jsonrpc_id_valid(id))
+                id = (cJSON_Delete(id), NULL);
+        return id;
+}

@@ -1,0 +1,13 @@
+/* The id of a message that cannot be taken whole (past the line limit), read from its beginning. */
+#pragma once
+
+#include <stddef.h>
+#include <cjson/cJSON.h>
+
+/* text is the start of a JSON object, possibly cut off. Returns the value of its top-level member
+ * name, parsed, when it lies complete within text and appears there once; NULL otherwise. */
+cJSON *json_peek_member(const char *text, size_t len, const char *name);
+/* text is the start of a JSON object, possibly cut off. Returns its top-level "id" member (a string or
+ * a number, parsed) when that member lies complete within text and appears there once; NULL otherwise
+ * (no id, a cut-off or repeated id, not an object, or out of memory). The caller deletes it. */
+cJSON *jsonrpc_peek_id(const char *text, size_t len);

@@ -1,0 +1,195 @@
+/* Channel: the connection state machine, flow control that resumes with what it buffered, and how
+ * much of what was sent a pipe's reader really took. Real fds and a real sd-event loop. */
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "channel.h"
+#include "tests.h"
+
+typedef struct Seen {
+        unsigned lines, oversize, eof, closed;
+        char last[64];
+        Channel *pause_after_first;
+} Seen;
+
+static void handler(Channel *c, ChannelEvent ev, const char *line, size_t len, int error, void *userdata) {
+        Seen *s = userdata;
+
+        (void) error;
+        switch (ev) {
+        case CHANNEL_LINE:
+                s->lines++;
+                snprintf(s->last, sizeof s->last, "%.*s", (int) (len < 60 ? len : 60), line);
+                if (s->pause_after_first == c)
+                        channel_set_reading(c, false);
+                break;
+        case CHANNEL_OVERSIZE:
+                s->oversize++;
+                snprintf(s->last, sizeof s->last, "%.*s", (int) (len < 8 ? len : 8), line);
+                break;
+        case CHANNEL_EOF:
+                s->eof++;
+                break;
+        case CHANNEL_CLOSED:
+                s->closed++;
+                break;
+        default:
+                break;
+        }
+}
+
+static void run_for(sd_event *e, unsigned ms) {
+        for (unsigned k = 0; k < ms; k++)
+                (void) sd_event_run(e, 1000);
+}
+
+/* Lines read while paused are handed out when reading resumes, with no new bytes from the peer. */
+static void test_resume_dispatches_buffered(void) {
+        sd_event *e = NULL;
+        Channel *c = NULL;
+        Seen s = {};
+        int sv[2];
+
+        CHECK(sd_event_new(&e) >= 0);
+        CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+        CHECK(channel_new(e, sv[0], sv[0], 1024, handler, &s, &c) >= 0);
+        s.pause_after_first = c;
+        CHECK(write(sv[1], "one\ntwo\nthree\n", 14) == 14);
+        run_for(e, 20);
+        CHECK(s.lines == 1 && strcmp(s.last, "one") == 0);
+        s.pause_after_first = NULL;
+        channel_set_reading(c, true);
+        run_for(e, 20);
+        CHECK(s.lines == 3 && strcmp(s.last, "three") == 0);
+        channel_free(c);
+        close(sv[1]);
+        sd_event_unref(e);
+}
+
+/* A shutdown writes everything queued (far more than the socket holds) before closing our side. */
+static void test_shutdown_flushes(void) {
+        sd_event *e = NULL;
+        Channel *c = NULL;
+        Seen s = {};
+        static char big[300000];
+        char buf[65536];
+        size_t got = 0;
+        ssize_t n;
+        int sv[2];
+
+        memset(big, 'x', sizeof big);
+        CHECK(sd_event_new(&e) >= 0);
+        CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+        CHECK(channel_new(e, sv[0], sv[0], 1024, handler, &s, &c) >= 0);
+        CHECK(channel_send(c, big, sizeof big) == 0);
+        CHECK(channel_send(c, big, sizeof big) == 0);
+        CHECK(channel_state(c) == CHANNEL_STATE_OPEN);
+        shutdown(sv[1], SHUT_WR); /* the peer half-closes */
+        run_for(e, 5);
+        CHECK(s.eof == 1 && channel_state(c) == CHANNEL_STATE_HALF_CLOSED);
+        channel_shutdown(c, 5 * 1000000ULL);
+        CHECK(channel_state(c) == CHANNEL_STATE_FLUSHING);
+        CHECK(channel_send(c, "late", 4) == -EPIPE);
+        (void) fcntl(sv[1], F_SETFL, O_NONBLOCK);
+        for (int k = 0; k < 2000 && !s.closed; k++) {
+                while ((n = read(sv[1], buf, sizeof buf)) > 0)
+                        got += (size_t) n;
+                (void) sd_event_run(e, 1000);
+        }
+        while ((n = read(sv[1], buf, sizeof buf)) > 0)
+                got += (size_t) n;
+        CHECK(s.closed == 1 && channel_state(c) == CHANNEL_STATE_CLOSED);
+        CHECK(got == 2 * (sizeof big + 1));
+        CHECK(n == 0); /* then EOF */
+        channel_free(c);
+        close(sv[1]);
+        sd_event_unref(e);
+}
+
+/* A peer that reads nothing is given up on after the stall time. */
+static void test_shutdown_gives_up_on_stalled_peer(void) {
+        sd_event *e = NULL;
+        Channel *c = NULL;
+        Seen s = {};
+        static char big[300000];
+        int sv[2];
+
+        CHECK(sd_event_new(&e) >= 0);
+        CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+        CHECK(channel_new(e, sv[0], sv[0], 1024, handler, &s, &c) >= 0);
+        CHECK(channel_send(c, big, sizeof big) == 0);
+        channel_shutdown(c, 50 * 1000ULL);
+        run_for(e, 30);
+        CHECK(s.closed == 0);
+        for (int k = 0; k < 500 && !s.closed; k++)
+                (void) sd_event_run(e, 1000);
+        CHECK(s.closed == 1);
+        channel_free(c);
+        close(sv[1]);
+        sd_event_unref(e);
+}
+
+/* What sits unread in a pipe was not delivered: a backend that died never read it. */
+static void test_delivered_bytes(void) {
+        sd_event *e = NULL;
+        Channel *c = NULL;
+        Seen s = {};
+        char buf[16];
+        int p[2], q[2];
+
+        CHECK(sd_event_new(&e) >= 0);
+        CHECK(pipe2(p, O_CLOEXEC) == 0); /* we write p[1], "the backend" reads p[0] */
+        CHECK(pipe2(q, O_CLOEXEC) == 0); /* "the backend" writes q[1], we read q[0] */
+        CHECK(channel_new(e, q[0], p[1], 1024, handler, &s, &c) >= 0);
+        CHECK(channel_send(c, "aaaa", 4) == 0);
+        CHECK(channel_sent_bytes(c) == 5);
+        CHECK(channel_send(c, "bbbb", 4) == 0);
+        CHECK(channel_sent_bytes(c) == 10);
+        CHECK(channel_delivered_bytes(c) == 0);
+        CHECK(read(p[0], buf, 5) == 5);
+        CHECK(channel_delivered_bytes(c) == 5);
+        /* The backend dies: its stdout closes and so does our side; the count stays. */
+        close(p[0]);
+        close(q[1]);
+        run_for(e, 5);
+        CHECK(s.eof == 1);
+        channel_close_write(c);
+        CHECK(channel_delivered_bytes(c) == 5);
+        channel_free(c);
+        sd_event_unref(e);
+}
+
+/* An over-long line shows its beginning, for its id. */
+static void test_oversize_prefix(void) {
+        sd_event *e = NULL;
+        Channel *c = NULL;
+        Seen s = {};
+        char line[3000];
+        int sv[2];
+
+        memset(line, 'y', sizeof line);
+        memcpy(line, "{\"id\":9,", 8);
+        line[sizeof line - 1] = '\n';
+        CHECK(sd_event_new(&e) >= 0);
+        CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+        CHECK(channel_new(e, sv[0], sv[0], 1024, handler, &s, &c) >= 0);
+        CHECK(write(sv[1], line, sizeof line) == (ssize_t) sizeof line);
+        CHECK(write(sv[1], "ok\n", 3) == 3);
+        run_for(e, 20);
+        CHECK(s.oversize == 1);
+        CHECK(s.lines == 1 && strcmp(s.last, "ok") == 0);
+        channel_free(c);
+        close(sv[1]);
+        sd_event_unref(e);
+}
+
+int main(void) {
+        test_resume_dispatches_buffered();
+        test_shutdown_flushes();
+        test_shutdown_gives_up_on_stalled_peer();
+        test_delivered_bytes();
+        test_oversize_prefix();
+        return tests_finish("test-channel");
+}

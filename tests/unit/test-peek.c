@@ -1,0 +1,35 @@
+/* Peeking at the id of a message cut off at the line limit. */
+#include "peek.h"
+#include "tests.h"
+
+static void check_id(const char *text, const char *want) {
+        cJSON *id = jsonrpc_peek_id(text, strlen(text));
+        char *printed = id ? cJSON_PrintUnformatted(id) : NULL;
+
+        if (want)
+                CHECK_STREQ(printed, want);
+        else
+                CHECK(!id);
+        free(printed);
+        cJSON_Delete(id);
+}
+
+int main(void) {
+        check_id("{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"a\":\"xxxx", "7");
+        check_id(" { \"id\" : \"a\\\"b\" , \"result\":{\"content\":[{\"text\":\"xx", "\"a\\\"b\"");
+        check_id("{\"params\":{\"id\":1,\"x\":[1,{\"y\":\"}\"}]},\"id\":42,\"result\":\"xx", "42");
+        check_id("{\"method\":\"x\",\"params\":{\"id\":1,\"p\":\"zzz", NULL); /* only a nested id */
+        check_id("{\"jsonrpc\":\"2.0\",\"id\":12", NULL);                     /* may go on: 123... */
+        check_id("{\"id\":\"abc", NULL);                                      /* cut off inside */
+        check_id("{\"id\":1,\"id\":2,\"x\":\"", NULL);                        /* twice: neither */
+        check_id("{\"id\":null,\"x\":\"", NULL);
+        check_id("{\"id\":1.5,\"x\":\"", NULL);
+        check_id("[{\"id\":1},", NULL);
+        check_id("", NULL);
+
+        cJSON *m = json_peek_member("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"d", 58,
+                                    "method");
+        CHECK(cJSON_IsString(m) && strcmp(m->valuestring, "notifications/message") == 0);
+        cJSON_Delete(m);
+        return tests_finish("test-peek");
+}
