@@ -137,7 +137,7 @@ static int direct_spawn(const Options *o, const Backend *b, sd_event *e, int *re
                 return -errno;
         }
         if (pid == 0) {
-                char pidbuf[32];
+                char pidbuf[32], max_line[32];
                 sigset_t all;
 
                 /* Our stdout is the client's protocol stream: the shim must never write there. */
@@ -147,11 +147,15 @@ static int direct_spawn(const Options *o, const Backend *b, sd_event *e, int *re
                 setenv("LISTEN_FDS", "1", 1);
                 setenv("LISTEN_PID", pidbuf, 1);
                 setenv("LISTEN_FDNAMES", "connection", 1);
+                /* Our limit is its limit: a message we would refuse must not be passed on whole. */
+                snprintf(max_line, sizeof max_line, "%zu", o->max_line);
                 sigemptyset(&all);
                 sigprocmask(SIG_SETMASK, &all, NULL);
-                execl(o->shimd_path, o->shimd_path, "--manifest", o->manifest_path, b->name, (char *) NULL);
+                execl(o->shimd_path, o->shimd_path, "--manifest", o->manifest_path, "--max-line-bytes", max_line,
+                      b->name, (char *) NULL);
                 if (!strchr(o->shimd_path, '/'))
-                        execlp(o->shimd_path, o->shimd_path, "--manifest", o->manifest_path, b->name, (char *) NULL);
+                        execlp(o->shimd_path, o->shimd_path, "--manifest", o->manifest_path, "--max-line-bytes",
+                               max_line, b->name, (char *) NULL);
                 fprintf(stderr, "mcp-lazy: cannot execute %s: %m\n", o->shimd_path);
                 _exit(127);
         }

@@ -66,7 +66,6 @@ struct Session {
         Hashmap *tasks;         /* taskId -> Upstream that owns the task */
         sd_event_source *watch; /* inotify on the manifest's directory, or the stat timer */
         struct stat watched;    /* the manifest as the stat timer last saw it */
-        uint64_t exit_deadline; /* stdin ended: flush stdout until then */
 };
 
 /* The manifest as this frontend serves it (restricted to --backend's); errors as manifest_load_file(). */

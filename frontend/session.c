@@ -11,6 +11,7 @@
 #include "jsonrpc.h"
 #include "log.h"
 #include "macros.h"
+#include "peek.h"
 
 /* Oldest first; an unknown version from the client gets the newest. */
 static const char *const protocol_versions[] = {"2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"};
@@ -98,11 +99,29 @@ static void batch_maybe_finish(Session *s, Batch *b) {
         free(b);
 }
 
+static bool json_has_reference(const cJSON *j) {
+        for (; j; j = j->next)
+                if ((j->type & cJSON_IsReference) || json_has_reference(j->child))
+                        return true;
+        return false;
+}
+
 /* Takes msg. Within a batch the reply joins the batch's array; otherwise it is sent now. */
 static void reply(Session *s, Batch *batch, cJSON *msg) {
         if (!msg) {
                 log_oom();
                 return;
+        }
+        if (batch && json_has_reference(msg)) {
+                /* It waits for the batch's other members, and a reload may free the manifest
+                 * meanwhile: it must own what it will print. */
+                cJSON *own = cJSON_Duplicate(msg, true);
+                cJSON_Delete(msg);
+                if (!own) {
+                        log_oom();
+                        return;
+                }
+                msg = own;
         }
         if (batch) {
                 if (!cJSON_AddItemToArray(batch->responses, msg))
@@ -616,30 +635,17 @@ static void handle_line(Session *s, const char *line, size_t len) {
 }
 
 /* The client is done sending, but answers already made may still sit in our queue (a pipe full of
- * them): they go out first, for a moment at most, then we exit. Calls in flight are not waited for. */
-#define EXIT_FLUSH_USEC (2ULL * USEC_PER_SEC)
-#define EXIT_POLL_USEC  (5ULL * USEC_PER_MSEC)
+ * them): they go out first, as long as the client reads, then we exit. Calls in flight are not
+ * waited for. */
+#define EXIT_STALL_USEC (2ULL * USEC_PER_SEC)
 
-static int on_exit_poll(sd_event_source *src, uint64_t usec, void *userdata) {
-        Session *s = userdata;
-        uint64_t now;
+/* A line past the limit: refused under its own id when its beginning shows one. */
+static void reply_oversize(Session *s, const char *line, size_t len) {
+        _cleanup_json_ cJSON *id = jsonrpc_peek_id(line, len);
 
-        if (channel_queued(s->client) == 0 || channel_write_closed(s->client) ||
-            (sd_event_now(s->event, CLOCK_MONOTONIC, &now) >= 0 && now >= s->exit_deadline))
-                return sd_event_exit(s->event, 0);
-        (void) sd_event_source_set_time(src, usec + EXIT_POLL_USEC);
-        return sd_event_source_set_enabled(src, SD_EVENT_ONESHOT);
-}
-
-static void session_exit_soon(Session *s) {
-        uint64_t now;
-
-        if (channel_queued(s->client) == 0 || sd_event_now(s->event, CLOCK_MONOTONIC, &now) < 0 ||
-            sd_event_add_time(s->event, NULL, CLOCK_MONOTONIC, now + EXIT_POLL_USEC, 0, on_exit_poll, s) < 0) {
-                (void) sd_event_exit(s->event, 0);
-                return;
-        }
-        s->exit_deadline = now + EXIT_FLUSH_USEC;
+        reply_error(s, NULL, id, JSONRPC_INVALID_REQUEST,
+                    "Invalid Request: message longer than the %zu-byte limit (see --max-line-bytes)",
+                    s->options->max_line);
 }
 
 static void on_client(Channel *c, ChannelEvent ev, const char *line, size_t len, int error, void *userdata) {
@@ -651,15 +657,14 @@ static void on_client(Channel *c, ChannelEvent ev, const char *line, size_t len,
                 handle_line(s, line, len);
                 break;
         case CHANNEL_OVERSIZE:
-                reply_error(s, NULL, NULL, JSONRPC_INVALID_REQUEST,
-                            "Invalid Request: message longer than the %zu-byte limit (see --max-line-bytes)",
-                            s->options->max_line);
+                reply_oversize(s, line, len);
                 break;
         case CHANNEL_EOF:
                 if (error < 0)
                         log_warning_errno(error, "Reading from the client failed: %m");
-                session_exit_soon(s);
+                channel_shutdown(s->client, EXIT_STALL_USEC);
                 break;
+        case CHANNEL_CLOSED:
         case CHANNEL_WRITE_ERROR:
                 (void) sd_event_exit(s->event, 0);
                 break;

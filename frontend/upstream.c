@@ -7,6 +7,7 @@
 #include "jsonrpc.h"
 #include "log.h"
 #include "macros.h"
+#include "peek.h"
 
 struct UpConn {
         Upstream *up;
@@ -228,6 +229,26 @@ static void upconn_handle_line(UpConn *c, const char *line, size_t len) {
         }
 }
 
+/* An answer past the line limit fails the call it answers; a notification is dropped; a message that
+ * shows neither an id nor a method could be any call's answer, so the connection is closed (failing
+ * its calls) rather than left to hang one of them. */
+static void upconn_oversize(UpConn *c, const char *line, size_t len) {
+        Session *s = c->up->s;
+        _cleanup_json_ cJSON *id = jsonrpc_peek_id(line, len), *method = NULL;
+        _cleanup_free_ char *key = id ? jsonrpc_id_key(id) : NULL;
+        Pending *p = key ? hashmap_get(s->pending, key) : NULL;
+        char text[512];
+
+        snprintf(text, sizeof text,
+                 "backend '%s' answered with a message longer than the %zu-byte limit (see --max-line-bytes)",
+                 up_name(c->up), s->options->max_line);
+        log_warning("%s", text);
+        if (p && p->conn == c)
+                return session_fail(s, p, text);
+        if (!id && !(method = json_peek_member(line, len, "method")))
+                upconn_close(c, "it sent a message past the line limit");
+}
+
 static void on_upconn(Channel *ch, ChannelEvent ev, const char *line, size_t len, int error, void *userdata) {
         UpConn *c = userdata;
         char why[256];
@@ -238,10 +259,11 @@ static void on_upconn(Channel *ch, ChannelEvent ev, const char *line, size_t len
                 upconn_handle_line(c, line, len);
                 break;
         case CHANNEL_OVERSIZE:
-                log_warning("Backend '%s' sent a message past the line limit, dropped it.", up_name(c->up));
+                upconn_oversize(c, line, len);
                 break;
         case CHANNEL_EOF:
         case CHANNEL_WRITE_ERROR:
+        case CHANNEL_CLOSED:
                 if (error < 0)
                         snprintf(why, sizeof why, "%s", strerror(-error));
                 else

@@ -7,6 +7,7 @@
 #include "jsonrpc.h"
 #include "log.h"
 #include "macros.h"
+#include "peek.h"
 #include "shimd.h"
 
 void client_send(Client *c, const cJSON *m) {
@@ -141,6 +142,15 @@ static void handle_line(Client *c, const char *line, size_t len) {
         handle_message(c, msg);
 }
 
+/* A line past the limit: refused under its own id when its beginning shows one. */
+static void reply_oversize(Client *c, const char *line, size_t len) {
+        _cleanup_json_ cJSON *id = jsonrpc_peek_id(line, len);
+        char text[160];
+
+        snprintf(text, sizeof text, "message longer than the %zu-byte limit (see --max-line-bytes)", c->shim->max_line);
+        reply_error(c, id, JSONRPC_INVALID_REQUEST, text);
+}
+
 /* EOF alone may be a half-close (a frontend that got our draining notice and still wants its
  * answers); POLLHUP says the peer is gone altogether. */
 static bool peer_gone(Client *c) {
@@ -156,16 +166,19 @@ static void on_client(Channel *ch, ChannelEvent ev, const char *line, size_t len
         case CHANNEL_LINE:
                 return handle_line(c, line, len);
         case CHANNEL_OVERSIZE:
-                return reply_error(c, NULL, JSONRPC_INVALID_REQUEST, "message longer than the line limit");
+                return reply_oversize(c, line, len);
         case CHANNEL_EOF:
                 c->eof = true;
-                if (hashmap_size(c->pending) + c->n_queued == 0 || error < 0 || peer_gone(c)) {
+                /* Gone altogether: nothing we send can be read. */
+                if (error < 0 || peer_gone(c)) {
                         client_free(c);
                         return;
                 }
+                /* A half-close: its answers still go out, then ours (see on_update()). */
                 shim_update(c->shim);
                 return;
         case CHANNEL_WRITE_ERROR:
+        case CHANNEL_CLOSED:
                 client_free(c);
                 return;
         case CHANNEL_DRAINED:
@@ -189,7 +202,7 @@ int client_new(Shim *s, int fd) {
                 safe_close(fd);
                 return -ENOMEM;
         }
-        r = channel_new(s->event, fd, fd, 0, on_client, c, &c->ch);
+        r = channel_new(s->event, fd, fd, s->max_line, on_client, c, &c->ch);
         if (r < 0) {
                 hashmap_free(c->pending);
                 free(c);

@@ -9,6 +9,7 @@
 
 #include "jsonrpc.h"
 #include "log.h"
+#include "peek.h"
 #include "duration.h"
 #include "macros.h"
 #include "process.h"
@@ -103,6 +104,7 @@ static void route_free(Route *r) {
                 return;
         cJSON_Delete(r->client_id);
         cJSON_Delete(r->progress_token);
+        cJSON_Delete(r->sent);
         free(r->client_key);
         free(r->method);
         free(r);
@@ -160,6 +162,74 @@ static void fail_everything(Instance *i, const char *text) {
                 cJSON_Delete(q->message);
                 free(q);
         }
+}
+
+static int instance_send(Instance *i, const cJSON *m);
+
+/* The backend died: the calls it can have read fail; those it never read (still queued by us, or
+ * unread in its pipe) are kept for the next process, under the same ids. */
+static void fail_reached(Instance *i, uint64_t delivered, const char *text) {
+        size_t state = 0;
+        void *v;
+
+        while (hashmap_iterate(i->routes, &state, NULL, &v)) {
+                Route *r = v;
+                if (r->sent && r->sent_end > delivered) {
+                        r->resend = true;
+                        continue;
+                }
+                if (r->client)
+                        reply_failure(r->client, r->client_id, r->is_tool_call, text);
+                route_remove(i, r);
+        }
+}
+
+static int route_compare(const void *a, const void *b) {
+        const Route *x = *(Route *const *) a, *y = *(Route *const *) b;
+        return x->backend_id < y->backend_id ? -1 : x->backend_id > y->backend_id;
+}
+
+/* The calls the last process never read go to this one first, in the order they were sent. */
+static void resend_routes(Instance *i) {
+        _cleanup_free_ Route **list = NULL;
+        size_t n = 0, state = 0;
+        void *v;
+
+        list = calloc(hashmap_size(i->routes) + 1, sizeof *list);
+        while (hashmap_iterate(i->routes, &state, NULL, &v))
+                if (((Route *) v)->resend) {
+                        if (!list) {
+                                reply_failure(((Route *) v)->client, ((Route *) v)->client_id,
+                                              ((Route *) v)->is_tool_call, "out of memory");
+                                route_remove(i, v);
+                                continue;
+                        }
+                        list[n++] = v;
+                }
+        if (n > 1)
+                qsort(list, n, sizeof *list, route_compare);
+        for (size_t k = 0; k < n; k++) {
+                Route *r = list[k];
+                r->resend = false;
+                if (instance_send(i, r->sent) < 0) {
+                        reply_failure(r->client, r->client_id, r->is_tool_call, "the backend's stdin is closed");
+                        route_remove(i, r);
+                        continue;
+                }
+                r->sent_end = channel_sent_bytes(i->ch);
+        }
+}
+
+static bool instance_has_held_work(Instance *i) {
+        size_t state = 0;
+        void *v;
+
+        if (i->queue)
+                return true;
+        while (hashmap_iterate(i->routes, &state, NULL, &v))
+                if (((Route *) v)->resend)
+                        return true;
+        return false;
 }
 
 Instance *instance_free(Instance *i) {
@@ -279,7 +349,10 @@ static void forward_request(Instance *i, Client *c, const cJSON *msg, const Json
         if (instance_send(i, copy) < 0) {
                 reply_failure(c, m->id, r->is_tool_call, "the backend's stdin is closed");
                 route_remove(i, r);
+                return;
         }
+        r->sent_end = channel_sent_bytes(i->ch);
+        r->sent = TAKE_PTR(copy);
 }
 
 static void reply_initialize(Instance *i, Client *c, const cJSON *id) {
@@ -365,6 +438,7 @@ static void handle_init_response(Instance *i, const cJSON *msg) {
         sd_event_source_set_enabled(i->timer_source, SD_EVENT_OFF);
         log_info("Backend '%s' (pid %d) is ready after %llu ms.", iname(i), (int) i->pid,
                  (unsigned long long) ((now_usec() - i->started_usec) / USEC_PER_MSEC));
+        resend_routes(i);
         flush_queue(i);
         contract_request(i);
 }
@@ -474,6 +548,43 @@ static void handle_backend_line(Instance *i, const char *line, size_t len) {
         }
 }
 
+/* A message past the line limit: the call it answers fails saying so. One that shows neither an id
+ * nor a method could be any call's answer: the backend is restarted rather than leave that call
+ * hanging (and the shim never idle). */
+static void backend_oversize(Instance *i, const char *line, size_t len) {
+        _cleanup_json_ cJSON *id = jsonrpc_peek_id(line, len), *method = NULL;
+        Route *r = cJSON_IsNumber(id) ? route_find(i, (int64_t) id->valuedouble) : NULL;
+        char text[512];
+
+        snprintf(text, sizeof text,
+                 "backend '%s' answered with a message longer than the %zu-byte limit (see --max-line-bytes "
+                 "of mcp-lazy-shimd)",
+                 iname(i), i->shim->max_line);
+        if (r) {
+                log_warning("%s", text);
+                reply_failure(r->client, r->client_id, r->is_tool_call, text);
+                route_remove(i, r);
+                shim_update(i->shim);
+                return;
+        }
+        if (cJSON_IsNumber(id) && id->valuedouble == INIT_REQUEST_ID && i->state == INSTANCE_STARTING) {
+                log_warning("%s", text);
+                fail_everything(i, text);
+                i->broken = true;
+                return instance_stop(i);
+        }
+        if (id || (method = json_peek_member(line, len, "method"))) {
+                log_warning("Backend '%s' wrote a message past the %zu-byte line limit, dropped it.", iname(i),
+                            i->shim->max_line);
+                return;
+        }
+        log_warning("Backend '%s' wrote a message past the %zu-byte line limit without an id or method in its "
+                    "first bytes; restarting it.",
+                    iname(i), i->shim->max_line);
+        i->broken = true;
+        instance_terminate(i);
+}
+
 static void on_backend(Channel *ch, ChannelEvent ev, const char *line, size_t len, int error, void *userdata) {
         Instance *i = userdata;
 
@@ -482,10 +593,10 @@ static void on_backend(Channel *ch, ChannelEvent ev, const char *line, size_t le
         case CHANNEL_LINE:
                 return handle_backend_line(i, line, len);
         case CHANNEL_OVERSIZE:
-                log_warning("Backend '%s' wrote a message past the line limit, dropped it.", iname(i));
-                return;
+                return backend_oversize(i, line, len);
         case CHANNEL_EOF:
         case CHANNEL_WRITE_ERROR:
+        case CHANNEL_CLOSED:
                 /* Without its pipes the backend is useless even if it lives on: stop it. */
                 if (i->state != INSTANCE_STOPPING && i->state != INSTANCE_DOWN) {
                         log_warning("Backend '%s' (pid %d) closed its %s.", iname(i), (int) i->pid,
@@ -499,6 +610,25 @@ static void on_backend(Channel *ch, ChannelEvent ev, const char *line, size_t le
         }
 }
 
+static int instance_spawn(Instance *i, Client *c, char *text, size_t size);
+
+/* A stop is not a refusal: calls that arrived while the backend stopped, and calls it died before
+ * reading, start the next one at once (or fail saying why it cannot start). */
+static void instance_restart_for_held_work(Instance *i) {
+        Client *c = i->queue ? i->queue->client : NULL;
+        size_t state = 0;
+        void *v;
+        char text[512];
+
+        if (!instance_has_held_work(i))
+                return;
+        while (!c && hashmap_iterate(i->routes, &state, NULL, &v))
+                if (((Route *) v)->resend)
+                        c = ((Route *) v)->client;
+        if (!c || instance_spawn(i, c, text, sizeof text) < 0)
+                fail_everything(i, c ? text : "the backend stopped");
+}
+
 static int on_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
         Instance *i = userdata;
         Shim *shim = i->shim;
@@ -507,6 +637,12 @@ static int on_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
         char how[128], text[512];
 
         (void) s;
+        /* Still a zombie here, so its process group is still its own: whatever it left behind in it
+         * goes too, before anyone else could read the stdin we are about to count. */
+        process_kill(i->pid, SIGKILL);
+        /* What it wrote before it died is handled before its death. */
+        if (i->ch)
+                channel_read_all(i->ch);
         process_describe_exit(si, how, sizeof how);
         free(i->last_exit);
         i->last_exit = strdup(how);
@@ -516,13 +652,16 @@ static int on_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
                 log_warning("Backend '%s' (pid %d) %s.", iname(i), (int) i->pid, how);
         } else
                 log_info("Backend '%s' (pid %d) stopped: %s.", iname(i), (int) i->pid, how);
-        if (!i->init_result)
+        if (!i->init_result) {
+                /* Everything waiting was waiting for this start, and it failed. */
                 snprintf(text, sizeof text, "backend '%s' failed to start: it %s before answering initialize", iname(i),
                          how);
-        else
+                fail_everything(i, text);
+        } else {
                 snprintf(text, sizeof text, "backend '%s' %s while handling this call; the next call starts it again",
                          iname(i), how);
-        fail_everything(i, text);
+                fail_reached(i, i->ch ? channel_delivered_bytes(i->ch) : UINT64_MAX, text);
+        }
         upcall_forget_instance(shim, i);
 
         i->child_source = sd_event_source_disable_unref(i->child_source);
@@ -533,6 +672,8 @@ static int on_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
         i->state = INSTANCE_DOWN;
         if (i->session_owned && i->n_clients == 0)
                 instance_free(i);
+        else
+                instance_restart_for_held_work(i);
         shim_update(shim);
         return 0;
 }
@@ -592,14 +733,13 @@ static int instance_spawn(Instance *i, Client *c, char *text, size_t size) {
                 log_error("%s", text);
                 return r;
         }
-        r = channel_new(i->shim->event, out_fd, in_fd, 0, on_backend, i, &i->ch);
+        r = channel_new(i->shim->event, out_fd, in_fd, i->shim->max_line, on_backend, i, &i->ch);
         if (r >= 0) {
                 channel_set_backpressure(i->ch, false);
+                /* At the same priority as the connections, so that clients that keep sending cannot
+                 * hold it off; on_child() reads what is left in the pipe first. */
                 r = sd_event_add_child(i->shim->event, &i->child_source, i->pid, WEXITED, on_child, i);
         }
-        /* Answers already in the pipe are read before the exit is handled. */
-        if (r >= 0)
-                r = sd_event_source_set_priority(i->child_source, SD_EVENT_PRIORITY_IDLE);
         if (r >= 0 && b->init_timeout_usec != USEC_INFINITY)
                 r = arm_timer(i, b->init_timeout_usec);
         init = jsonrpc_request_new(id, "initialize", cJSON_Duplicate(c->init_params, true));
@@ -648,6 +788,11 @@ void instance_submit(Instance *i, Client *c, const cJSON *msg) {
         char text[512];
         int r;
 
+        /* Its stdin is gone (it died, or closed it): it is stopping, whether we heard yet or not. */
+        if (i->state == INSTANCE_READY && (!i->ch || channel_write_closed(i->ch))) {
+                i->broken = true;
+                instance_terminate(i);
+        }
         switch (i->state) {
         case INSTANCE_READY:
                 deliver(i, c, msg);
@@ -658,15 +803,13 @@ void instance_submit(Instance *i, Client *c, const cJSON *msg) {
                         return fail_message(c, msg, text);
                 _fallthrough_;
         case INSTANCE_STARTING:
+        case INSTANCE_STOPPING:
+                /* Stopping: it waits for the next process, which on_child() starts. */
                 r = queue_append(i, c, msg);
                 if (r < 0)
                         fail_message(c, msg,
                                      r == -ENOBUFS ? "too many requests in flight on this connection"
                                                    : "out of memory");
-                break;
-        case INSTANCE_STOPPING:
-                /* Only reached when a stop raced a request: it would die with the process. */
-                fail_message(c, msg, "the backend is stopping; call again");
                 break;
         }
         shim_update(i->shim);

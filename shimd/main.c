@@ -11,6 +11,7 @@
 
 #include "duration.h"
 #include "event-util.h"
+#include "framing.h"
 #include "log.h"
 #include "macros.h"
 #include "manifest.h"
@@ -77,8 +78,10 @@ static int on_update(sd_event_source *src, void *userdata) {
         (void) src;
         for (Client *c = s->clients, *n; c; c = n) {
                 n = c->next;
-                if (c->overflow || (c->eof && hashmap_size(c->pending) + c->n_queued == 0))
-                        client_free(c);
+                if (c->overflow)
+                        client_free(c); /* it does not read: what is queued for it is dropped */
+                else if (c->eof && hashmap_size(c->pending) + c->n_queued == 0)
+                        channel_shutdown(c->ch, CLIENT_STALL_USEC); /* freed once its answers are out */
         }
         in_flight = shim_in_flight(s);
         if (s->inetd && s->n_clients == 0)
@@ -123,7 +126,8 @@ static int on_idle(sd_event_source *src, uint64_t usec, void *userdata) {
         return 0;
 }
 
-/* Peers that ignore the draining notice are closed once nothing of theirs is in flight. */
+/* Peers that ignore the draining notice are closed once nothing of theirs is in flight (after what is
+ * queued for them is written). */
 static int on_drain_grace(sd_event_source *src, uint64_t usec, void *userdata) {
         Shim *s = userdata;
 
@@ -132,8 +136,8 @@ static int on_drain_grace(sd_event_source *src, uint64_t usec, void *userdata) {
                 (void) sd_event_source_set_time_relative(src, DRAIN_GRACE_USEC);
                 return sd_event_source_set_enabled(src, SD_EVENT_ONESHOT);
         }
-        while (s->clients)
-                client_free(s->clients);
+        for (Client *c = s->clients; c; c = c->next)
+                channel_shutdown(c->ch, CLIENT_STALL_USEC);
         shim_update(s);
         return 0;
 }
@@ -205,7 +209,7 @@ static int setup_fds(Shim *s, int n) {
         return 0;
 }
 
-static int run(const char *manifest_path, const char *name_arg) {
+static int run(const char *manifest_path, const char *name_arg, size_t max_line) {
         _cleanup_(manifest_freep) Manifest *m = NULL;
         _cleanup_(sd_event_unrefp) sd_event *e = NULL;
         _cleanup_free_ char *err = NULL, *name = NULL;
@@ -228,6 +232,7 @@ static int run(const char *manifest_path, const char *name_arg) {
         if (r < 0)
                 return log_error_errno(r, "%s", err ?: "Failed to load manifest: %m");
         s.manifest = m;
+        s.max_line = max_line;
         s.backend = manifest_find_backend(m, name);
         if (!s.backend)
                 return log_error_errno(-ENOENT, "Backend '%s' is not in %s.", name, manifest_path);
@@ -272,12 +277,15 @@ static int run(const char *manifest_path, const char *name_arg) {
 }
 
 int main(int argc, char *argv[]) {
+        enum { ARG_MAX_LINE = 0x100 };
         static const struct option options[] = {
                 {"manifest", required_argument, NULL, 'm'},
+                {"max-line-bytes", required_argument, NULL, ARG_MAX_LINE},
                 {"help", no_argument, NULL, 'h'},
                 {},
         };
         const char *manifest = NULL;
+        size_t max_line = FRAMING_DEFAULT_MAX_LINE;
         int c;
 
         log_setup("mcp-lazy-shimd");
@@ -286,8 +294,19 @@ int main(int argc, char *argv[]) {
                 case 'm':
                         manifest = optarg;
                         break;
+                case ARG_MAX_LINE: {
+                        char *end;
+                        unsigned long long v = strtoull(optarg, &end, 10);
+                        if (*end || v < 1024 || v > (1ULL << 30)) {
+                                fprintf(stderr,
+                                        "mcp-lazy-shimd: --max-line-bytes takes a number from 1024 to 1073741824\n");
+                                return 2;
+                        }
+                        max_line = (size_t) v;
+                        break;
+                }
                 case 'h':
-                        printf("Usage: mcp-lazy-shimd --manifest FILE [NAME]\n\n"
+                        printf("Usage: mcp-lazy-shimd --manifest FILE [--max-line-bytes N] [NAME]\n\n"
                                "Runs one backend of the manifest behind the socket systemd passes in\n"
                                "(mcp-lazy@NAME.socket). NAME defaults to the socket's file name without .sock.\n");
                         return 0;
@@ -298,5 +317,5 @@ int main(int argc, char *argv[]) {
                 fprintf(stderr, "Usage: mcp-lazy-shimd --manifest FILE [NAME]\n");
                 return 2;
         }
-        return run(manifest, optind < argc ? argv[optind] : NULL) < 0 ? 1 : 0;
+        return run(manifest, optind < argc ? argv[optind] : NULL, max_line) < 0 ? 1 : 0;
 }

@@ -16,6 +16,7 @@
 #define CLIENT_MAX_QUEUED     (64U * 1024U * 1024U) /* unread answers before a connection is closed */
 #define SHIM_MAX_INSTANCES    8U /* backend processes at once: distinct client configurations, or sessions */
 #define DRAIN_GRACE_USEC      (5ULL * 1000000ULL)
+#define CLIENT_STALL_USEC     (5ULL * 1000000ULL) /* a closing connection whose peer reads nothing */
 #define STOP_STDIN_GRACE_USEC (2ULL * 1000000ULL)
 #define STOP_TERM_GRACE_USEC  (3ULL * 1000000ULL)
 #define DRAINING_METHOD       "notifications/mcp-lazy/draining"
@@ -44,6 +45,9 @@ typedef struct Route {
         cJSON *progress_token; /* _meta.progressToken, if any */
         char *method;
         bool is_tool_call;
+        cJSON *sent;       /* what went to the backend, for a backend that dies before reading it */
+        uint64_t sent_end; /* its end in the backend's stdin (channel_sent_bytes()) */
+        bool resend;       /* the backend died before reading it: it goes to the next one */
 } Route;
 
 struct Instance {
@@ -95,6 +99,7 @@ struct Shim {
         Hashmap *upcalls; /* id given to a client -> Upcall (a backend's request to a client) */
         uint64_t next_upcall;
         bool draining, inetd;
+        size_t max_line; /* --max-line-bytes */
         uint64_t calls_served, next_client_serial;
         char last_status[384];
         char contract[3][96]; /* per list: "" when it matches the manifest */

@@ -1,0 +1,308 @@
+// Connections and backend lifecycle: nothing queued for a peer that still reads is dropped, a reload
+// never frees what a pending answer prints, paused readers resume with what they had buffered,
+// over-long messages fail their own call, and a crash fails only the calls that reached the backend.
+// No systemd needed: the shim runs behind systemd-socket-activate, or is started by the frontend.
+import { after, test } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { existsSync, mkdtempSync, renameSync, writeFileSync } from "node:fs";
+import net from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { INIT, MCP_LAZY, RawPeer, SHIMD, cleanupPeers, sleep, waitFor } from "./lib/env.mjs";
+
+after(cleanupPeers);
+const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-conn-"));
+
+// A backend whose tools exercise the data path: sizes, delays, held answers and a crash.
+const backend = join(dir, "backend.mjs");
+writeFileSync(
+  backend,
+  `import readline from "node:readline";
+const out = (m) => process.stdout.write(JSON.stringify(m) + "\\n");
+const text = (id, t) => ({ jsonrpc: "2.0", id, result: { content: [{ type: "text", text: t } ] } });
+const held = [];
+const rl = readline.createInterface({ input: process.stdin });
+rl.on("line", (l) => {
+  const m = JSON.parse(l);
+  if (m.method === "initialize")
+    return out({ jsonrpc: "2.0", id: m.id, result: { protocolVersion: m.params.protocolVersion, capabilities: { tools: {} }, serverInfo: { name: "conn", version: "1" } } });
+  if (m.method !== "tools/call") return m.id !== undefined && out({ jsonrpc: "2.0", id: m.id, result: {} });
+  const a = m.params.arguments ?? {};
+  switch (m.params.name) {
+    case "echo": return out(text(m.id, "Echo: " + a.message));
+    case "big":
+    case "idle_big":
+      return out(text(m.id, "x".repeat(a.bytes)));
+    case "slow": return setTimeout(() => out(text(m.id, "slow done")), a.ms);
+    case "hold": return held.push(m.id);
+    // The big answer and every held one in one write: the reader gets them in one read.
+    case "release":
+      return process.stdout.write([text(m.id, "x".repeat(a.bytes)), ...held.splice(0).map((id) => text(id, "released"))].map((x) => JSON.stringify(x) + "\\n").join(""));
+    // Busy (its event loop blocked, so nothing more is read from its stdin), then dies: what is
+    // sent meanwhile never reaches it.
+    case "stall": {
+      const end = Date.now() + a.ms;
+      while (Date.now() < end);
+      process.exit(1);
+    }
+  }
+});
+`,
+);
+const tools = ["echo", "big", "slow", "hold", "release", "stall"];
+function manifestText(extraTool = "") {
+  return (
+    `backends:\n  conn: {command: [node, ${backend}], idle_timeout: 0}\n  idler: {command: [node, ${backend}], idle_timeout: 1s}\ntools:\n` +
+    tools.map((t) => `  - {name: ${t}, backend: conn, input_schema: {type: object}}\n`).join("") +
+    `  - {name: idle_big, backend: idler, input_schema: {type: object}}\n` +
+    extraTool
+  );
+}
+const manifest = join(dir, "m.yaml");
+writeFileSync(manifest, manifestText());
+
+let nextId = 100;
+const call = (name, args = {}, id = ++nextId) => ({ jsonrpc: "2.0", id, method: "tools/call", params: { name, arguments: args } });
+const textOf = (r) => r.result?.content?.[0]?.text ?? JSON.stringify(r);
+
+function frontend(extra = [], version) {
+  return new RawPeer(MCP_LAZY, ["--manifest", manifest, "--activation=direct", "--shimd", SHIMD, ...extra]);
+}
+
+// mcp-lazy-shimd on a listening socket of its own (Accept=no, as the shipped units do).
+async function shimOnSocket(name, extra = []) {
+  const path = join(mkdtempSync(join(dir, "sock-")), `${name}.sock`);
+  const child = spawn("systemd-socket-activate", ["-l", path, SHIMD, "--manifest", manifest, ...extra, name], { stdio: ["ignore", "ignore", "pipe"] });
+  let stderr = "";
+  child.stderr.setEncoding("utf8").on("data", (d) => (stderr += d));
+  const exited = new Promise((r) => child.on("exit", (code, signal) => r({ code, signal })));
+  after(() => child.kill("SIGKILL"));
+  assert.ok(await waitFor(() => existsSync(path), 5000), "the socket appears");
+  return { path, child, exited, stderr: () => stderr };
+}
+
+// A raw connection to a shim: lines in, lines out, and control over reading and half-closing.
+function rawConnection(path) {
+  const sock = net.connect({ path, allowHalfOpen: true });
+  const conn = { sock, lines: [], ended: false, buf: "" };
+  sock.setEncoding("utf8");
+  sock.on("data", (d) => {
+    conn.buf += d;
+    let i;
+    while ((i = conn.buf.indexOf("\n")) >= 0) {
+      conn.lines.push(conn.buf.slice(0, i));
+      conn.buf = conn.buf.slice(i + 1);
+    }
+  });
+  sock.on("end", () => (conn.ended = true));
+  sock.on("error", () => (conn.ended = true));
+  conn.send = (m) => sock.write((typeof m === "string" ? m : JSON.stringify(m)) + "\n");
+  conn.next = async (ms = 10000) => {
+    assert.ok(await waitFor(() => conn.lines.length > 0 || conn.ended, ms), "an answer arrives");
+    assert.ok(conn.lines.length > 0, `the shim closed the connection; ${conn.buf.length} bytes of an unfinished line were left`);
+    return JSON.parse(conn.lines.shift());
+  };
+  return conn;
+}
+
+test("a half-closed connection gets its whole answer, however large, before the shim closes it", async () => {
+  const shim = await shimOnSocket("conn");
+  const c = rawConnection(shim.path);
+  c.send(INIT());
+  assert.ok((await c.next()).result);
+  const big = call("big", { bytes: 3 * 1024 * 1024 });
+  c.sock.pause(); // the answer waits in the shim's queue, far past the socket buffer
+  c.send(big);
+  c.sock.end(); // half-close: we send nothing more, but still read
+  await sleep(1500);
+  c.sock.resume();
+  const r = await c.next(15000);
+  assert.equal(r.id, big.id);
+  assert.equal(textOf(r).length, 3 * 1024 * 1024);
+  assert.ok(await waitFor(() => c.ended, 5000), "then the shim closes its side");
+});
+
+test("the idle boundary: a frontend that half-closes on the draining notice still gets every answer", async () => {
+  const shim = await shimOnSocket("idler");
+  const c = rawConnection(shim.path);
+  c.send(INIT());
+  assert.ok((await c.next()).result);
+  const big = call("idle_big", { bytes: 2 * 1024 * 1024 });
+  c.send(call("idle_big", { bytes: 10 }));
+  await c.next();
+  // Idle after 1 s: the draining notice comes; we answer it as the frontend does, but one call is
+  // still on its way and its answer is larger than the socket buffer.
+  const notice = await c.next(5000);
+  assert.equal(notice.method, "notifications/mcp-lazy/draining");
+  c.sock.pause();
+  c.send(big);
+  c.sock.end();
+  await sleep(1500);
+  c.sock.resume();
+  const r = await c.next(15000);
+  assert.equal(r.id, big.id);
+  assert.equal(textOf(r).length, 2 * 1024 * 1024);
+  assert.ok(await waitFor(() => c.ended, 10000));
+  const { code } = await shim.exited;
+  assert.equal(code, 0, shim.stderr());
+});
+
+test("a manifest reload while a batch waits for a backend: the batch's tools/list is still whole", async () => {
+  const p = frontend();
+  await p.request(INIT("2025-03-26"));
+  p.send([
+    { jsonrpc: "2.0", id: 1, method: "tools/list" },
+    { jsonrpc: "2.0", id: 2, method: "tools/call", params: { name: "slow", arguments: { ms: 1500 } } },
+  ]);
+  await sleep(500);
+  const tmp = `${manifest}.new`;
+  writeFileSync(tmp, manifestText("  - {name: added, backend: conn, input_schema: {type: object}}\n"));
+  renameSync(tmp, manifest);
+  try {
+    const [changed] = await p.next(1, 5000);
+    assert.equal(changed.method, "notifications/tools/list_changed");
+    const [batch] = await p.next(1, 10000);
+    assert.ok(Array.isArray(batch), JSON.stringify(batch));
+    const list = batch.find((m) => m.id === 1);
+    assert.deepEqual(
+      list.result.tools.map((t) => t.name),
+      [...tools, "idle_big"],
+    );
+    assert.equal(textOf(batch.find((m) => m.id === 2)), "slow done");
+    const [now] = [await p.request({ jsonrpc: "2.0", id: 3, method: "tools/list" })];
+    assert.ok(now.result.tools.some((t) => t.name === "added"));
+  } finally {
+    writeFileSync(manifest, manifestText());
+    await p.close();
+  }
+  assert.doesNotMatch(p.stderr, /AddressSanitizer/);
+});
+
+test("after the client catches up, answers already read from a backend go out at once", async () => {
+  const p = frontend();
+  await p.request(INIT());
+  p.child.stdout.pause(); // the client stops reading
+  const held = call("hold");
+  const release = call("release", { bytes: 9 * 1024 * 1024 });
+  p.send(held);
+  await sleep(200);
+  p.send(release);
+  await sleep(3000); // the 9 MiB answer backs mcp-lazy's output up past 8 MiB
+  p.child.stdout.resume();
+  const msgs = await p.next(2, 15000);
+  assert.deepEqual(msgs.map((m) => m.id).sort(), [held.id, release.id].sort());
+  assert.equal(textOf(msgs.find((m) => m.id === held.id)), "released");
+  await p.close();
+});
+
+test("a backend answer past the line limit fails its call, and the limit reaches a direct shim", async () => {
+  const p = frontend(["--max-line-bytes", "65536"]);
+  await p.request(INIT());
+  const r = await p.request(call("big", { bytes: 100000 }), 10000);
+  assert.equal(r.result?.isError, true, JSON.stringify(r));
+  assert.match(textOf(r), /backend 'conn' answered with a message longer than the 65536-byte limit/);
+  const ok = await p.request(call("echo", { message: "after" }));
+  assert.equal(textOf(ok), "Echo: after");
+  await p.close();
+});
+
+test("a client line past the limit is refused under the client's own id", async () => {
+  const p = frontend(["--max-line-bytes", "65536"]);
+  await p.request(INIT());
+  const r = await p.request(call("echo", { message: "y".repeat(100000) }, 7));
+  assert.equal(r.id, 7);
+  assert.equal(r.error.code, -32600);
+  assert.match(r.error.message, /longer than the 65536-byte limit/);
+  const n = await p.request({ jsonrpc: "2.0", method: "x", params: { p: "z".repeat(100000) } });
+  assert.equal(n.id, null);
+  await p.close();
+
+  const shim = await shimOnSocket("conn", ["--max-line-bytes", "65536"]);
+  const c = rawConnection(shim.path);
+  c.send(INIT());
+  assert.ok((await c.next()).result);
+  c.send(call("echo", { message: "y".repeat(100000) }, "abc"));
+  const e = await c.next();
+  assert.equal(e.id, "abc");
+  assert.match(e.error.message, /longer than the 65536-byte limit/);
+  c.sock.destroy();
+});
+
+test("an over-long backend answer does not keep the shim from idling out", async () => {
+  const shim = await shimOnSocket("idler", ["--max-line-bytes", "65536"]);
+  const c = rawConnection(shim.path);
+  c.send(INIT());
+  assert.ok((await c.next()).result);
+  const big = call("idle_big", { bytes: 100000 });
+  c.send(big);
+  const r = await c.next();
+  assert.equal(r.id, big.id);
+  assert.match(textOf(r), /longer than the 65536-byte limit/);
+  c.sock.end();
+  const { code } = await Promise.race([shim.exited, sleep(15000).then(() => ({ code: "still running" }))]);
+  assert.equal(code, 0, shim.stderr());
+});
+
+test("a crash fails only the calls that reached the backend; the others go to the next one", async () => {
+  const p = frontend();
+  await p.request(INIT());
+  assert.equal(textOf(await p.request(call("echo", { message: "warm" }))), "Echo: warm");
+  const stall = call("stall", { ms: 800 });
+  p.send(stall);
+  await sleep(300);
+  // The backend has stopped reading: these sit in its pipe when it dies, never read.
+  const echoes = Array.from({ length: 10 }, (_, k) => call("echo", { message: `e${k}` }));
+  for (const e of echoes) p.send(e);
+  await sleep(700);
+  // And these come while it is dying or dead.
+  const late = Array.from({ length: 10 }, (_, k) => call("echo", { message: `l${k}` }));
+  for (const e of late) {
+    p.send(e);
+    await sleep(20);
+  }
+  const msgs = await p.next(21, 20000);
+  const byId = new Map(msgs.map((m) => [m.id, m]));
+  assert.match(textOf(byId.get(stall.id)), /^backend 'conn' exited with status 1 while handling this call/);
+  for (const e of [...echoes, ...late]) assert.equal(textOf(byId.get(e.id)), `Echo: ${e.params.arguments.message}`, JSON.stringify(byId.get(e.id)));
+  await p.close();
+});
+
+test("a backend's death is handled while other sessions keep the shim busy; calls meanwhile wait for the next one", async () => {
+  const shim = await shimOnSocket("conn");
+  const busy = rawConnection(shim.path);
+  const b = rawConnection(shim.path);
+  for (const c of [busy, b]) {
+    c.send(INIT());
+    assert.ok((await c.next()).result);
+  }
+  assert.equal(textOf((b.send(call("echo", { message: "warm" })), await b.next())), "Echo: warm");
+  // One session never lets the shim's loop rest: pings, answered by the shim itself, without end.
+  let flooding = true;
+  const ping = (JSON.stringify({ jsonrpc: "2.0", id: "p", method: "ping" }) + "\n").repeat(200);
+  (async () => {
+    while (flooding) {
+      if (!busy.sock.write(ping)) await new Promise((r) => busy.sock.once("drain", r));
+      busy.lines.length = 0;
+      await new Promise((r) => setImmediate(r));
+    }
+  })();
+  try {
+    const stall = call("stall", { ms: 300 });
+    b.send(stall);
+    await sleep(600); // it has died by now, with the flood going on
+    const after = Array.from({ length: 5 }, (_, k) => call("echo", { message: `a${k}` }));
+    for (const e of after) b.send(e);
+    const got = new Map();
+    for (let k = 0; k < 6; k++) {
+      const m = await b.next(20000);
+      got.set(m.id, m);
+    }
+    assert.match(textOf(got.get(stall.id)), /exited with status 1 while handling this call/);
+    for (const e of after) assert.equal(textOf(got.get(e.id)), `Echo: ${e.params.arguments.message}`, JSON.stringify(got.get(e.id)));
+  } finally {
+    flooding = false;
+  }
+  busy.sock.destroy();
+  b.sock.destroy();
+});
