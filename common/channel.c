@@ -1,6 +1,7 @@
 /* Line channel: reads lines off one fd and writes queued lines to another, both non-blocking. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -79,11 +80,18 @@ static void channel_drop_output(Channel *c) {
         c->out_bytes = 0;
 }
 
-/* For a pipe whose reader is gone, what it never read. */
+/* For a pipe whose reader is gone, what it never read. While any reader is left (a live process may
+ * still read it), nothing counts as unread. */
 static uint64_t pipe_unread(const Channel *c) {
+        struct pollfd p = {.fd = c->out_fd, .events = POLLOUT};
         int n = 0;
 
-        if (!c->out_is_pipe || c->out_fd < 0 || ioctl(c->out_fd, FIONREAD, &n) < 0 || n < 0)
+        if (!c->out_is_pipe || c->out_fd < 0)
+                return 0;
+        /* The write end of a pipe polls POLLERR once no reader is left. */
+        if (poll(&p, 1, 0) < 0 || !(p.revents & POLLERR))
+                return 0;
+        if (ioctl(c->out_fd, FIONREAD, &n) < 0 || n < 0)
                 return 0;
         return (uint64_t) n;
 }

@@ -68,9 +68,9 @@ bool channel_write_closed(const Channel *c);
 void channel_set_userdata(Channel *c, void *userdata);
 /* Bytes ever queued by channel_send(): after a send, the end offset of that message in the stream. */
 uint64_t channel_sent_bytes(const Channel *c);
-/* Of those, how many the peer can have read: written to the fd, less (for a pipe) what still sits
- * unread in it. Once our writing side is closed, what sat unread at that moment counts as unread:
- * call it when the reader is known to be gone (a backend that died). */
+/* Of those, how many the peer can have read: written to the fd, less (for a pipe whose every reader
+ * is gone: a backend that died) what still sits unread in it. With a reader left, everything
+ * written counts. Once our writing side is closed, the answer is the one from that moment. */
 uint64_t channel_delivered_bytes(const Channel *c);
 /* Reads and hands out, now, whatever the peer has written (up to EOF or EAGAIN): what a backend wrote
  * before it died is handled before its death. Not from inside this channel's own handler. */

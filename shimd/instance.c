@@ -412,7 +412,7 @@ static uint64_t backoff_usec(unsigned crashes) {
 }
 
 static int arm_timer(Instance *i, uint64_t usec);
-static void instance_terminate(Instance *i);
+static void instance_terminate(Instance *i, bool close_stdin);
 
 static void handle_init_response(Instance *i, const cJSON *msg) {
         const cJSON *result = cJSON_GetObjectItemCaseSensitive(msg, "result");
@@ -582,7 +582,7 @@ static void backend_oversize(Instance *i, const char *line, size_t len) {
                     "first bytes; restarting it.",
                     iname(i), i->shim->max_line);
         i->broken = true;
-        instance_terminate(i);
+        instance_terminate(i, true);
 }
 
 static void on_backend(Channel *ch, ChannelEvent ev, const char *line, size_t len, int error, void *userdata) {
@@ -602,7 +602,7 @@ static void on_backend(Channel *ch, ChannelEvent ev, const char *line, size_t le
                         log_warning("Backend '%s' (pid %d) closed its %s.", iname(i), (int) i->pid,
                                     ev == CHANNEL_EOF ? "stdout" : "stdin");
                         i->broken = true;
-                        instance_terminate(i);
+                        instance_terminate(i, false);
                 }
                 return;
         case CHANNEL_DRAINED:
@@ -765,13 +765,15 @@ static int instance_spawn(Instance *i, Client *c, char *text, size_t size) {
 
 /* Ends the process (stdin closed, then SIGTERM, then SIGKILL) without failing its calls: when it
  * dies on its own, its calls fail with how it died, in on_child(). */
-static void instance_terminate(Instance *i) {
+static void instance_terminate(Instance *i, bool close_stdin) {
         if (i->state == INSTANCE_DOWN || i->state == INSTANCE_STOPPING)
                 return;
         i->state = INSTANCE_STOPPING;
         i->stop_stage = 0;
-        /* An MCP server on stdio ends when its stdin does; signals only if it will not. */
-        if (i->ch)
+        /* An MCP server on stdio ends when its stdin does; signals only if it will not. A backend
+         * that lost its own pipes is most likely dying: its stdin stays open until it is dead, so
+         * that what it never read can be counted (see fail_reached()). */
+        if (i->ch && close_stdin)
                 channel_close_write(i->ch);
         if (arm_timer(i, STOP_STDIN_GRACE_USEC) < 0)
                 process_kill(i->pid, SIGKILL);
@@ -781,7 +783,7 @@ void instance_stop(Instance *i) {
         if (i->state == INSTANCE_DOWN || i->state == INSTANCE_STOPPING)
                 return;
         fail_everything(i, "the backend is stopping; call again");
-        instance_terminate(i);
+        instance_terminate(i, true);
 }
 
 void instance_submit(Instance *i, Client *c, const cJSON *msg) {
@@ -791,7 +793,7 @@ void instance_submit(Instance *i, Client *c, const cJSON *msg) {
         /* Its stdin is gone (it died, or closed it): it is stopping, whether we heard yet or not. */
         if (i->state == INSTANCE_READY && (!i->ch || channel_write_closed(i->ch))) {
                 i->broken = true;
-                instance_terminate(i);
+                instance_terminate(i, false);
         }
         switch (i->state) {
         case INSTANCE_READY:

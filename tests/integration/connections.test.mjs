@@ -264,7 +264,7 @@ test("a crash fails only the calls that reached the backend; the others go to th
   const msgs = await p.next(21, 20000);
   const byId = new Map(msgs.map((m) => [m.id, m]));
   assert.match(textOf(byId.get(stall.id)), /^backend 'conn' exited with status 1 while handling this call/);
-  for (const e of [...echoes, ...late]) assert.equal(textOf(byId.get(e.id)), `Echo: ${e.params.arguments.message}`, JSON.stringify(byId.get(e.id)));
+  for (const e of [...echoes, ...late]) assert.equal(textOf(byId.get(e.id)), `Echo: ${e.params.arguments.message}`, `${JSON.stringify(byId.get(e.id))}\n${p.stderr}`);
   await p.close();
 });
 
