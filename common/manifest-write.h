@@ -1,0 +1,50 @@
+/* Writing the manifest: edit the YAML tree of the file as it is, emit it with libyaml, replace it atomically. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+#include <cjson/cJSON.h>
+
+#include "yaml_tree.h"
+
+typedef struct ManifestDoc {
+        char *path;
+        YNode *root; /* a mapping with 'backends' and 'tools' */
+        bool existed;
+} ManifestDoc;
+
+/* Reads path (a missing file gives an empty manifest). A file that does not parse: -EINVAL with
+ * *ret_error "FILE:LINE:COLUMN: sentence". The file is not checked as a manifest here: that happens
+ * when it is written. */
+int manifest_doc_load(const char *path, ManifestDoc **ret, char **ret_error);
+ManifestDoc *manifest_doc_free(ManifestDoc *d);
+static inline void manifest_doc_freep(ManifestDoc **d) {
+        manifest_doc_free(*d);
+}
+
+/* The mapping of backends.NAME, or NULL. */
+const YNode *manifest_doc_backend(const ManifestDoc *d, const char *name);
+/* Sets backends.NAME.KEY to value (JSON, taken; NULL removes the key), keeping the backend's other keys
+ * and their order; a new key goes last, a new backend last. */
+int manifest_doc_set_backend_key(ManifestDoc *d, const char *name, const char *key, cJSON *value);
+/* Replaces every tool of backend NAME by tools (MCP tools/list entries, taken), where the first of
+ * the old ones stood (else at the end). Each gets 'backend: NAME' after its name. */
+int manifest_doc_set_tools(ManifestDoc *d, const char *name, cJSON *tools);
+/* The tools of the manifest that belong to other backends than 'name': tool name -> backend. */
+const char *manifest_doc_tool_owner(const ManifestDoc *d, const char *tool);
+/* Whether any backend has an env with values (the file then gets mode 0600). */
+bool manifest_doc_has_env(const ManifestDoc *d);
+
+/* The YAML text; checked with the manifest reader before it is handed back (-EINVAL and *ret_error
+ * with the reader's errors if it does not pass). */
+int manifest_doc_emit(const ManifestDoc *d, char **ret_text, size_t *ret_len, char **ret_error);
+
+/* Write data to path through a temporary file in the same directory: write, fsync, rename, fsync the
+ * directory. mode (e.g. 0600) is applied to the new file; with keep_owner the new file gets the old
+ * one's owner. A symlink at path is followed: its target is replaced. */
+int write_file_atomic(const char *path, const char *data, size_t len, mode_t mode, bool keep_owner);
+/* Reads a whole regular file (up to max bytes; -EFBIG past it). */
+int read_file_full(const char *path, size_t max, char **ret, size_t *ret_len);
+/* mkdir -p with mode for the directories it creates. */
+int mkdir_parents(const char *dir, mode_t mode);
