@@ -215,7 +215,7 @@ static int parse_path(Loader *l, const YNode *n, const char *what, bool relative
 
 static const char *const backend_keys[] = {
         "command", "env", "cwd", "idle_timeout", "init_timeout", "sharing", "socket", "resources", "resource_templates",
-        "prompts", "server_info", "instructions", "capabilities", NULL,
+        "prompts", "server_info", "instructions", "capabilities", "client_capabilities", NULL,
 };
 
 /* resources, resource_templates, prompts: lists of objects, passed to the client as they are,
@@ -361,6 +361,9 @@ static int parse_backend(Loader *l, const YNode *key, const YNode *n, Backend *b
                 return -ENOMEM;
         if (parse_identity(l, n, b) == -ENOMEM)
                 return -ENOMEM;
+        /* What import and refresh declare to this server (mcp-lazy import writes it; nothing else reads it). */
+        if ((v = ynode_get(n, "client_capabilities")))
+                (void) expect_kind(l, v, YNODE_MAPPING, "client_capabilities");
         if ((v = ynode_get(n, "sharing")) && expect_kind(l, v, YNODE_SCALAR, "sharing")) {
                 if (streq(v->value, "pooled"))
                         b->sharing = SHARING_POOLED;

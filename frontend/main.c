@@ -13,6 +13,7 @@
 #include "event-util.h"
 #include "framing.h"
 #include "frontend.h"
+#include "import.h"
 #include "log.h"
 #include "macros.h"
 #include "manifest.h"
@@ -24,7 +25,9 @@
 static void help(void) {
         printf("Usage: mcp-lazy --manifest FILE [OPTIONS]\n"
                "       mcp-lazy --backend NAME [--manifest FILE] [OPTIONS]\n"
-               "       mcp-lazy check FILE\n\n"
+               "       mcp-lazy check FILE\n"
+               "       mcp-lazy import [--client NAME] [--from FILE] [--dry-run] [--undo] ...\n"
+               "       mcp-lazy refresh [--check] [NAME...]\n\n"
                "An MCP server on stdio that lists the manifest's tools without starting anything,\n"
                "and starts each backend (through its systemd socket) only when one of its tools is called.\n\n"
                "  --manifest FILE          the manifest (YAML or JSON); with --backend the default is\n"
@@ -160,6 +163,10 @@ int main(int argc, char *argv[]) {
                 }
                 return check(argv[2]);
         }
+        if (argc >= 2 && streq(argv[1], "import"))
+                return import_main(argc - 1, argv + 1);
+        if (argc >= 2 && streq(argv[1], "refresh"))
+                return refresh_main(argc - 1, argv + 1);
         while ((c = getopt_long(argc, argv, "m:h", options, NULL)) >= 0)
                 switch (c) {
                 case 'm':

@@ -1,0 +1,994 @@
+/* mcp-lazy import: read the user's MCP client configs, ask each stdio server what it offers, write
+ * the manifest, point the config entries at mcp-lazy, enable the sockets. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <systemd/sd-bus.h>
+#include <systemd/sd-daemon.h>
+
+#include "client-config.h"
+#include "duration.h"
+#include "import.h"
+#include "macros.h"
+#include "manifest.h"
+#include "undo.h"
+
+typedef enum EntryState {
+        ENTRY_CANDIDATE,
+        ENTRY_REMOTE,
+        ENTRY_SKIPPED, /* already mcp-lazy, or not something import can run */
+        ENTRY_FAILED,
+        ENTRY_IMPORTED,
+} EntryState;
+
+/* One server to start: entries with the same command, env, cwd and capabilities share it. */
+typedef struct Target {
+        char *backend;
+        char **argv, **env;
+        char *cwd;
+        cJSON *caps;
+        McpDiscovery *d;
+        char *error;
+        bool failed;
+} Target;
+
+typedef struct Item {
+        ServerEntry *entry;
+        EntryState state;
+        char *why;
+        Target *target;
+} Item;
+
+typedef struct Import {
+        const char *manifest_path;
+        bool manifest_is_default, dry_run, enable;
+        const cJSON *caps_override;
+        uint64_t timeout_usec;
+        ClientConfig **configs;
+        size_t n_configs;
+        Item *items;
+        size_t n_items;
+        Target **targets;
+        size_t n_targets;
+        ManifestDoc *doc;
+        char *self;
+        unsigned failures;
+} Import;
+
+int parse_timeout_arg(const char *s, uint64_t *ret) {
+        uint64_t usec;
+
+        if (duration_parse(s, &usec) < 0 || usec == 0)
+                return -EINVAL;
+        *ret = usec;
+        return 0;
+}
+
+char *import_default_manifest(void) {
+        const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
+        char *p = NULL;
+
+        if (geteuid() == 0)
+                return strdup("/etc/mcp-lazy/manifest.yaml");
+        if (xdg && xdg[0] == '/')
+                return asprintf(&p, "%s/mcp-lazy/manifest.yaml", xdg) < 0 ? NULL : p;
+        if (home && home[0] == '/')
+                return asprintf(&p, "%s/.config/mcp-lazy/manifest.yaml", home) < 0 ? NULL : p;
+        return NULL;
+}
+
+static void target_free(Target *t) {
+        if (!t)
+                return;
+        free(t->backend);
+        strv_free(t->argv);
+        strv_free(t->env);
+        free(t->cwd);
+        cJSON_Delete(t->caps);
+        mcp_discovery_free(t->d);
+        free(t->error);
+        free(t);
+}
+
+static void import_done(Import *im) {
+        for (size_t i = 0; i < im->n_items; i++)
+                free(im->items[i].why);
+        free(im->items);
+        for (size_t i = 0; i < im->n_targets; i++)
+                target_free(im->targets[i]);
+        free(im->targets);
+        for (size_t i = 0; i < im->n_configs; i++)
+                client_config_free(im->configs[i]);
+        free(im->configs);
+        manifest_doc_free(im->doc);
+        free(im->self);
+}
+
+_printf_(3, 4) static void item_set(Item *it, EntryState state, const char *fmt, ...) {
+        va_list ap;
+
+        it->state = state;
+        free(it->why);
+        va_start(ap, fmt);
+        if (vasprintf(&it->why, fmt, ap) < 0)
+                it->why = NULL;
+        va_end(ap);
+}
+
+/* ---- reading the entries ----------------------------------------------------------------------- */
+
+static bool is_remote(const cJSON *e) {
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(e, "type");
+
+        if (cJSON_HasObjectItem(e, "url") || cJSON_HasObjectItem(e, "serverUrl"))
+                return true;
+        return cJSON_IsString(type) && !streq(type->valuestring, "stdio");
+}
+
+static bool has_variables(const char *s) {
+        return strstr(s, "${") != NULL;
+}
+
+/* argv[0] without a slash, found in PATH (the entry's own PATH if it sets one): the shim runs
+ * under a service manager whose PATH may be shorter than the user's shell's. */
+static char *resolve_command(const char *cmd, char **env) {
+        const char *path = getenv("PATH");
+        _cleanup_free_ char *copy = NULL;
+        char *save = NULL;
+
+        if (strchr(cmd, '/'))
+                return strdup(cmd);
+        for (char **e = env; e && *e; e++)
+                if (strncmp(*e, "PATH=", 5) == 0)
+                        path = *e + 5;
+        copy = strdup(path ?: "/usr/local/bin:/usr/bin:/bin");
+        if (!copy)
+                return NULL;
+        for (char *dir = strtok_r(copy, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
+                char *full;
+                if (dir[0] != '/' || asprintf(&full, "%s/%s", dir, cmd) < 0)
+                        continue;
+                if (access(full, X_OK) == 0)
+                        return full;
+                free(full);
+        }
+        return strdup(cmd); /* not found: starting it will say so */
+}
+
+/* Why an entry cannot be imported as it is, or NULL; fills argv, env and cwd otherwise. */
+static const char *entry_read(const ServerEntry *e, char ***ret_argv, char ***ret_env, char **ret_cwd) {
+        const cJSON *cmd = cJSON_GetObjectItemCaseSensitive(e->json, "command");
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(e->json, "args");
+        const cJSON *env = cJSON_GetObjectItemCaseSensitive(e->json, "env");
+        const cJSON *cwd = cJSON_GetObjectItemCaseSensitive(e->json, "cwd");
+        const cJSON *disabled = cJSON_GetObjectItemCaseSensitive(e->json, "disabled");
+        _cleanup_strv_free_ char **argv = NULL, **envv = NULL;
+        size_t n = 0;
+        const cJSON *it;
+
+        if (!cJSON_IsString(cmd) || !cmd->valuestring[0])
+                return "it has no command";
+        if (cJSON_IsTrue(disabled))
+                return "it is disabled in the client";
+        if (cJSON_HasObjectItem(e->json, "envFile"))
+                return "it reads an envFile, which only the client reads";
+        if (args && !cJSON_IsArray(args))
+                return "its args are not a list";
+        if (env && !cJSON_IsObject(env))
+                return "its env is not an object";
+        if (cwd && !cJSON_IsString(cwd))
+                return "its cwd is not a string";
+        if (has_variables(cmd->valuestring) || (cwd && has_variables(cwd->valuestring)))
+                return "it uses ${...} variables, which only the client expands";
+        argv = calloc((size_t) cJSON_GetArraySize(args) + 2, sizeof(char *));
+        envv = calloc((size_t) cJSON_GetArraySize(env) + 1, sizeof(char *));
+        if (!argv || !envv)
+                return "out of memory";
+        cJSON_ArrayForEach (it, args) {
+                if (!cJSON_IsString(it))
+                        return "its args are not all strings";
+                if (has_variables(it->valuestring))
+                        return "it uses ${...} variables, which only the client expands";
+                if (!(argv[++n] = strdup(it->valuestring)))
+                        return "out of memory";
+        }
+        n = 0;
+        cJSON_ArrayForEach (it, env) {
+                size_t k = strlen(it->string);
+                if (!cJSON_IsString(it))
+                        return "its env values are not all strings";
+                if (has_variables(it->valuestring))
+                        return "it uses ${...} variables, which only the client expands";
+                if (k == 0 ||
+                    strspn(it->string, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") != k ||
+                    (it->string[0] >= '0' && it->string[0] <= '9'))
+                        return "its env names a variable that is not a valid name";
+                if (asprintf(&envv[n++], "%s=%s", it->string, it->valuestring) < 0)
+                        return "out of memory";
+        }
+        argv[0] = resolve_command(cmd->valuestring, envv);
+        if (!argv[0])
+                return "out of memory";
+        if (cwd && cwd->valuestring[0] != '/') {
+                const char *base = e->default_cwd;
+                _cleanup_free_ char *dir = NULL;
+                if (!base) {
+                        dir = strdup(e->config->path);
+                        base = dir ? dirname(dir) : ".";
+                }
+                if (asprintf(ret_cwd, "%s/%s", base, cwd->valuestring) < 0)
+                        return "out of memory";
+        } else if (!(*ret_cwd = cwd              ? strdup(cwd->valuestring)
+                                : e->default_cwd ? strdup(e->default_cwd)
+                                                 : NULL) &&
+                   (cwd || e->default_cwd))
+                return "out of memory";
+        *ret_argv = TAKE_PTR(argv);
+        *ret_env = TAKE_PTR(envv);
+        return NULL;
+}
+
+static bool is_mcp_lazy(const ServerEntry *e) {
+        const cJSON *cmd = cJSON_GetObjectItemCaseSensitive(e->json, "command");
+        const char *slash;
+
+        if (!cJSON_IsString(cmd))
+                return false;
+        slash = strrchr(cmd->valuestring, '/');
+        return streq(slash ? slash + 1 : cmd->valuestring, "mcp-lazy");
+}
+
+static bool strv_equal(char *const *a, char *const *b) {
+        for (; a && b && *a && *b; a++, b++)
+                if (!streq(*a, *b))
+                        return false;
+        return (!a || !*a) && (!b || !*b);
+}
+
+static bool same_server(const Target *t, char *const *argv, char *const *env, const char *cwd, const cJSON *caps) {
+        return strv_equal(t->argv, argv) && strv_equal(t->env, env) &&
+               ((!t->cwd && !cwd) || (t->cwd && cwd && streq(t->cwd, cwd))) && cJSON_Compare(t->caps, caps, true);
+}
+
+/* Does the manifest's backend NAME run this very command (so re-importing it replaces it)? */
+static bool manifest_backend_runs(const ManifestDoc *doc, const char *name, char *const *argv) {
+        const YNode *b = manifest_doc_backend(doc, name), *cmd = ynode_get(b, "command");
+        size_t i = 0;
+
+        if (!cmd || cmd->kind != YNODE_SEQUENCE)
+                return false;
+        for (; i < cmd->n_items && argv[i]; i++)
+                if (cmd->items[i]->kind != YNODE_SCALAR || !streq(cmd->items[i]->value, argv[i]))
+                        return false;
+        return i == cmd->n_items && !argv[i];
+}
+
+static bool name_taken(const Import *im, const char *name) {
+        for (size_t i = 0; i < im->n_targets; i++)
+                if (streq(im->targets[i]->backend, name))
+                        return true;
+        return false;
+}
+
+/* A unit-safe name from the server's: [A-Za-z0-9_.-], up to 64, not starting with . or -, unique. */
+static char *backend_name_for(const Import *im, const char *server, char *const *argv) {
+        char base[BACKEND_NAME_MAX + 1];
+        size_t n = 0;
+
+        for (const char *s = server; *s && n < BACKEND_NAME_MAX; s++) {
+                char c = *s;
+                if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                      c == '.' || c == '-'))
+                        c = '-';
+                if (n == 0 && (c == '.' || c == '-'))
+                        continue;
+                if (c == '-' && n > 0 && base[n - 1] == '-')
+                        continue;
+                base[n++] = c;
+        }
+        while (n > 0 && base[n - 1] == '-')
+                n--;
+        if (n == 0)
+                n = (size_t) snprintf(base, sizeof base, "server");
+        base[n] = 0;
+        for (unsigned k = 1; k < 1000; k++) {
+                char cand[BACKEND_NAME_MAX + 1], suffix[16] = "";
+                if (k > 1)
+                        snprintf(suffix, sizeof suffix, "-%u", k);
+                snprintf(cand, sizeof cand, "%.*s%s", (int) (BACKEND_NAME_MAX - strlen(suffix)), base, suffix);
+                if (name_taken(im, cand))
+                        continue;
+                if (manifest_doc_backend(im->doc, cand) && !manifest_backend_runs(im->doc, cand, argv))
+                        continue;
+                return strdup(cand);
+        }
+        return NULL;
+}
+
+static int import_plan(Import *im) {
+        for (size_t i = 0; i < im->n_items; i++) {
+                Item *it = &im->items[i];
+                const ServerEntry *e = it->entry;
+                _cleanup_strv_free_ char **argv = NULL, **env = NULL;
+                _cleanup_free_ char *cwd = NULL;
+                _cleanup_json_ cJSON *caps = NULL;
+                const char *why;
+                Target *t = NULL;
+
+                if (is_remote(e->json)) {
+                        item_set(it, ENTRY_REMOTE, "a remote server: left as it is");
+                        continue;
+                }
+                if (is_mcp_lazy(e)) {
+                        item_set(it, ENTRY_SKIPPED, "already goes through mcp-lazy");
+                        continue;
+                }
+                why = entry_read(e, &argv, &env, &cwd);
+                if (why) {
+                        item_set(it, ENTRY_SKIPPED, "not imported: %s; left as it is", why);
+                        continue;
+                }
+                caps = im->caps_override ? cJSON_Duplicate(im->caps_override, true)
+                                         : cJSON_Parse(client_info_find(e->config->client)->capabilities);
+                if (!caps)
+                        return -ENOMEM;
+                for (size_t k = 0; k < im->n_targets && !t; k++)
+                        if (same_server(im->targets[k], argv, env, cwd, caps))
+                                t = im->targets[k];
+                if (!t) {
+                        Target **l = realloc(im->targets, (im->n_targets + 1) * sizeof *l);
+                        if (!l)
+                                return -ENOMEM;
+                        im->targets = l;
+                        t = calloc(1, sizeof *t);
+                        if (!t)
+                                return -ENOMEM;
+                        im->targets[im->n_targets] = t;
+                        t->backend = backend_name_for(im, e->name, argv);
+                        im->n_targets++;
+                        if (!t->backend)
+                                return -ENOMEM;
+                        t->argv = TAKE_PTR(argv);
+                        t->env = TAKE_PTR(env);
+                        t->cwd = TAKE_PTR(cwd);
+                        t->caps = TAKE_PTR(caps);
+                }
+                it->target = t;
+        }
+        return 0;
+}
+
+/* ---- discovery --------------------------------------------------------------------------------- */
+
+/* A tool name the manifest (or this import) already has for another backend. */
+static const char *tool_conflict(const Import *im, const Target *t, const char **ret_owner) {
+        const cJSON *tool;
+
+        cJSON_ArrayForEach (tool, t->d->tools) {
+                const cJSON *name = cJSON_GetObjectItemCaseSensitive(tool, "name");
+                const char *owner;
+                if (!cJSON_IsString(name))
+                        continue;
+                owner = manifest_doc_tool_owner(im->doc, name->valuestring);
+                if (owner && !streq(owner, t->backend)) {
+                        *ret_owner = owner;
+                        return name->valuestring;
+                }
+                for (size_t i = 0; i < im->n_targets && im->targets[i] != t; i++) {
+                        const Target *o = im->targets[i];
+                        const cJSON *ot;
+                        if (!o->d)
+                                continue;
+                        cJSON_ArrayForEach (ot, o->d->tools)
+                                if (cJSON_Compare(cJSON_GetObjectItemCaseSensitive(ot, "name"), name, true)) {
+                                        *ret_owner = o->backend;
+                                        return name->valuestring;
+                                }
+                }
+        }
+        return NULL;
+}
+
+static void target_discover(Import *im, Target *t) {
+        McpServerCommand cmd = {.argv = t->argv, .env = t->env, .cwd = t->cwd};
+        const char *owner = NULL, *clash;
+        size_t n;
+        int r;
+
+        printf("Starting '%s':", t->backend);
+        for (char **a = t->argv; *a; a++)
+                printf(" %s", *a);
+        printf("\n");
+        fflush(stdout);
+        r = mcp_discover(&cmd, t->caps, im->timeout_usec, &t->d, &t->error);
+        if (r < 0) {
+                t->failed = true;
+                if (!t->error)
+                        t->error = strdup(strerror(-r));
+                return;
+        }
+        clash = tool_conflict(im, t, &owner);
+        if (clash) {
+                t->failed = true;
+                if (asprintf(&t->error,
+                             "its tool '%s' is already served by backend '%s' of the manifest; import it into a "
+                             "manifest of its own with --manifest",
+                             clash, owner) < 0)
+                        t->error = NULL;
+                return;
+        }
+        n = (size_t) cJSON_GetArraySize(t->d->tools);
+        printf("  %s %s: %zu tool%s", cJSON_GetStringValue(cJSON_GetObjectItem(t->d->server_info, "name")) ?: "?",
+               cJSON_GetStringValue(cJSON_GetObjectItem(t->d->server_info, "version")) ?: "", n, n == 1 ? "" : "s");
+        if (t->d->resources)
+                printf(", %d resource(s)", cJSON_GetArraySize(t->d->resources));
+        if (t->d->resource_templates)
+                printf(", %d resource template(s)", cJSON_GetArraySize(t->d->resource_templates));
+        if (t->d->prompts)
+                printf(", %d prompt(s)", cJSON_GetArraySize(t->d->prompts));
+        printf("\n");
+}
+
+/* The tool keys a manifest takes; anything else a server adds is left out, and said so. */
+static const char *const manifest_tool_keys[] = {
+        "name",        "title", "description", "inputSchema", "outputSchema",
+        "annotations", "icons", "execution",   "_meta",       NULL,
+};
+
+cJSON *tools_for_manifest(const cJSON *tools, const char *backend) {
+        _cleanup_json_ cJSON *out = cJSON_Duplicate(tools, true);
+        cJSON *t;
+
+        if (!out)
+                return NULL;
+        cJSON_ArrayForEach (t, out) {
+                cJSON *k = t->child;
+                while (k) {
+                        cJSON *next = k->next;
+                        bool known = false;
+                        for (const char *const *c = manifest_tool_keys; *c && !known; c++)
+                                known = streq(k->string, *c);
+                        if (!known) {
+                                fprintf(stderr,
+                                        "mcp-lazy: tool '%s' of '%s': leaving out its key '%s', which the manifest "
+                                        "does not take\n",
+                                        cJSON_GetStringValue(cJSON_GetObjectItem(t, "name")) ?: "?", backend,
+                                        k->string);
+                                cJSON_Delete(cJSON_DetachItemViaPointer(t, k));
+                        }
+                        k = next;
+                }
+        }
+        return TAKE_PTR(out);
+}
+
+int import_store_backend(ManifestDoc *doc, const char *name, const McpDiscovery *d, const cJSON *client_caps) {
+        static const struct {
+                const char *key;
+                size_t offset;
+        } lists[] = {
+                {"resources", offsetof(McpDiscovery, resources)},
+                {"resource_templates", offsetof(McpDiscovery, resource_templates)},
+                {"prompts", offsetof(McpDiscovery, prompts)},
+        };
+        cJSON *tools;
+        int r;
+
+        r = manifest_doc_set_backend_key(doc, name, "server_info", cJSON_Duplicate(d->server_info, true));
+        if (r >= 0)
+                r = manifest_doc_set_backend_key(doc, name, "instructions",
+                                                 d->instructions ? cJSON_CreateString(d->instructions) : NULL);
+        if (r >= 0)
+                r = manifest_doc_set_backend_key(doc, name, "capabilities", cJSON_Duplicate(d->capabilities, true));
+        if (r >= 0 && client_caps)
+                r = manifest_doc_set_backend_key(doc, name, "client_capabilities", cJSON_Duplicate(client_caps, true));
+        for (size_t i = 0; r >= 0 && i < ELEMENTSOF(lists); i++) {
+                const cJSON *l = *(cJSON *const *) ((const char *) d + lists[i].offset);
+                r = manifest_doc_set_backend_key(doc, name, lists[i].key,
+                                                 l && cJSON_GetArraySize(l) > 0 ? cJSON_Duplicate(l, true) : NULL);
+        }
+        if (r < 0)
+                return r;
+        tools = tools_for_manifest(d->tools, name);
+        if (!tools)
+                return -ENOMEM;
+        return manifest_doc_set_tools(doc, name, tools);
+}
+
+static int store_command(Import *im, const Target *t) {
+        _cleanup_json_ cJSON *argv = cJSON_CreateArray(), *env = NULL;
+        int r;
+
+        for (char **a = t->argv; argv && *a; a++)
+                if (!cJSON_AddItemToArray(argv, cJSON_CreateString(*a)))
+                        return -ENOMEM;
+        if (!argv)
+                return -ENOMEM;
+        if (t->env && t->env[0]) {
+                env = cJSON_CreateObject();
+                for (char **e = t->env; env && *e; e++) {
+                        _cleanup_free_ char *k = strndup(*e, strcspn(*e, "="));
+                        if (!k || !cJSON_AddStringToObject(env, k, strchr(*e, '=') + 1))
+                                return -ENOMEM;
+                }
+                if (!env)
+                        return -ENOMEM;
+        }
+        r = manifest_doc_set_backend_key(im->doc, t->backend, "command", TAKE_PTR(argv));
+        if (r >= 0)
+                r = manifest_doc_set_backend_key(im->doc, t->backend, "env", TAKE_PTR(env));
+        if (r >= 0)
+                r = manifest_doc_set_backend_key(im->doc, t->backend, "cwd",
+                                                 t->cwd ? cJSON_CreateString(t->cwd) : NULL);
+        return r;
+}
+
+int import_write_manifest(ManifestDoc *doc, bool dry_run) {
+        _cleanup_free_ char *text = NULL, *err = NULL, *dir = NULL;
+        struct stat st;
+        mode_t mode = 0644;
+        size_t len;
+        int r;
+
+        r = manifest_doc_emit(doc, &text, &len, &err);
+        if (r < 0) {
+                fprintf(stderr, "mcp-lazy: the manifest would not be valid, so nothing was written:\n%s\n",
+                        err ?: strerror(-r));
+                return r;
+        }
+        if (dry_run) {
+                printf("--- %s (would be written)\n%s", doc->path, text);
+                return 0;
+        }
+        if (stat(doc->path, &st) >= 0)
+                mode = st.st_mode & 0777;
+        if (manifest_doc_has_env(doc))
+                mode &= 0600; /* env values are often API keys */
+        dir = strdup(doc->path);
+        if (!dir)
+                return -ENOMEM;
+        r = mkdir_parents(dirname(dir), 0755);
+        if (r >= 0)
+                r = write_file_atomic(doc->path, text, len, mode, true);
+        if (r < 0)
+                fprintf(stderr, "mcp-lazy: cannot write the manifest %s: %s; nothing was changed\n", doc->path,
+                        strerror(-r));
+        return r;
+}
+
+/* ---- the client configs ------------------------------------------------------------------------ */
+
+static int rewrite_config(Import *im, ClientConfig *c) {
+        _cleanup_free_ char *text = NULL;
+        bool any = false;
+        size_t len;
+        int r;
+
+        for (size_t i = 0; i < im->n_items; i++) {
+                Item *it = &im->items[i];
+                char *args[5] = {(char *) "--backend", NULL, NULL, NULL, NULL};
+
+                if (it->entry->config != c || !it->target || it->target->failed)
+                        continue;
+                args[1] = it->target->backend;
+                if (!im->manifest_is_default) {
+                        args[2] = (char *) "--manifest";
+                        args[3] = (char *) im->manifest_path;
+                }
+                r = client_config_replace_entry(it->entry, im->self, args);
+                if (r < 0)
+                        return r;
+                any = true;
+        }
+        if (!any)
+                return 0;
+        r = client_config_render(c, &text, &len);
+        if (r < 0)
+                return r;
+        if (im->dry_run) {
+                printf("--- %s (would be rewritten)\n%s", c->path, text);
+                return 0;
+        }
+        r = undo_save_and_write(c->path, c->text, c->len, text, len, c->st.st_mode & 07777);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < im->n_items; i++)
+                if (im->items[i].entry->config == c && im->items[i].target && !im->items[i].target->failed)
+                        im->items[i].state = ENTRY_IMPORTED;
+        return 1;
+}
+
+/* ---- systemd ----------------------------------------------------------------------------------- */
+
+static int enable_sockets(const Import *im) {
+        _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
+        _cleanup_strv_free_ char **units = calloc(im->n_targets + 1, sizeof(char *));
+        bool user = geteuid() != 0;
+        const char *ctl = user ? "systemctl --user" : "systemctl";
+        size_t n = 0;
+        int r;
+
+        if (!units)
+                return -ENOMEM;
+        for (size_t i = 0; i < im->n_targets; i++)
+                if (!im->targets[i]->failed && asprintf(&units[n++], "mcp-lazy@%s.socket", im->targets[i]->backend) < 0)
+                        return -ENOMEM;
+        if (n == 0)
+                return 0;
+        r = sd_booted() <= 0 ? -ENOMEDIUM : user ? sd_bus_open_user(&bus) : sd_bus_open_system(&bus);
+        if (r < 0) {
+                printf("\nsystemd is not running here (%s): the entries work without it, each mcp-lazy starting\n"
+                       "mcp-lazy-shimd itself (direct activation). With systemd, share the backends with:\n  %s enable "
+                       "--now",
+                       r == -ENOMEDIUM ? "not booted with systemd" : strerror(-r), ctl);
+                for (size_t i = 0; i < n; i++)
+                        printf(" %s", units[i]);
+                printf("\n");
+                return 0;
+        }
+        (void) sd_bus_set_method_call_timeout(bus, 30 * USEC_PER_SEC);
+        {
+                _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
+                _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL, *reply = NULL;
+
+                r = sd_bus_message_new_method_call(bus, &m, "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
+                                                   "org.freedesktop.systemd1.Manager", "EnableUnitFiles");
+                if (r >= 0)
+                        r = sd_bus_message_append_strv(m, units);
+                if (r >= 0)
+                        r = sd_bus_message_append(m, "bb", false, false);
+                if (r >= 0)
+                        r = sd_bus_call(bus, m, 0, &e, &reply);
+                if (r < 0) {
+                        fprintf(stderr,
+                                "mcp-lazy: cannot enable the sockets: %s\n  Are the unit templates installed "
+                                "(make install)? Then run: %s enable --now mcp-lazy@NAME.socket\n",
+                                e.message ?: strerror(-r), ctl);
+                        return r;
+                }
+        }
+        {
+                _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
+                r = sd_bus_call_method(bus, "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
+                                       "org.freedesktop.systemd1.Manager", "Reload", &e, NULL, NULL);
+                if (r < 0)
+                        fprintf(stderr, "mcp-lazy: systemd did not reload its units (%s), ignoring\n",
+                                e.message ?: strerror(-r));
+        }
+        for (size_t i = 0; i < n; i++) {
+                _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
+                r = sd_bus_call_method(bus, "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
+                                       "org.freedesktop.systemd1.Manager", "StartUnit", &e, NULL, "ss", units[i],
+                                       "replace");
+                if (r < 0) {
+                        fprintf(stderr, "mcp-lazy: cannot start %s: %s\n  See: %s status %s\n", units[i],
+                                e.message ?: strerror(-r), ctl, units[i]);
+                        return r;
+                }
+                printf("Enabled and started %s (%s manager)\n", units[i], user ? "user" : "system");
+        }
+        return 0;
+}
+
+/* ---- the command ------------------------------------------------------------------------------- */
+
+static void help(void) {
+        printf("Usage: mcp-lazy import [OPTIONS]\n"
+               "       mcp-lazy import --undo [--force]\n\n"
+               "Reads your MCP client configs, starts each stdio server once to read what it offers, writes\n"
+               "it into the manifest and points each entry at 'mcp-lazy --backend NAME'.\n\n"
+               "  --client NAME        claude-code, claude-desktop, vscode or cursor (default: every config found)\n"
+               "  --from FILE          a config file of any of those shapes (repeatable)\n"
+               "  --manifest FILE      default: $XDG_CONFIG_HOME/mcp-lazy/manifest.yaml (root: /etc/mcp-lazy/)\n"
+               "  --capabilities JSON  the client capabilities to declare (default: what the client declares)\n"
+               "  --timeout DURATION   how long a server may take to answer (default 60s)\n"
+               "  --no-enable          do not enable the sockets\n"
+               "  --dry-run            print what would be written and changed; change nothing\n"
+               "  --undo               put back every client config import changed\n"
+               "  --force              with --undo: also configs changed since\n");
+}
+
+static int load_configs(Import *im, char **from, const char *client) {
+        _cleanup_strv_free_ char **paths = NULL, **clients = NULL;
+        int r;
+
+        if (from && from[0]) {
+                for (char **f = from; *f; f++) {
+                        _cleanup_free_ char *err = NULL;
+                        ClientConfig *c = NULL, **l;
+                        r = client_config_load(*f, client, &c, &err);
+                        if (r < 0) {
+                                fprintf(stderr, "mcp-lazy: %s; left untouched\n", err ?: strerror(-r));
+                                im->failures++;
+                                continue;
+                        }
+                        l = realloc(im->configs, (im->n_configs + 1) * sizeof *l);
+                        if (!l) {
+                                client_config_free(c);
+                                return -ENOMEM;
+                        }
+                        im->configs = l;
+                        im->configs[im->n_configs++] = c;
+                }
+                return 0;
+        }
+        r = client_config_paths(client, &paths, &clients);
+        if (r == -ENXIO) {
+                fprintf(stderr, "mcp-lazy: HOME is not set; name a config with --from FILE\n");
+                return r;
+        }
+        if (r < 0)
+                return r;
+        if (r == 0) {
+                fprintf(stderr,
+                        "mcp-lazy: no MCP client config found%s%s%s (looked for ~/.claude.json, ./.mcp.json, "
+                        "~/.config/Claude/claude_desktop_config.json, ~/.config/Code/User/mcp.json, "
+                        "./.vscode/mcp.json, "
+                        "~/.cursor/mcp.json); name one with --from FILE\n",
+                        client ? " for '" : "", client ?: "", client ? "'" : "");
+                return -ENOENT;
+        }
+        for (size_t i = 0; paths[i]; i++) {
+                _cleanup_free_ char *err = NULL;
+                ClientConfig *c = NULL, **l;
+                r = client_config_load(paths[i], clients[i], &c, &err);
+                if (r < 0) {
+                        fprintf(stderr, "mcp-lazy: %s; left untouched\n", err ?: strerror(-r));
+                        im->failures++;
+                        continue;
+                }
+                l = realloc(im->configs, (im->n_configs + 1) * sizeof *l);
+                if (!l) {
+                        client_config_free(c);
+                        return -ENOMEM;
+                }
+                im->configs = l;
+                im->configs[im->n_configs++] = c;
+        }
+        return 0;
+}
+
+static int collect_items(Import *im) {
+        size_t n = 0;
+
+        for (size_t i = 0; i < im->n_configs; i++)
+                n += im->configs[i]->n_entries;
+        im->items = calloc(n + 1, sizeof *im->items);
+        if (!im->items)
+                return -ENOMEM;
+        for (size_t i = 0; i < im->n_configs; i++)
+                for (size_t k = 0; k < im->configs[i]->n_entries; k++)
+                        im->items[im->n_items++].entry = &im->configs[i]->entries[k];
+        return 0;
+}
+
+static void report(const Import *im) {
+        printf("\n%-24s %-16s %s\n", "SERVER", "CLIENT", "RESULT");
+        for (size_t i = 0; i < im->n_items; i++) {
+                const Item *it = &im->items[i];
+                const ServerEntry *e = it->entry;
+                _cleanup_free_ char *label = NULL;
+
+                if (asprintf(&label, "%s%s%s", e->name, strchr(e->where, '[') ? " (project)" : "", "") < 0)
+                        label = NULL;
+                printf("%-24s %-16s ", label ?: e->name, e->config->client);
+                if (it->target && it->target->failed)
+                        printf("FAILED, left as it is: %s\n", it->target->error ?: "?");
+                else if (it->target && it->state == ENTRY_IMPORTED)
+                        printf("-> backend '%s'\n", it->target->backend);
+                else if (it->target)
+                        printf("-> backend '%s'%s\n", it->target->backend,
+                               im->dry_run ? " (dry run)" : " (config not rewritten)");
+                else
+                        printf("%s\n", it->why ?: "?");
+        }
+}
+
+int import_main(int argc, char *argv[]) {
+        enum {
+                ARG_CLIENT = 0x100,
+                ARG_FROM,
+                ARG_MANIFEST,
+                ARG_CAPS,
+                ARG_TIMEOUT,
+                ARG_NO_ENABLE,
+                ARG_DRY_RUN,
+                ARG_UNDO,
+                ARG_FORCE
+        };
+        static const struct option options[] = {
+                {"client", required_argument, NULL, ARG_CLIENT},
+                {"from", required_argument, NULL, ARG_FROM},
+                {"manifest", required_argument, NULL, ARG_MANIFEST},
+                {"capabilities", required_argument, NULL, ARG_CAPS},
+                {"timeout", required_argument, NULL, ARG_TIMEOUT},
+                {"no-enable", no_argument, NULL, ARG_NO_ENABLE},
+                {"dry-run", no_argument, NULL, ARG_DRY_RUN},
+                {"undo", no_argument, NULL, ARG_UNDO},
+                {"force", no_argument, NULL, ARG_FORCE},
+                {"help", no_argument, NULL, 'h'},
+                {},
+        };
+        _cleanup_(import_done) Import im = {.enable = true, .timeout_usec = MCP_CLIENT_DEFAULT_TIMEOUT_USEC};
+        _cleanup_free_ char *manifest = NULL, *default_manifest = NULL, *err = NULL;
+        _cleanup_json_ cJSON *caps = NULL;
+        _cleanup_strv_free_ char **from = NULL;
+        const char *client = NULL;
+        bool undo = false, force = false;
+        size_t n_from = 0;
+        int c, r;
+
+        /* A server that dies while we write to it must not take us along. */
+        (void) signal(SIGPIPE, SIG_IGN);
+        optind = 0;
+        while ((c = getopt_long(argc, argv, "h", options, NULL)) >= 0)
+                switch (c) {
+                case ARG_CLIENT:
+                        if (!client_info_find(optarg)) {
+                                fprintf(stderr,
+                                        "mcp-lazy: --client takes claude-code, claude-desktop, vscode or cursor\n");
+                                return 2;
+                        }
+                        client = optarg;
+                        break;
+                case ARG_FROM: {
+                        char **l = realloc(from, (n_from + 2) * sizeof(char *));
+                        if (!l)
+                                return 1;
+                        from = l;
+                        from[n_from++] = strdup(optarg);
+                        from[n_from] = NULL;
+                        break;
+                }
+                case ARG_MANIFEST:
+                        free(manifest);
+                        manifest = strdup(optarg);
+                        break;
+                case ARG_CAPS:
+                        cJSON_Delete(caps);
+                        caps = cJSON_Parse(optarg);
+                        if (!cJSON_IsObject(caps)) {
+                                fprintf(stderr,
+                                        "mcp-lazy: --capabilities takes a JSON object, e.g. '{\"roots\":{}}'\n");
+                                return 2;
+                        }
+                        break;
+                case ARG_TIMEOUT:
+                        if (parse_timeout_arg(optarg, &im.timeout_usec) < 0) {
+                                fprintf(stderr, "mcp-lazy: --timeout takes a duration, e.g. 30s or 2m\n");
+                                return 2;
+                        }
+                        break;
+                case ARG_NO_ENABLE:
+                        im.enable = false;
+                        break;
+                case ARG_DRY_RUN:
+                        im.dry_run = true;
+                        break;
+                case ARG_UNDO:
+                        undo = true;
+                        break;
+                case ARG_FORCE:
+                        force = true;
+                        break;
+                case 'h':
+                        help();
+                        return 0;
+                default:
+                        return 2;
+                }
+        if (optind != argc) {
+                fprintf(stderr, "mcp-lazy: import takes no arguments besides its options (see --help)\n");
+                return 2;
+        }
+        if (undo)
+                return undo_run(force, im.dry_run) < 0 ? 1 : 0;
+
+        default_manifest = import_default_manifest();
+        if (!manifest && !default_manifest) {
+                fprintf(stderr,
+                        "mcp-lazy: neither HOME nor XDG_CONFIG_HOME is set; name the manifest with --manifest\n");
+                return 2;
+        }
+        if (manifest && manifest[0] != '/') {
+                char *abs = NULL, *cwd = getcwd(NULL, 0);
+                if (!cwd || asprintf(&abs, "%s/%s", cwd, manifest) < 0)
+                        abs = NULL;
+                free(cwd);
+                free(manifest);
+                manifest = abs;
+        }
+        im.manifest_path = manifest ?: default_manifest;
+        im.manifest_is_default = default_manifest && streq(im.manifest_path, default_manifest);
+        im.caps_override = caps;
+        {
+                char self[PATH_MAX];
+                ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+                if (n <= 0) {
+                        fprintf(stderr, "mcp-lazy: cannot tell where the mcp-lazy binary is: %m\n");
+                        return 1;
+                }
+                self[n] = 0;
+                im.self = strdup(self);
+        }
+
+        r = manifest_doc_load(im.manifest_path, &im.doc, &err);
+        if (r < 0) {
+                fprintf(stderr, "mcp-lazy: %s; nothing was changed\n", err ?: strerror(-r));
+                return 1;
+        }
+        r = load_configs(&im, from, client);
+        if (r < 0)
+                return 1;
+        r = collect_items(&im);
+        if (r >= 0 && im.n_items == 0) {
+                fprintf(stderr, "mcp-lazy: no MCP servers in the config%s read; nothing to import\n",
+                        im.n_configs == 1 ? "" : "s");
+                return 1;
+        }
+        if (r >= 0)
+                r = import_plan(&im);
+        if (r < 0) {
+                fprintf(stderr, "mcp-lazy: out of memory\n");
+                return 1;
+        }
+        for (size_t i = 0; i < im.n_targets; i++)
+                target_discover(&im, im.targets[i]);
+        for (size_t i = 0; i < im.n_targets; i++) {
+                Target *t = im.targets[i];
+                if (t->failed) {
+                        im.failures++;
+                        continue;
+                }
+                r = store_command(&im, t);
+                if (r >= 0)
+                        r = import_store_backend(im.doc, t->backend, t->d, t->caps);
+                if (r < 0) {
+                        fprintf(stderr, "mcp-lazy: cannot add backend '%s' to the manifest: %s\n", t->backend,
+                                strerror(-r));
+                        return 1;
+                }
+        }
+        for (size_t i = 0; i < im.n_targets; i++)
+                if (!im.targets[i]->failed)
+                        break;
+                else if (i + 1 == im.n_targets) {
+                        report(&im);
+                        fprintf(stderr, "mcp-lazy: no server could be imported; nothing was changed\n");
+                        return 1;
+                }
+        if (im.n_targets > 0) {
+                r = import_write_manifest(im.doc, im.dry_run);
+                if (r < 0)
+                        return 1;
+                if (!im.dry_run)
+                        printf("Wrote %s\n", im.manifest_path);
+        }
+        for (size_t i = 0; i < im.n_configs; i++) {
+                r = rewrite_config(&im, im.configs[i]);
+                if (r < 0) {
+                        fprintf(stderr, "mcp-lazy: cannot rewrite %s: %s; left as it was\n", im.configs[i]->path,
+                                strerror(-r));
+                        im.failures++;
+                } else if (r > 0)
+                        printf("Rewrote %s (the original is %s.mcp-lazy-backup; 'mcp-lazy import --undo' puts it "
+                               "back)\n",
+                               im.configs[i]->path, im.configs[i]->path);
+        }
+        report(&im);
+        if (im.enable && !im.dry_run && im.n_targets > 0 && enable_sockets(&im) < 0)
+                im.failures++;
+        else if (!im.enable && im.n_targets > 0)
+                printf("\nNot enabling sockets (--no-enable): the entries start their backends directly until you run\n"
+                       "  %s enable --now mcp-lazy@NAME.socket\n",
+                       geteuid() == 0 ? "systemctl" : "systemctl --user");
+        return im.failures > 0 ? 1 : 0;
+}
