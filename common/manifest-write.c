@@ -304,7 +304,7 @@ static bool seq_of_scalars(const YNode *n) {
                         return false;
                 bytes += n->items[i]->length + 2;
         }
-        return bytes <= 100;
+        return bytes <= 400; /* a command line, a list of required keys: one line each */
 }
 
 static int emit_node(yaml_emitter_t *e, const YNode *n, bool flow) {

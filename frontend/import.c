@@ -271,6 +271,50 @@ static bool manifest_backend_runs(const ManifestDoc *doc, const char *name, char
         return i == cmd->n_items && !argv[i];
 }
 
+static bool scalar_seq_equal(const YNode *seq, char *const *v) {
+        size_t i = 0;
+
+        if (!seq)
+                return !v || !v[0];
+        if (seq->kind != YNODE_SEQUENCE)
+                return false;
+        for (; i < seq->n_items && v && v[i]; i++)
+                if (seq->items[i]->kind != YNODE_SCALAR || !streq(seq->items[i]->value, v[i]))
+                        return false;
+        return i == seq->n_items && (!v || !v[i]);
+}
+
+/* A backend of the manifest that runs exactly this (command, env, cwd): importing it again
+ * refreshes that backend instead of adding a twin whose tool names would clash. */
+static const char *manifest_backend_running(const ManifestDoc *doc, char *const *argv, char *const *env,
+                                            const char *cwd) {
+        const YNode *backends = ynode_get(doc->root, "backends");
+
+        if (!backends || backends->kind != YNODE_MAPPING)
+                return NULL;
+        for (size_t i = 0; i + 1 < backends->n_items; i += 2) {
+                const YNode *b = backends->items[i + 1], *e = ynode_get(b, "env"), *c = ynode_get(b, "cwd");
+                size_t n_env = 0;
+                bool same = scalar_seq_equal(ynode_get(b, "command"), argv);
+
+                for (char *const *v = env; v && *v; v++)
+                        n_env++;
+                same = same && (!c ? !cwd : cwd && c->kind == YNODE_SCALAR && streq(c->value, cwd));
+                same = same && (e ? e->kind == YNODE_MAPPING && e->n_items / 2 == n_env : n_env == 0);
+                for (size_t k = 0; same && e && k + 1 < e->n_items; k += 2) {
+                        size_t kl = e->items[k]->length;
+                        bool found = false;
+                        for (char *const *v = env; v && *v && !found; v++)
+                                found = strncmp(*v, e->items[k]->value, kl) == 0 && (*v)[kl] == '=' &&
+                                        streq(*v + kl + 1, e->items[k + 1]->value);
+                        same = found;
+                }
+                if (same)
+                        return backends->items[i]->value;
+        }
+        return NULL;
+}
+
 static bool name_taken(const Import *im, const char *name) {
         for (size_t i = 0; i < im->n_targets; i++)
                 if (streq(im->targets[i]->backend, name))
@@ -352,7 +396,9 @@ static int import_plan(Import *im) {
                         if (!t)
                                 return -ENOMEM;
                         im->targets[im->n_targets] = t;
-                        t->backend = backend_name_for(im, e->name, argv);
+                        const char *known = manifest_backend_running(im->doc, argv, env, cwd);
+                        t->backend =
+                                known && !name_taken(im, known) ? strdup(known) : backend_name_for(im, e->name, argv);
                         im->n_targets++;
                         if (!t->backend)
                                 return -ENOMEM;
