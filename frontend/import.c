@@ -654,6 +654,23 @@ static int rewrite_config(Import *im, ClientConfig *c) {
 
 /* ---- systemd ----------------------------------------------------------------------------------- */
 
+/* The service manager: for a user, its private socket first (as systemctl does: no D-Bus broker
+ * needed), then the user bus; for root, the system bus. */
+static int open_manager(bool user, sd_bus **ret) {
+        _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
+        const char *rt = getenv("XDG_RUNTIME_DIR");
+        _cleanup_free_ char *addr = NULL;
+
+        if (!user)
+                return sd_bus_open_system(ret);
+        if (rt && rt[0] == '/' && asprintf(&addr, "unix:path=%s/systemd/private", rt) >= 0 && sd_bus_new(&bus) >= 0 &&
+            sd_bus_set_address(bus, addr) >= 0 && sd_bus_start(bus) >= 0) {
+                *ret = TAKE_PTR(bus);
+                return 0;
+        }
+        return sd_bus_open_user(ret);
+}
+
 static int enable_sockets(const Import *im) {
         _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
         _cleanup_strv_free_ char **units = calloc(im->n_targets + 1, sizeof(char *));
@@ -669,7 +686,7 @@ static int enable_sockets(const Import *im) {
                         return -ENOMEM;
         if (n == 0)
                 return 0;
-        r = sd_booted() <= 0 ? -ENOMEDIUM : user ? sd_bus_open_user(&bus) : sd_bus_open_system(&bus);
+        r = sd_booted() <= 0 ? -ENOMEDIUM : open_manager(user, &bus);
         if (r < 0) {
                 printf("\nsystemd is not running here (%s): the entries work without it, each mcp-lazy starting\n"
                        "mcp-lazy-shimd itself (direct activation). With systemd, share the backends with:\n  %s enable "

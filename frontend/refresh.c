@@ -78,8 +78,7 @@ static bool json_equal(const cJSON *a, const cJSON *b) {
 }
 
 /* Prints what differs; returns the number of differences. */
-static unsigned backend_compare(const Manifest *m, const ManifestDoc *doc, const Backend *b, const McpDiscovery *d,
-                                const cJSON *tools_now) {
+static unsigned backend_compare(const Manifest *m, const Backend *b, const McpDiscovery *d, const cJSON *tools_now) {
         static const struct {
                 const char *label, *key;
                 size_t discovery, backend;
@@ -116,10 +115,23 @@ static unsigned backend_compare(const Manifest *m, const ManifestDoc *doc, const
                 free(ld.names);
         }
         for (size_t i = 0; i < ELEMENTSOF(identity); i++) {
-                _cleanup_json_ cJSON *was = doc_key_json(doc, b->name, identity[i]), *now = NULL;
-                now = i == 0   ? cJSON_Duplicate(d->server_info, true)
-                      : i == 1 ? (d->instructions ? cJSON_CreateString(d->instructions) : NULL)
-                               : cJSON_Duplicate(d->capabilities, true);
+                _cleanup_json_ cJSON *instr = NULL;
+                const cJSON *was, *now;
+                if (i == 1 && b->instructions && !(instr = cJSON_CreateString(b->instructions)))
+                        return n;
+                was = i == 0 ? b->server_info : i == 1 ? instr : b->capabilities;
+                now = i == 0 ? d->server_info : i == 1 ? NULL : d->capabilities;
+                if (i == 1) {
+                        bool same = (!b->instructions && !d->instructions) ||
+                                    (b->instructions && d->instructions && streq(b->instructions, d->instructions));
+                        if (same)
+                                continue;
+                        printf("  instructions: %s\n", !b->instructions   ? "added"
+                                                       : !d->instructions ? "removed"
+                                                                          : "changed");
+                        n++;
+                        continue;
+                }
                 if (!json_equal(was, now)) {
                         _cleanup_free_ char *a = was ? cJSON_PrintUnformatted(was) : NULL;
                         _cleanup_free_ char *c = now ? cJSON_PrintUnformatted(now) : NULL;
@@ -247,7 +259,7 @@ int refresh_main(int argc, char *argv[]) {
                 tools_now = tools_for_manifest(d->tools, b->name);
                 if (!tools_now)
                         return 1;
-                n = backend_compare(m, doc, b, d, tools_now);
+                n = backend_compare(m, b, d, tools_now);
                 if (n == 0) {
                         printf("  matches the manifest\n");
                         continue;

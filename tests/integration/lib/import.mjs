@@ -66,8 +66,15 @@ export function desktopConfig(home, { scripts = SERVER_SCRIPTS } = {}) {
 }
 
 // Everything a client learns from a server: initialize and every list it declares.
+// prefix (nsenter ... runuser ...): the environment then goes through env(1), past runuser.
 async function survey(command, args, env, caps, prefix = []) {
-  const transport = new StdioClientTransport({ command: prefix[0] ?? command, args: [...prefix.slice(1), ...(prefix.length ? [command] : []), ...args], env, stderr: "pipe" });
+  const transport = prefix.length
+    ? new StdioClientTransport({
+        command: prefix[0],
+        args: [...prefix.slice(1), "env", ...Object.entries(env).map(([k, v]) => `${k}=${v}`), command, ...args],
+        stderr: "pipe",
+      })
+    : new StdioClientTransport({ command, args, env, stderr: "pipe" });
   let stderr = "";
   transport.stderr?.on("data", (d) => (stderr += d));
   const client = new Client({ name: "import-test", version: "1.0.0" }, { capabilities: caps });

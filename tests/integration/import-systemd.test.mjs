@@ -1,0 +1,111 @@
+// The whole user journey under a real systemd, as a desktop user with her own manager: her Claude
+// Code and Claude Desktop configs, `mcp-lazy import`, the rewritten entries launched by the SDK client
+// exactly as the configs say, the backends socket-activated and idling out, `mcp-lazy import --undo`.
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { startBox } from "./lib/box.mjs";
+import { MCP_LAZY, ROOT, SHIMD, waitFor } from "./lib/env.mjs";
+import { CLIENT_CAPS, claudeCodeConfig, compareWithDirect, desktopConfig } from "./lib/import.mjs";
+
+const HOME = "/home/alice";
+const RT = "/run/user/1500";
+const ENV = `HOME=${HOME} XDG_RUNTIME_DIR=${RT} PATH=/usr/local/bin:/usr/bin:/bin`;
+const AS_ALICE = `runuser -u alice -- env ${ENV}`;
+const USERCTL = `${AS_ALICE} systemctl --user`;
+
+let box;
+async function sh(script, input) {
+  const r = await box.exec("bash", ["-c", script], input === undefined ? {} : { input });
+  if (r.code !== 0) throw new Error(`box: ${script}\n${r.stdout}${r.stderr}`);
+  return r.stdout;
+}
+const tryIn = (script) => box.exec("bash", ["-c", script]);
+const active = async (unit) => (await tryIn(`${USERCTL} is-active ${unit}`)).stdout.trim();
+
+const code = claudeCodeConfig(HOME, { filesDir: `${HOME}/project` });
+const desk = desktopConfig(HOME);
+
+before(async () => {
+  box = await startBox({ bind: [ROOT] });
+  try {
+    await sh(`make -s -C ${ROOT} install PREFIX=/usr/local >/dev/null && systemd-sysusers
+      mkdir -p /etc/systemd/user/mcp-lazy@.service.d
+      printf '[Service]\\nExecStart=\\nExecStart=${SHIMD} --manifest \${MCP_LAZY_MANIFEST} %%i\\n' > /etc/systemd/user/mcp-lazy@.service.d/test.conf
+      id alice >/dev/null 2>&1 || useradd -m -u 1500 alice
+      mkdir -p ${HOME}/.config/Claude ${HOME}/project
+      systemctl start user@1500.service
+      for i in $(seq 100); do ${USERCTL} is-system-running >/dev/null 2>&1 && break; sleep 0.1; done`);
+    await sh(`cat > ${HOME}/.claude.json`, code.text);
+    await sh(`cat > ${HOME}/.config/Claude/claude_desktop_config.json`, desk.text);
+    await sh(`chown -R alice: ${HOME}`);
+  } catch (e) {
+    await box.stop();
+    throw e;
+  }
+});
+after(async () => box && (await box.stop()));
+
+test("import as a desktop user: manifest in ~/.config, sockets enabled in her manager, entries that serve what the servers do", async () => {
+  const r = await tryIn(`cd ${HOME} && ${AS_ALICE} ${MCP_LAZY} import`);
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  const manifest = `${HOME}/.config/mcp-lazy/manifest.yaml`;
+  assert.match(r.stdout, new RegExp(`^Wrote ${manifest}$`, "m"));
+  for (const b of ["memory", "my-files", "everything"]) {
+    assert.match(r.stdout, new RegExp(`^Enabled and started mcp-lazy@${b}\\.socket \\(user manager\\)$`, "m"));
+    assert.equal(await active(`mcp-lazy@${b}.socket`), "active");
+    assert.equal((await tryIn(`${USERCTL} is-enabled mcp-lazy@${b}.socket`)).stdout.trim(), "enabled");
+    assert.equal(await active(`mcp-lazy@${b}.service`), "inactive", "nothing started yet");
+  }
+  assert.match(r.stdout, /^remote-api\s+claude-code\s+a remote server: left as it is$/m);
+  assert.match(await sh(`stat -c '%a %U' ${manifest} ${RT}/mcp-lazy/memory.sock`), /^600 alice\n600 alice\n$/);
+  // The default manifest is the one the units read: entries carry no --manifest.
+  const backendArgs = (name) => ["--backend", name === "my files!" ? "my-files" : name];
+  assert.equal(await sh(`cat ${HOME}/.claude.json`), code.rewritten(MCP_LAZY, backendArgs));
+  assert.equal(await sh(`cat ${HOME}/.config/Claude/claude_desktop_config.json`), desk.rewritten(MCP_LAZY, backendArgs));
+
+  // Short idle timeouts, to watch the backends go (the shims read the manifest when they start).
+  await sh(`sed -i -e 's/^  \\(memory\\|my-files\\|everything\\):$/&\\n    idle_timeout: 4s/' ${manifest}`);
+
+  const prefix = [...box.nsenterArgs(), "runuser", "-u", "alice", "--"];
+  const env = { HOME, XDG_RUNTIME_DIR: RT, PATH: "/usr/local/bin:/usr/bin:/bin" };
+  const cfg = JSON.parse(await sh(`cat ${HOME}/.claude.json`));
+  const dcfg = JSON.parse(await sh(`cat ${HOME}/.config/Claude/claude_desktop_config.json`));
+  await compareWithDirect(cfg.mcpServers.memory, code.direct.memory, CLIENT_CAPS["claude-code"], { env, prefix, call: ["read_graph", {}] });
+  await compareWithDirect(cfg.projects[`${HOME}/project`].mcpServers["my files!"], code.direct["my files!"], CLIENT_CAPS["claude-code"], {
+    env,
+    prefix,
+    call: ["list_allowed_directories", {}],
+  });
+  await compareWithDirect(dcfg.mcpServers.everything, desk.direct.everything, CLIENT_CAPS["claude-desktop"], { env, prefix, call: ["echo", { message: "hi" }] });
+
+  // The calls went through the sockets: each backend's service ran under her manager (the last one
+  // is still up), then idles out. (Checked over systemctl: `mcp-lazy status` is not there yet.)
+  assert.equal(await active("mcp-lazy@everything.service"), "active");
+  for (const b of ["memory", "my-files", "everything"]) {
+    const t = await sh(`${USERCTL} show -P ExecMainStartTimestampMonotonic mcp-lazy@${b}.service`);
+    assert.notEqual(t.trim(), "0", `mcp-lazy@${b}.service ran`);
+  }
+  assert.ok(
+    await waitFor(async () => (await active("mcp-lazy@everything.service")) === "inactive" && (await active("mcp-lazy@memory.service")) === "inactive", 20000),
+    "idle after idle_timeout",
+  );
+  assert.equal(await active("mcp-lazy@memory.socket"), "active", "the socket stays for the next call");
+
+  // --undo: both configs back, byte for byte.
+  const u = await tryIn(`${AS_ALICE} ${MCP_LAZY} import --undo`);
+  assert.equal(u.code, 0, u.stdout + u.stderr);
+  assert.equal(await sh(`cat ${HOME}/.claude.json`), code.text);
+  assert.equal(await sh(`cat ${HOME}/.config/Claude/claude_desktop_config.json`), desk.text);
+  assert.match(await sh(`stat -c '%U' ${HOME}/.claude.json`), /^alice$/);
+});
+
+test("a manifest she cannot write: reported, nothing changed", async () => {
+  const cfg = JSON.stringify({ mcpServers: { mem: code.direct.memory } }, null, 2);
+  await sh(`cat > ${HOME}/other.json && mkdir -p ${HOME}/.config/mcp-lazy && chown -R alice: ${HOME} && chmod 0500 ${HOME}/.config/mcp-lazy`, cfg);
+  const r = await tryIn(`cd ${HOME} && ${AS_ALICE} ${MCP_LAZY} import --no-enable --from ${HOME}/other.json`);
+  assert.equal(r.code, 1, r.stdout + r.stderr);
+  assert.match(r.stderr, new RegExp(`^mcp-lazy: cannot write the manifest ${HOME}/\\.config/mcp-lazy/manifest\\.yaml: Permission denied; nothing was changed$`, "m"));
+  assert.equal(await sh(`cat ${HOME}/other.json`), cfg);
+  assert.equal((await tryIn(`ls ${HOME}/other.json.mcp-lazy-backup`)).code, 2);
+  await sh(`chmod 0700 ${HOME}/.config/mcp-lazy`);
+});
