@@ -96,7 +96,7 @@ test("import as a desktop user: manifest in ~/.config, sockets enabled in her ma
   assert.equal(u.code, 0, u.stdout + u.stderr);
   assert.equal(await sh(`cat ${HOME}/.claude.json`), code.text);
   assert.equal(await sh(`cat ${HOME}/.config/Claude/claude_desktop_config.json`), desk.text);
-  assert.match(await sh(`stat -c '%U' ${HOME}/.claude.json`), /^alice$/);
+  assert.equal(await sh(`stat -c '%U' ${HOME}/.claude.json`), "alice\n");
 });
 
 test("a manifest she cannot write: reported, nothing changed", async () => {
