@@ -94,7 +94,7 @@ bench: deps all
 	cd tests && MCP_LAZY_BUILD=$(CURDIR)/$(B) node bench/bench.mjs
 
 demo: deps all
-	cd tests && MCP_LAZY_BUILD=$(CURDIR)/$(B) node demo.mjs ../manifests/demo.yaml
+	cd tests && MCP_LAZY_BUILD=$(CURDIR)/$(B) node demo.mjs
 
 install: all
 	install -Dm755 $(B)/mcp-lazy $(DESTDIR)$(BINDIR)/mcp-lazy

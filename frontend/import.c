@@ -1049,9 +1049,14 @@ int import_main(int argc, char *argv[]) {
         report(&im);
         if (im.enable && !im.dry_run && im.n_targets > 0 && enable_sockets(&im) < 0)
                 im.failures++;
-        else if (!im.enable && im.n_targets > 0)
-                printf("\nNot enabling sockets (--no-enable): the entries start their backends directly until you run\n"
-                       "  %s enable --now mcp-lazy@NAME.socket\n",
+        else if (!im.enable && !im.dry_run && im.n_targets > 0) {
+                printf("\nNot enabling sockets (--no-enable). Without systemd the entries start their backends\n"
+                       "directly; with it, share them with:\n  %s enable --now",
                        geteuid() == 0 ? "systemctl" : "systemctl --user");
+                for (size_t i = 0; i < im.n_targets; i++)
+                        if (!im.targets[i]->failed)
+                                printf(" mcp-lazy@%s.socket", im.targets[i]->backend);
+                printf("\n");
+        }
         return im.failures > 0 ? 1 : 0;
 }
