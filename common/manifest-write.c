@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -74,6 +75,23 @@ static int doc_init_empty(ManifestDoc *d) {
                 return -ENOMEM;
         d->root = node_from_json(j);
         return d->root ? 0 : -ENOMEM;
+}
+
+char *manifest_default_path(void) {
+        const char *config = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
+        char *p = NULL;
+
+        if (geteuid() == 0)
+                return strdup("/etc/mcp-lazy/manifest.yaml");
+        if (config && config[0] == '/')
+                return asprintf(&p, "%s/mcp-lazy/manifest.yaml", config) < 0 ? NULL : p;
+        if (!home || home[0] != '/') {
+                struct passwd *pw = getpwuid(geteuid());
+                home = pw ? pw->pw_dir : NULL;
+        }
+        if (!home)
+                return NULL;
+        return asprintf(&p, "%s/.config/mcp-lazy/manifest.yaml", home) < 0 ? NULL : p;
 }
 
 ManifestDoc *manifest_doc_free(ManifestDoc *d) {

@@ -72,19 +72,6 @@ int parse_timeout_arg(const char *s, uint64_t *ret) {
         return 0;
 }
 
-char *import_default_manifest(void) {
-        const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
-        char *p = NULL;
-
-        if (geteuid() == 0)
-                return strdup("/etc/mcp-lazy/manifest.yaml");
-        if (xdg && xdg[0] == '/')
-                return asprintf(&p, "%s/mcp-lazy/manifest.yaml", xdg) < 0 ? NULL : p;
-        if (home && home[0] == '/')
-                return asprintf(&p, "%s/.config/mcp-lazy/manifest.yaml", home) < 0 ? NULL : p;
-        return NULL;
-}
-
 static void target_free(Target *t) {
         if (!t)
                 return;
@@ -955,7 +942,7 @@ int import_main(int argc, char *argv[]) {
         if (undo)
                 return undo_run(force, im.dry_run) < 0 ? 1 : 0;
 
-        default_manifest = import_default_manifest();
+        default_manifest = manifest_default_path();
         if (!manifest && !default_manifest) {
                 fprintf(stderr,
                         "mcp-lazy: neither HOME nor XDG_CONFIG_HOME is set; name the manifest with --manifest\n");

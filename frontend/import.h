@@ -12,8 +12,6 @@ int import_main(int argc, char *argv[]);
 int refresh_main(int argc, char *argv[]);
 
 /* Shared by import and refresh (import.c). */
-/* $XDG_CONFIG_HOME/mcp-lazy/manifest.yaml for a user, /etc/mcp-lazy/manifest.yaml for root. */
-char *import_default_manifest(void);
 /* Writes a discovered server as backend NAME: identity keys, lists, tools (the rest of the backend kept). */
 int import_store_backend(ManifestDoc *doc, const char *name, const McpDiscovery *d, const cJSON *client_caps);
 /* Emits, checks and writes the manifest (0600 when it holds env values); prints to stdout instead with dry_run. */

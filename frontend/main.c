@@ -2,7 +2,6 @@
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
-#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -84,24 +83,6 @@ static char *find_shimd(void) {
                 }
         }
         return strdup("mcp-lazy-shimd");
-}
-
-/* The manifest the units read: %E/mcp-lazy/manifest.yaml of the manager this user would have. */
-static char *default_manifest(void) {
-        const char *config = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
-        char *p = NULL;
-
-        if (geteuid() == 0)
-                return strdup("/etc/mcp-lazy/manifest.yaml");
-        if (config && config[0] == '/')
-                return asprintf(&p, "%s/mcp-lazy/manifest.yaml", config) < 0 ? NULL : p;
-        if (!home || home[0] != '/') {
-                struct passwd *pw = getpwuid(geteuid());
-                home = pw ? pw->pw_dir : NULL;
-        }
-        if (!home)
-                return NULL;
-        return asprintf(&p, "%s/.config/mcp-lazy/manifest.yaml", home) < 0 ? NULL : p;
 }
 
 static int run(Options *o) {
@@ -214,7 +195,7 @@ int main(int argc, char *argv[]) {
                         return 2;
                 }
         if (!manifest_arg && o.backend)
-                manifest_arg = default_path = default_manifest();
+                manifest_arg = default_path = manifest_default_path();
         if (!manifest_arg || optind != argc) {
                 fprintf(stderr, "Usage: mcp-lazy --manifest FILE | --backend NAME [--manifest FILE] (see --help)\n");
                 return 2;

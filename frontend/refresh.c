@@ -208,7 +208,7 @@ int refresh_main(int argc, char *argv[]) {
                 default:
                         return 2;
                 }
-        if (!manifest_path && !(manifest_path = import_default_manifest())) {
+        if (!manifest_path && !(manifest_path = manifest_default_path())) {
                 fprintf(stderr,
                         "mcp-lazy: neither HOME nor XDG_CONFIG_HOME is set; name the manifest with --manifest\n");
                 return 2;
