@@ -124,12 +124,17 @@ function scenarios(makeFleet) {
 
   test("a backend killed mid-call fails that call; the next call works", async () => {
     const s = await fleet.session();
-    const slow = s.callTool({ name: "trigger-long-running-operation", arguments: { duration: 5, steps: 5 } }).then(
-      (r) => r,
-      (e) => e,
-    );
-    assert.ok(await waitFor(async () => (await fleet.backendPids("everything")).length > 0, 10000));
-    await sleep(500);
+    // Killed once the call runs (its first progress), not at a guess: under load a backend can take
+    // longer than any fixed delay to answer initialize, and its death would then be a failed start.
+    let running;
+    const started = new Promise((r) => (running = r));
+    const slow = s
+      .callTool({ name: "trigger-long-running-operation", arguments: { duration: 5, steps: 5 } }, undefined, { onprogress: () => running() })
+      .then(
+        (r) => r,
+        (e) => e,
+      );
+    await started;
     await fleet.killBackend("everything");
     const r = await slow;
     const text = r instanceof Error ? r.message : JSON.stringify(r);
