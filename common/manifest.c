@@ -89,6 +89,8 @@ static unsigned edit_distance(const char *a, const char *b) {
         return row[lb];
 }
 
+static const char *const top_keys[] = {"server", "backends", "tools", NULL};
+
 /* Every key of map must be in known[]; an unknown one is reported with the closest known key. */
 static void check_keys(Loader *l, const YNode *map, const char *const *known, const char *where) {
         for (size_t i = 0; i < map->n_items; i += 2) {
@@ -99,6 +101,8 @@ static void check_keys(Loader *l, const YNode *map, const char *const *known, co
 
                 for (const char *const *c = known; *c && !ok; c++)
                         ok = streq(k->value, *c);
+                /* x-anything at the top: a place for anchors (&defaults) that is no setting itself. */
+                ok = ok || (known == top_keys && strncmp(k->value, "x-", 2) == 0);
                 if (ok)
                         continue;
                 /* Only a key we do not know pays for the suggestion. */
@@ -573,8 +577,6 @@ static int server_info_default(Manifest *m) {
                 return -ENOMEM;
         return 0;
 }
-
-static const char *const top_keys[] = {"server", "backends", "tools", NULL};
 
 static int load_tree(Loader *l, const YNode *root) {
         const YNode *v;

@@ -87,6 +87,10 @@ const YNode *ynode_get(const YNode *map, const char *key) {
         return NULL;
 }
 
+static void hashmap_freep(Hashmap **h) {
+        hashmap_free(*h);
+}
+
 /* An anchor (&name) and the size of its node, measured once when the node is complete. */
 typedef struct Anchor {
         const YNode *node; /* NULL while the node is still being read */
@@ -98,7 +102,8 @@ typedef struct Parser {
         yaml_parser_t parser;
         char **error;
         Hashmap *anchors;          /* name -> Anchor */
-        size_t alias_nodes, alias_bytes; /* what aliases added so far */
+        size_t alias_nodes, alias_bytes; /* what aliases and merge keys added so far */
+        YNode *graveyard;          /* merge keys' sources, out of the tree but perhaps anchored */
 } Parser;
 
 static void anchor_measure(const YNode *n, unsigned depth, Anchor *a) {
@@ -154,10 +159,111 @@ static int anchor_begin(Parser *p, const char *name, Anchor **ret) {
         return 0;
 }
 
+/* Copies made for aliases and merge keys count against one bound. */
+static int budget_take(Parser *p, size_t nodes, size_t bytes, unsigned line, unsigned column, const char *what,
+                       const char *name) {
+        if (nodes > YAML_TREE_MAX_ALIAS_NODES - p->alias_nodes || bytes > YAML_TREE_MAX_ALIAS_BYTES - p->alias_bytes)
+                return set_error(p->error, line, column,
+                                 "%s%s would make aliases expand to more than %u nodes or %u MiB in all; "
+                                 "refusing a document that grows without bound (a \"billion laughs\")",
+                                 what, name, YAML_TREE_MAX_ALIAS_NODES, YAML_TREE_MAX_ALIAS_BYTES / 1024U / 1024U);
+        p->alias_nodes += nodes;
+        p->alias_bytes += bytes;
+        return 0;
+}
+
+static bool is_merge_key(const YNode *k) {
+        return k->kind == YNODE_SCALAR && k->plain && streq(k->value, "<<");
+}
+
+/* The pairs of one merge source that the mapping does not have yet, copied into merged. */
+static int merge_one(Parser *p, const YNode *src, const YNode *at, Hashmap *keys, YNode *merged) {
+        for (size_t i = 0; i + 1 < src->n_items; i += 2) {
+                Anchor size = {};
+                YNode *k, *v;
+                int r;
+
+                r = hashmap_put(keys, src->items[i]->value, NULL);
+                if (r == -EEXIST)
+                        continue;
+                if (r < 0)
+                        return r;
+                anchor_measure(src->items[i], 1, &size);
+                anchor_measure(src->items[i + 1], 1, &size);
+                r = budget_take(p, size.nodes, size.bytes, at->line, at->column, "merge key ", "<<");
+                if (r < 0)
+                        return r;
+                k = ynode_copy(src->items[i], at->line, at->column);
+                if (!k || item_append(merged, k) < 0)
+                        return k ? (ynode_free(k), -ENOMEM) : -ENOMEM;
+                v = ynode_copy(src->items[i + 1], at->line, at->column);
+                if (!v || item_append(merged, v) < 0)
+                        return v ? (ynode_free(v), -ENOMEM) : -ENOMEM;
+        }
+        return 0;
+}
+
+/* YAML's merge key: `<<: *defaults` (or a list of such) gives a mapping the pairs it does not set
+ * itself, ahead of its own, as other YAML readers do. */
+static int mapping_merge(Parser *p, YNode *n) {
+        _cleanup_(hashmap_freep) Hashmap *keys = NULL;
+        _cleanup_(ynode_freep) YNode *merged = NULL;
+        YNode *at = NULL, *src;
+        size_t pos = 0;
+        int r = 0;
+
+        for (size_t i = 0; i + 1 < n->n_items && !at; i += 2)
+                if (is_merge_key(n->items[i]))
+                        at = n->items[i], pos = i;
+        if (!at)
+                return 0;
+        src = n->items[pos + 1];
+        for (size_t i = 0; src->kind != YNODE_MAPPING && i <= src->n_items; i++) {
+                const YNode *bad = src->kind == YNODE_SCALAR ? src : i < src->n_items ? src->items[i] : NULL;
+                if (bad && bad->kind != YNODE_MAPPING)
+                        return set_error(p->error, bad->line, bad->column,
+                                         "a merge key (<<) takes a mapping or a list of mappings, e.g. <<: *defaults");
+        }
+        keys = hashmap_new();
+        merged = ynode_alloc(YNODE_MAPPING, NULL, 0, false);
+        if (!keys || !merged)
+                return -ENOMEM;
+        for (size_t i = 0; i + 1 < n->n_items; i += 2)
+                if (i != pos && (r = hashmap_put(keys, n->items[i]->value, NULL)) < 0)
+                        return r; /* the keys were checked unique as they were read */
+        if (src->kind == YNODE_MAPPING)
+                r = merge_one(p, src, at, keys, merged);
+        else
+                for (size_t i = 0; r >= 0 && i < src->n_items; i++)
+                        r = merge_one(p, src->items[i], at, keys, merged);
+        if (r < 0)
+                return r;
+        /* The key and its source leave the tree (an anchor may still name the source). */
+        if (item_append(p->graveyard, at) < 0)
+                return -ENOMEM;
+        n->items[pos] = NULL;
+        if (item_append(p->graveyard, src) < 0)
+                return -ENOMEM;
+        n->items[pos + 1] = NULL;
+        for (size_t i = 0; i < n->n_items; i++)
+                if (n->items[i])
+                        if (item_append(merged, n->items[i]) < 0)
+                                return -ENOMEM;
+        /* merged now holds every item: hand its array to n. */
+        free(n->items);
+        n->items = merged->items;
+        n->n_items = merged->n_items;
+        n->alloc_items = merged->alloc_items;
+        merged->items = NULL;
+        merged->n_items = merged->alloc_items = 0;
+        return 0;
+}
+
 static int alias_expand(Parser *p, const yaml_event_t *ev, unsigned depth, YNode **ret) {
         const char *name = (const char *) ev->data.alias.anchor;
         unsigned line = ev->start_mark.line + 1, column = ev->start_mark.column + 1;
         const Anchor *a = hashmap_get(p->anchors, name);
+        int r;
 
         if (!a)
                 return set_error(p->error, line, column, "alias *%s names no anchor (&%s) defined before it", name,
@@ -168,23 +274,14 @@ static int alias_expand(Parser *p, const yaml_event_t *ev, unsigned depth, YNode
         if (depth + a->height - 1 > YAML_TREE_MAX_DEPTH)
                 return set_error(p->error, line, column, "alias *%s makes nesting deeper than %u levels", name,
                                  YAML_TREE_MAX_DEPTH);
-        if (a->nodes > YAML_TREE_MAX_ALIAS_NODES - p->alias_nodes ||
-            a->bytes > YAML_TREE_MAX_ALIAS_BYTES - p->alias_bytes)
-                return set_error(p->error, line, column,
-                                 "alias *%s would make aliases expand to more than %u nodes or %u MiB in all; "
-                                 "refusing a document that grows without bound (a \"billion laughs\")",
-                                 name, YAML_TREE_MAX_ALIAS_NODES, YAML_TREE_MAX_ALIAS_BYTES / 1024U / 1024U);
-        p->alias_nodes += a->nodes;
-        p->alias_bytes += a->bytes;
+        r = budget_take(p, a->nodes, a->bytes, line, column, "alias *", name);
+        if (r < 0)
+                return r;
         *ret = ynode_copy(a->node, line, column);
         return *ret ? 0 : -ENOMEM;
 }
 
 static int parse_node(Parser *p, yaml_event_t *ev, unsigned depth, YNode **ret);
-
-static void hashmap_freep(Hashmap **h) {
-        hashmap_free(*h);
-}
 
 #define KEYS_INDEXED_FROM 16U /* pairs; below, a linear search is faster than a table */
 
@@ -223,7 +320,7 @@ static int parse_children(Parser *p, YNode *n, yaml_event_type_t end, unsigned d
                                          p->parser.context ?: "");
                 if (ev.type == end) {
                         yaml_event_delete(&ev);
-                        return 0;
+                        return n->kind == YNODE_MAPPING ? mapping_merge(p, n) : 0;
                 }
                 r = parse_node(p, &ev, depth + 1, &child);
                 yaml_event_delete(&ev);
@@ -336,10 +433,10 @@ int yaml_tree_load(const char *text, size_t len, YNode **ret, char **ret_error) 
         int r;
 
         p.anchors = hashmap_new();
-        if (!p.anchors)
-                return -ENOMEM;
-        if (!yaml_parser_initialize(&p.parser)) {
+        p.graveyard = ynode_alloc(YNODE_SEQUENCE, NULL, 0, false);
+        if (!p.anchors || !p.graveyard || !yaml_parser_initialize(&p.parser)) {
                 hashmap_free(p.anchors);
+                ynode_free(p.graveyard);
                 return -ENOMEM;
         }
         yaml_parser_set_input_string(&p.parser, (const unsigned char *) text, len);
@@ -388,6 +485,7 @@ finish:
                         free(a);
                 hashmap_free(p.anchors);
         }
+        ynode_free(p.graveyard);
         return r;
 }
 

@@ -169,6 +169,23 @@ static void test_many_keys(void) {
                 }
 }
 
+/* Merge keys: the mapping's own keys win, then the sources in order. */
+static void test_merge(void) {
+        _cleanup_(manifest_freep) Manifest *m = NULL;
+        _cleanup_free_ char *err = NULL;
+        const Backend *a, *b;
+
+        CHECK(manifest_load_file("manifests/good-merge.yaml", &m, &err) == 0);
+        if (!m)
+                return;
+        a = manifest_find_backend(m, "a");
+        b = manifest_find_backend(m, "b");
+        CHECK(a && a->idle_timeout_usec == 300 * USEC_PER_SEC && a->sharing == SHARING_SESSION);
+        CHECK(a && streq(a->command[0], "x"));
+        CHECK(b && b->idle_timeout_usec == 60 * USEC_PER_SEC && b->sharing == SHARING_POOLED);
+        CHECK(b && streq(b->command[0], "y"));
+}
+
 static char *tools_printed(const Manifest *m) {
         _cleanup_json_ cJSON *a = cJSON_CreateArray();
         for (size_t i = 0; i < m->n_tools; i++)
@@ -243,6 +260,7 @@ int main(void) {
         test_options();
         test_identity();
         test_many_keys();
+        test_merge();
         test_cache();
         return tests_finish("test-manifest");
 }
