@@ -25,8 +25,8 @@ struct YNode {
 
 #define YAML_TREE_MAX_DEPTH 64U
 /* What aliases may add to a document, in all: a "billion laughs" file is refused, not expanded. */
-#define YAML_TREE_MAX_ALIAS_NODES 1000000U
-#define YAML_TREE_MAX_ALIAS_BYTES (64U * 1024U * 1024U)
+#define YAML_TREE_MAX_ALIAS_NODES 100000U
+#define YAML_TREE_MAX_ALIAS_BYTES (16U * 1024U * 1024U)
 
 /* On a YAML error returns -EINVAL and sets *ret_error to "LINE:COLUMN: sentence". */
 int yaml_tree_load(const char *text, size_t len, YNode **ret, char **ret_error);

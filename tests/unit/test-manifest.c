@@ -169,6 +169,34 @@ static void test_many_keys(void) {
                 }
 }
 
+/* What aliases add is bounded in bytes too: a 1 MiB string may be repeated 16 times, not 17. */
+static void test_alias_bytes(void) {
+        for (int extra = 0; extra <= 1; extra++) {
+                _cleanup_(manifest_freep) Manifest *m = NULL;
+                _cleanup_free_ char *err = NULL, *text = NULL;
+                size_t len = 0;
+                FILE *f = open_memstream(&text, &len);
+                int r;
+
+                fputs("x-big: &big '", f);
+                for (size_t i = 0; i < 1024 * 1024; i++)
+                        fputc('a', f);
+                fputs("'\nx-copies: [", f);
+                for (int i = 0; i < 16 + extra; i++)
+                        fputs(i ? ", *big" : "*big", f);
+                fputs("]\nbackends: {b: {command: [x]}}\n", f);
+                fclose(f);
+                r = manifest_load_string(text, len, "big", "/", &m, &err);
+                if (extra) {
+                        CHECK(r == -EINVAL);
+                        CHECK_STREQ(err, "big:2:108: alias *big would make aliases expand to more than 100000 nodes or "
+                                         "16 MiB in all; refusing a document that grows without bound (a \"billion "
+                                         "laughs\")");
+                } else
+                        CHECK(r == 0);
+        }
+}
+
 /* Merge keys: the mapping's own keys win, then the sources in order. */
 static void test_merge(void) {
         _cleanup_(manifest_freep) Manifest *m = NULL;
@@ -261,6 +289,7 @@ int main(void) {
         test_identity();
         test_many_keys();
         test_merge();
+        test_alias_bytes();
         test_cache();
         return tests_finish("test-manifest");
 }
