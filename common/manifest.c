@@ -633,7 +633,7 @@ static void backend_done(Backend *b) {
         cJSON_Delete(b->server_info);
         free(b->instructions);
         cJSON_Delete(b->capabilities);
-        *b = (Backend) {};
+        *b = (Backend){};
 }
 
 int manifest_restrict(Manifest *m, const char *backend) {
@@ -657,7 +657,7 @@ int manifest_restrict(Manifest *m, const char *backend) {
                 if (i != k)
                         backend_done(&m->backends[i]);
         if (k != 0)
-                m->backends[0] = m->backends[k], m->backends[k] = (Backend) {};
+                m->backends[0] = m->backends[k], m->backends[k] = (Backend){};
         m->n_backends = 1;
         b = &m->backends[0];
         m->has_resources = !!b->resources;

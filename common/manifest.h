@@ -47,9 +47,9 @@ typedef struct Manifest {
         size_t n_backends;
         Tool *tools;
         size_t n_tools;
-        cJSON *server_info; /* initialize's serverInfo */
-        char *instructions; /* NULL if none */
-        size_t page_size;   /* tools per tools/list page; 0: all in one */
+        cJSON *server_info;  /* initialize's serverInfo */
+        char *instructions;  /* NULL if none */
+        size_t page_size;    /* tools per tools/list page; 0: all in one */
         cJSON *capabilities; /* initialize's capabilities as recorded (one backend's), or NULL: derived */
         /* Whether any backend declares these: decided once at load, for initialize and routing. */
         bool has_resources, has_resource_templates, has_prompts;

@@ -101,9 +101,9 @@ typedef struct Anchor {
 typedef struct Parser {
         yaml_parser_t parser;
         char **error;
-        Hashmap *anchors;          /* name -> Anchor */
+        Hashmap *anchors;                /* name -> Anchor */
         size_t alias_nodes, alias_bytes; /* what aliases and merge keys added so far */
-        YNode *graveyard;          /* merge keys' sources, out of the tree but perhaps anchored */
+        YNode *graveyard;                /* merge keys' sources, out of the tree but perhaps anchored */
 } Parser;
 
 static void anchor_measure(const YNode *n, unsigned depth, Anchor *a) {
@@ -154,7 +154,7 @@ static int anchor_begin(Parser *p, const char *name, Anchor **ret) {
                         return r;
                 }
         }
-        *a = (Anchor) {};
+        *a = (Anchor){};
         *ret = a;
         return 0;
 }

@@ -748,8 +748,7 @@ void session_reload(Session *s) {
         notify_if_changed(s, old, m, (size_t) -1, 0, "tools", "notifications/tools/list_changed");
         notify_if_changed(s, old, m, offsetof(Backend, resources), offsetof(Backend, resource_templates), "resources",
                           "notifications/resources/list_changed");
-        notify_if_changed(s, old, m, offsetof(Backend, prompts), 0, "prompts",
-                          "notifications/prompts/list_changed");
+        notify_if_changed(s, old, m, offsetof(Backend, prompts), 0, "prompts", "notifications/prompts/list_changed");
         log_info("Reloaded %s: %zu backends, %zu tools.", s->options->manifest_path, m->n_backends, m->n_tools);
         manifest_free(old);
 }
@@ -781,7 +780,7 @@ static int on_manifest_poll(sd_event_source *src, uint64_t usec, void *userdata)
 
         /* A missing file is a change too (to be refused); it is read again once it is back. */
         if (stat(s->options->manifest_path, &st) < 0)
-                st = (struct stat) {};
+                st = (struct stat){};
         if (!stat_same(&st, &s->watched)) {
                 s->watched = st;
                 if (st.st_ino != 0)
@@ -809,7 +808,7 @@ int session_watch_manifest(Session *s) {
         log_debug_errno(r, "Cannot watch %s with inotify (%m), checking it every %llu s instead.",
                         s->options->manifest_path, (unsigned long long) (WATCH_POLL_USEC / USEC_PER_SEC));
         if (stat(s->options->manifest_path, &s->watched) < 0)
-                s->watched = (struct stat) {};
+                s->watched = (struct stat){};
         r = sd_event_now(s->event, CLOCK_MONOTONIC, &now);
         if (r < 0)
                 return r;

@@ -111,12 +111,12 @@ static void test_options(void) {
 static void test_identity(void) {
         _cleanup_(manifest_freep) Manifest *m = NULL;
         _cleanup_free_ char *err = NULL, *info = NULL, *caps = NULL;
-        const char *text =
-                "backends:\n  b:\n    command: [x]\n"
-                "    server_info: {name: example-servers/everything, title: Everything, version: 2.0, icons: [{src: a}]}\n"
-                "    instructions: Call echo first.\n"
-                "    capabilities: {tools: {listChanged: true}, logging: {}, resources: {subscribe: true}}\n"
-                "  plain:\n    command: [y]\n";
+        const char *text = "backends:\n  b:\n    command: [x]\n"
+                           "    server_info: {name: example-servers/everything, title: Everything, version: 2.0, "
+                           "icons: [{src: a}]}\n"
+                           "    instructions: Call echo first.\n"
+                           "    capabilities: {tools: {listChanged: true}, logging: {}, resources: {subscribe: true}}\n"
+                           "  plain:\n    command: [y]\n";
         const Backend *b;
 
         CHECK(manifest_load_string(text, strlen(text), "inline", "/base", &m, &err) == 0);
@@ -163,8 +163,8 @@ static void test_many_keys(void) {
                         } else {
                                 CHECK(r == 0);
                                 CHECK(m && cJSON_GetArraySize(cJSON_GetObjectItem(
-                                                   cJSON_GetObjectItem(m->tools[0].json, "inputSchema"), "properties")) ==
-                                                   (int) n);
+                                                   cJSON_GetObjectItem(m->tools[0].json, "inputSchema"),
+                                                   "properties")) == (int) n);
                         }
                 }
 }
