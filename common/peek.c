@@ -49,6 +49,19 @@ static size_t skip_value(const char *s, size_t n, size_t i) {
         return n;
 }
 
+/* Whether the JSON string token s (quotes included) spells name, escapes decoded. */
+static bool key_is(const char *s, size_t n, const char *name, size_t name_len) {
+        cJSON *k;
+        bool r;
+
+        if (!memchr(s, '\\', n))
+                return n == name_len + 2 && memcmp(s + 1, name, name_len) == 0;
+        k = cJSON_ParseWithLength(s, n);
+        r = cJSON_IsString(k) && strlen(k->valuestring) == name_len && memcmp(k->valuestring, name, name_len) == 0;
+        cJSON_Delete(k);
+        return r;
+}
+
 cJSON *json_peek_member(const char *s, size_t n, const char *name) {
         size_t i = skip_ws(s, n, 0), id_start = 0, id_end = 0, name_len = strlen(name);
         bool found = false;
@@ -66,7 +79,7 @@ cJSON *json_peek_member(const char *s, size_t n, const char *name) {
                 /* A value that runs to the end of what we have may be cut off. */
                 if (v_end >= n)
                         break;
-                if (key_end - key == name_len + 2 && memcmp(s + key + 1, name, name_len) == 0) {
+                if (key_is(s + key, key_end - key, name, name_len)) {
                         if (found)
                                 return NULL; /* twice: neither can be trusted */
                         found = true;

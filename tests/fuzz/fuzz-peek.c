@@ -1,0 +1,57 @@
+/* Fuzz target: peeking at the id of a message cut off at the line limit must never read past what it
+ * was given, and must agree with a real parse: on any text, an id it reports is the object's one
+ * "id" member; on a whole object with one valid "id", it finds that id, and it finds it in every
+ * cut of the text that ends after the id's value. */
+#include <stdbool.h>
+#include <string.h>
+
+#include "fuzz.h"
+#include "jsonrpc.h"
+#include "peek.h"
+
+static unsigned top_level_ids(const cJSON *o, const cJSON **ret) {
+        unsigned n = 0;
+        const cJSON *it;
+
+        cJSON_ArrayForEach (it, o)
+                if (it->string && strcmp(it->string, "id") == 0)
+                        n++, *ret = it;
+        return n;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+        const char *text = (const char *) data;
+        cJSON *whole = NULL, *peeked;
+        const cJSON *id = NULL;
+        unsigned n_ids = 0;
+
+        if (size > 65536)
+                return 0;
+        /* A copy of exactly size bytes: ASan catches any read past the end. */
+        char *copy = malloc(size ? size : 1);
+        FUZZ_ASSERT(copy);
+        memcpy(copy, text, size);
+        peeked = jsonrpc_peek_id(copy, size);
+        if (jsonrpc_parse(copy, size, JSONRPC_DEFAULT_MAX_DEPTH, &whole) >= 0 && cJSON_IsObject(whole))
+                n_ids = top_level_ids(whole, &id);
+        if (peeked && whole && cJSON_IsObject(whole)) {
+                FUZZ_ASSERT(n_ids == 1);
+                FUZZ_ASSERT(cJSON_Compare(peeked, id, true));
+        }
+        if (whole && cJSON_IsObject(whole) && n_ids == 1 && jsonrpc_id_valid(id)) {
+                FUZZ_ASSERT(peeked && cJSON_Compare(peeked, id, true));
+                /* Every cut from the end of the text back to the id: found in each, until the cut
+                 * reaches the id's value. */
+                for (size_t cut = size; cut > 0; cut--) {
+                        cJSON *p = jsonrpc_peek_id(copy, cut);
+                        if (!p)
+                                break;
+                        FUZZ_ASSERT(cJSON_Compare(p, id, true));
+                        cJSON_Delete(p);
+                }
+        }
+        cJSON_Delete(peeked);
+        cJSON_Delete(whole);
+        free(copy);
+        return 0;
+}
