@@ -5,11 +5,11 @@
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { existsSync, mkdtempSync, renameSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { INIT, MCP_LAZY, RawPeer, SHIMD, cleanupPeers, sleep, waitFor } from "./lib/env.mjs";
+import { INIT, MCP_LAZY, RawPeer, SHIMD, cleanupPeers, cmdline, descendants, sleep, waitFor } from "./lib/env.mjs";
 
 after(cleanupPeers);
 const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-conn-"));
@@ -19,6 +19,7 @@ const backend = join(dir, "backend.mjs");
 writeFileSync(
   backend,
   `import readline from "node:readline";
+import { appendFileSync } from "node:fs";
 const out = (m) => process.stdout.write(JSON.stringify(m) + "\\n");
 const text = (id, t) => ({ jsonrpc: "2.0", id, result: { content: [{ type: "text", text: t } ] } });
 const held = [];
@@ -31,6 +32,10 @@ rl.on("line", (l) => {
   const a = m.params.arguments ?? {};
   switch (m.params.name) {
     case "echo": return out(text(m.id, "Echo: " + a.message));
+    // A side effect per call, to count how often each really ran.
+    case "note":
+      appendFileSync(process.env.NOTE_FILE, a.k + "\\n");
+      return out(text(m.id, "noted " + a.k));
     case "big":
     case "idle_big":
       return out(text(m.id, "x".repeat(a.bytes)));
@@ -50,10 +55,11 @@ rl.on("line", (l) => {
 });
 `,
 );
-const tools = ["echo", "big", "slow", "hold", "release", "stall"];
+const tools = ["echo", "big", "slow", "hold", "release", "stall", "note"];
+const noteFile = join(dir, "notes.txt");
 function manifestText(extraTool = "") {
   return (
-    `backends:\n  conn: {command: [node, ${backend}], idle_timeout: 0}\n  idler: {command: [node, ${backend}], idle_timeout: 1s}\ntools:\n` +
+    `backends:\n  conn: {command: [node, ${backend}], idle_timeout: 0, env: {NOTE_FILE: ${noteFile}}}\n  idler: {command: [node, ${backend}], idle_timeout: 1s}\ntools:\n` +
     tools.map((t) => `  - {name: ${t}, backend: conn, input_schema: {type: object}}\n`).join("") +
     `  - {name: idle_big, backend: idler, input_schema: {type: object}}\n` +
     extraTool
@@ -305,4 +311,60 @@ test("a backend's death is handled while other sessions keep the shim busy; call
   }
   busy.sock.destroy();
   b.sock.destroy();
+});
+
+test("a backend killed again and again under pipelined calls: every call answered once, none run twice", async () => {
+  writeFileSync(noteFile, "");
+  const p = frontend();
+  await p.request(INIT());
+  assert.equal(textOf(await p.request(call("echo", { message: "warm" }))), "Echo: warm");
+  // Kills far enough apart for each new backend to start and answer (closer ones meet the
+  // crash-loop backoff, which has its own test); calls go on until five kills are done.
+  let kills = 0;
+  let sending = true;
+  const killer = (async () => {
+    while (sending && kills < 5) {
+      await sleep(150 + Math.floor(Math.random() * 150));
+      for (const pid of descendants(p.child.pid)) {
+        if (!cmdline(pid).includes(backend)) continue;
+        try {
+          process.kill(pid, "SIGKILL");
+          kills++;
+        } catch {}
+      }
+    }
+  })();
+  let N = 0;
+  while (kills < 5 && N < 5000) {
+    p.send(call("note", { k: N }, `n${N}`));
+    if (++N % 4 === 0) await sleep(3);
+  }
+  sending = false;
+  await killer;
+  const msgs = await p.next(N, 60000);
+  await sleep(300);
+  assert.equal(p.lines.length, 0, `extra messages: ${p.lines.slice(0, 3)}`);
+  const answered = new Map();
+  for (const m of msgs) {
+    assert.ok(!answered.has(m.id), `answered twice: ${m.id}`);
+    answered.set(m.id, m);
+  }
+  const runs = new Map();
+  for (const l of readFileSync(noteFile, "utf8").split("\n").filter(Boolean)) runs.set(`n${l}`, (runs.get(`n${l}`) ?? 0) + 1);
+  let failed = 0;
+  for (let k = 0; k < N; k++) {
+    const id = `n${k}`;
+    const m = answered.get(id);
+    assert.ok(m, `no answer for ${id}`);
+    assert.ok((runs.get(id) ?? 0) <= 1, `${id} ran ${runs.get(id)} times`);
+    if (m.result?.isError) {
+      failed++;
+      assert.match(textOf(m), /^backend 'conn' (was killed by signal KILL while handling this call|failed to start|crashed \d+ times in a row)/);
+    } else assert.equal(runs.get(id), 1, `${id} answered but ran ${runs.get(id) ?? 0} times`);
+  }
+  const texts = {};
+  for (const m of msgs) if (m.result?.isError) texts[textOf(m).replace(/[0-9.]+ s$/, "")] = (texts[textOf(m).replace(/[0-9.]+ s$/, "")] ?? 0) + 1;
+  console.log(`${N} calls, ${kills} kills, ${failed} failed (in flight at a kill), 0 run twice ${JSON.stringify(texts)}`);
+  assert.equal(kills, 5);
+  await p.close();
 });
