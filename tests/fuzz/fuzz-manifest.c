@@ -87,6 +87,30 @@ static void check_manifest(const Manifest *m) {
         }
 }
 
+/* What `mcp-lazy --backend NAME` serves: the last backend alone, still a whole manifest, with its
+ * recorded identity (a serverInfo with a string name and version) where it has one. */
+static void check_restrict(Manifest *m) {
+        _cleanup_free_ char *name = NULL;
+        bool had_info;
+        size_t n_tools;
+
+        FUZZ_ASSERT(manifest_restrict(m, "no such backend, not even valid") == -ENOENT);
+        if (m->n_backends == 0)
+                return;
+        name = strdup(m->backends[m->n_backends - 1].name);
+        FUZZ_ASSERT(name);
+        had_info = !!m->backends[m->n_backends - 1].server_info;
+        n_tools = m->backends[m->n_backends - 1].n_tools;
+        FUZZ_ASSERT(manifest_restrict(m, name) == 0);
+        FUZZ_ASSERT(m->n_backends == 1 && streq(m->backends[0].name, name) && m->n_tools == n_tools);
+        check_manifest(m);
+        if (had_info) {
+                FUZZ_ASSERT(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(m->server_info, "version")));
+                FUZZ_ASSERT(!m->backends[0].server_info);
+        }
+        FUZZ_ASSERT(!m->capabilities || cJSON_IsObject(m->capabilities));
+}
+
 static void check_duration(const uint8_t *data, size_t size) {
         char s[64], buf[64];
         uint64_t usec, again;
@@ -120,6 +144,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (r >= 0) {
                 FUZZ_ASSERT(r == 0 && m && !err);
                 check_manifest(m);
+                check_restrict(m);
                 manifest_free(m);
                 return 0;
         }
