@@ -1,0 +1,138 @@
+/* The id table: which field of which message carries which kind of id, and the one place where a
+ * message's ids are translated at a hop. Call sites never rewrite an id themselves. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ids.h"
+#include "macros.h"
+#include "message.h"
+
+const char *const id_paths[_ID_PATH_MAX][ID_PATH_DEPTH + 1] = {
+        [ID_PATH_ID] = {"id"},
+        [ID_PATH_PARAMS_REQUEST_ID] = {"params", "requestId"},
+        [ID_PATH_PARAMS_META_PROGRESS] = {"params", "_meta", "progressToken"},
+        [ID_PATH_PARAMS_PROGRESS] = {"params", "progressToken"},
+        [ID_PATH_PARAMS_TASK_ID] = {"params", "taskId"},
+        [ID_PATH_RESULT_TASK_ID] = {"result", "task", "taskId"},
+};
+
+/* method NULL: any message of that kind. Eras add their methods' fields here. */
+typedef struct IdRule {
+        JsonRpcKind kind;
+        const char *method;
+        IdPath path;
+        IdKind id_kind;
+} IdRule;
+
+static const IdRule id_rules[] = {
+        {JSONRPC_REQUEST, NULL, ID_PATH_ID, ID_KIND_REQUEST},
+        {JSONRPC_RESPONSE, NULL, ID_PATH_ID, ID_KIND_REQUEST},
+        {JSONRPC_REQUEST, NULL, ID_PATH_PARAMS_META_PROGRESS, ID_KIND_PROGRESS},
+        {JSONRPC_NOTIFICATION, "notifications/cancelled", ID_PATH_PARAMS_REQUEST_ID, ID_KIND_CANCELLED},
+        {JSONRPC_NOTIFICATION, "notifications/progress", ID_PATH_PARAMS_PROGRESS, ID_KIND_PROGRESS},
+        {JSONRPC_REQUEST, "tasks/get", ID_PATH_PARAMS_TASK_ID, ID_KIND_TASK},
+        {JSONRPC_REQUEST, "tasks/result", ID_PATH_PARAMS_TASK_ID, ID_KIND_TASK},
+        {JSONRPC_REQUEST, "tasks/cancel", ID_PATH_PARAMS_TASK_ID, ID_KIND_TASK},
+        {JSONRPC_NOTIFICATION, "notifications/tasks/status", ID_PATH_PARAMS_TASK_ID, ID_KIND_TASK},
+        {JSONRPC_RESPONSE, NULL, ID_PATH_RESULT_TASK_ID, ID_KIND_TASK},
+};
+
+/* The value at a path, walked in the parsed tree (the scan found its bytes; the tree its type). */
+static const cJSON *value_at(const cJSON *j, IdPath p) {
+        for (unsigned l = 0; j && id_paths[p][l]; l++)
+                j = cJSON_GetObjectItemCaseSensitive(j, id_paths[p][l]);
+        return j;
+}
+
+size_t ids_fields(const Message *m, IdField *ret, size_t n) {
+        size_t k = 0;
+
+        if (m->kind == JSONRPC_INVALID)
+                return 0;
+        for (size_t i = 0; i < ELEMENTSOF(id_rules); i++) {
+                const IdRule *r = &id_rules[i];
+                const Span *s = &m->spans[r->path];
+
+                if (r->kind != m->kind || (r->method && !streq(r->method, m->method)) || s->len == 0)
+                        continue;
+                if (k < n)
+                        ret[k] = (IdField){
+                                .path = r->path,
+                                .kind = r->id_kind,
+                                .text = m->text + s->start,
+                                .len = s->len,
+                                .value = value_at(m->json, r->path),
+                        };
+                k++;
+        }
+        return k;
+}
+
+static int cmp_fields(const void *a, const void *b) {
+        const Splice *x = a, *y = b;
+        return x->span.start < y->span.start ? -1 : x->span.start > y->span.start;
+}
+
+int ids_translate(const Message *m, id_map_t map, void *userdata, char **ret_text, size_t *ret_len) {
+        IdField f[ELEMENTSOF(id_rules)];
+        Splice s[ELEMENTSOF(id_rules)];
+        char *owned[ELEMENTSOF(id_rules)] = {};
+        size_t n = ids_fields(m, f, ELEMENTSOF(f)), k = 0;
+        int r = 0;
+
+        for (size_t i = 0; i < n; i++) {
+                char *t = NULL;
+                r = map(userdata, &f[i], &t);
+                if (r < 0)
+                        goto finish;
+                if (r == 0 || !t)
+                        continue;
+                owned[k] = t;
+                s[k++] = (Splice){m->spans[f[i].path], t, strlen(t)};
+        }
+        r = 0;
+        if (k == 0) {
+                *ret_text = NULL;
+                *ret_len = m->len;
+                goto finish;
+        }
+        qsort(s, k, sizeof *s, cmp_fields);
+        r = message_splice(m, s, k, ret_text, ret_len);
+finish:
+        for (size_t i = 0; i < k; i++)
+                free(owned[i]);
+        return r;
+}
+
+char *id_text_string(const char *prefix, unsigned long long n) {
+        char *t;
+        /* Our prefixes are plain ASCII: no escaping needed. */
+        if (asprintf(&t, "\"%s%llu\"", prefix, n) < 0)
+                return NULL;
+        return t;
+}
+
+char *id_text_integer(long long n) {
+        char *t;
+        if (asprintf(&t, "%lld", n) < 0)
+                return NULL;
+        return t;
+}
+
+bool id_text_canonical(const char *t, size_t len) {
+        if (len >= 2 && t[0] == '"') {
+                for (size_t i = 1; i + 1 < len; i++)
+                        if (t[i] == '\\' || (unsigned char) t[i] < 0x20 || (unsigned char) t[i] >= 0x7f)
+                                return false;
+                return true;
+        }
+        size_t i = len > 0 && t[0] == '-';
+        if (len - i == 0 || len - i > 15 || (t[i] == '0' && len - i > 1))
+                return false;
+        for (; i < len; i++)
+                if (t[i] < '0' || t[i] > '9')
+                        return false;
+        return true;
+}

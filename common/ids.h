@@ -1,0 +1,62 @@
+/* The one table of id-carrying fields (which field of which message holds which kind of id), and
+ * the translation of a message's ids at one hop, through a mapping the hop supplies. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <cjson/cJSON.h>
+
+#include "jsonrpc.h"
+
+/* Where an id sits in a message. To carry a new id-bearing field, add its path here and in id_paths,
+ * then a rule in id_rules (ids.c). At most 32 paths; each at most ID_PATH_DEPTH keys deep. */
+typedef enum IdPath {
+        ID_PATH_ID,                   /* id */
+        ID_PATH_PARAMS_REQUEST_ID,    /* params.requestId */
+        ID_PATH_PARAMS_META_PROGRESS, /* params._meta.progressToken */
+        ID_PATH_PARAMS_PROGRESS,      /* params.progressToken */
+        ID_PATH_PARAMS_TASK_ID,       /* params.taskId */
+        ID_PATH_RESULT_TASK_ID,       /* result.task.taskId */
+        _ID_PATH_MAX,
+} IdPath;
+
+#define ID_PATH_DEPTH 3
+
+/* What an id names, whatever the hop. */
+typedef enum IdKind {
+        ID_KIND_REQUEST,   /* a request's own id, or the id of the request a response answers */
+        ID_KIND_CANCELLED, /* the request a notifications/cancelled names: one its sender received */
+        ID_KIND_PROGRESS,  /* a progress token: named in a request, used by the other side's progress */
+        ID_KIND_TASK,      /* a task id: made by the receiver of a task-augmented request */
+} IdKind;
+
+/* Each path as its chain of keys, NULL-terminated. */
+extern const char *const id_paths[_ID_PATH_MAX][ID_PATH_DEPTH + 1];
+
+typedef struct Message Message;
+
+/* The field of m at path, if m has one there that the table says is an id of that message. */
+typedef struct IdField {
+        IdPath path;
+        IdKind kind;
+        const char *text; /* exact text of the value in the message */
+        size_t len;
+        const cJSON *value;
+} IdField;
+
+/* A hop's mapping: 0 keeps the value, 1 sets *ret_text (malloc'd JSON text) to put in its place,
+ * < 0 refuses the message (the caller answers it). */
+typedef int (*id_map_t)(void *userdata, const IdField *f, char **ret_text);
+
+/* Calls fn for each id field the table names for m (in path order); returns how many there were. */
+size_t ids_fields(const Message *m, IdField *ret_fields, size_t n);
+/* m's text with every id field replaced as map says: *ret_text is NULL when nothing changed (send
+ * m->text as it is), else a malloc'd line of *ret_len bytes. */
+int ids_translate(const Message *m, id_map_t map, void *userdata, char **ret_text, size_t *ret_len);
+
+/* An id as JSON text: a string for ours (prefix + number), or a bare integer. malloc'd. */
+char *id_text_string(const char *prefix, unsigned long long n);
+char *id_text_integer(long long n);
+/* A value's text can go to a backend and come back as the same text whatever parser the backend
+ * uses (printable ASCII string without escapes, or an integer of up to 15 digits). */
+bool id_text_canonical(const char *text, size_t len);

@@ -1,0 +1,524 @@
+/* The message layer: a peer's line parsed once and validated (strict JSON, no duplicate keys, typed
+ * envelope), with the byte spans of its id-carrying fields, so that what goes on is the peer's own bytes
+ * with only our ids spliced in. cJSON parses the values; the scan here only checks the grammar cJSON is
+ * lenient about and notes where the id fields are. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "framing.h"
+#include "macros.h"
+#include "message.h"
+
+typedef struct Scanner {
+        const char *s;
+        size_t pos, len;
+        Span *spans;    /* NULL: record nothing */
+        Span *elements; /* a batch: spans of the top-level array's elements */
+        size_t n_elements, max_elements;
+} Scanner;
+
+static void skip_ws(Scanner *sc) {
+        while (sc->pos < sc->len && strchr(" \t\r\n", sc->s[sc->pos]) && sc->s[sc->pos])
+                sc->pos++;
+}
+
+static int hexval(char c) {
+        if (c >= '0' && c <= '9')
+                return c - '0';
+        if (c >= 'a' && c <= 'f')
+                return c - 'a' + 10;
+        if (c >= 'A' && c <= 'F')
+                return c - 'A' + 10;
+        return -1;
+}
+
+/* A string token; on success ret_start and ret_end bound its contents (without the quotes). */
+static int scan_string(Scanner *sc, size_t *ret_start, size_t *ret_end) {
+        if (sc->pos >= sc->len || sc->s[sc->pos] != '"')
+                return -EBADMSG;
+        size_t start = ++sc->pos;
+        while (sc->pos < sc->len) {
+                unsigned char c = (unsigned char) sc->s[sc->pos];
+                if (c == '"') {
+                        *ret_start = start;
+                        *ret_end = sc->pos++;
+                        return 0;
+                }
+                if (c < 0x20)
+                        return -EBADMSG; /* JSON wants control characters escaped */
+                if (c == '\\') {
+                        if (++sc->pos >= sc->len)
+                                return -EBADMSG;
+                        c = (unsigned char) sc->s[sc->pos];
+                        if (c == 'u') {
+                                if (sc->pos + 4 >= sc->len)
+                                        return -EBADMSG;
+                                for (int k = 1; k <= 4; k++)
+                                        if (hexval(sc->s[sc->pos + k]) < 0)
+                                                return -EBADMSG;
+                                sc->pos += 4;
+                        } else if (!strchr("\"\\/bfnrt", c) || c == 0)
+                                return -EBADMSG;
+                }
+                sc->pos++;
+        }
+        return -EBADMSG;
+}
+
+static bool is_digit(char c) {
+        return c >= '0' && c <= '9';
+}
+
+static int scan_number(Scanner *sc) {
+        const char *s = sc->s;
+        size_t p = sc->pos, n = sc->len;
+
+        if (p < n && s[p] == '-')
+                p++;
+        if (p >= n || !is_digit(s[p]))
+                return -EBADMSG;
+        if (s[p] == '0')
+                p++;
+        else
+                while (p < n && is_digit(s[p]))
+                        p++;
+        if (p < n && s[p] == '.') {
+                if (++p >= n || !is_digit(s[p]))
+                        return -EBADMSG;
+                while (p < n && is_digit(s[p]))
+                        p++;
+        }
+        if (p < n && (s[p] == 'e' || s[p] == 'E')) {
+                p++;
+                if (p < n && (s[p] == '+' || s[p] == '-'))
+                        p++;
+                if (p >= n || !is_digit(s[p]))
+                        return -EBADMSG;
+                while (p < n && is_digit(s[p]))
+                        p++;
+        }
+        sc->pos = p;
+        return 0;
+}
+
+static int scan_literal(Scanner *sc, const char *word) {
+        size_t l = strlen(word);
+        if (sc->len - sc->pos < l || memcmp(sc->s + sc->pos, word, l) != 0)
+                return -EBADMSG;
+        sc->pos += l;
+        return 0;
+}
+
+/* Whether the raw key s[a..b) decodes to name (ASCII): escapes decoded as JSON says. */
+static bool key_equals(const char *s, size_t a, size_t b, const char *name) {
+        size_t i = a;
+
+        for (; *name; name++) {
+                unsigned c;
+                if (i >= b)
+                        return false;
+                if (s[i] != '\\')
+                        c = (unsigned char) s[i++];
+                else {
+                        char e = s[i + 1];
+                        if (e == 'u') {
+                                c = 0;
+                                for (int k = 2; k < 6; k++)
+                                        c = c * 16 + (unsigned) hexval(s[i + k]);
+                                i += 6;
+                        } else {
+                                static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+                                c = (unsigned char) to[strchr(from, e) - from];
+                                i += 2;
+                        }
+                }
+                if (c != (unsigned char) *name)
+                        return false;
+        }
+        return i == b;
+}
+
+/* mask: the id paths whose first 'level' keys lead here. */
+static int scan_value(Scanner *sc, unsigned level, uint32_t mask, bool top);
+
+static int scan_object(Scanner *sc, unsigned level, uint32_t mask) {
+        sc->pos++; /* '{' */
+        skip_ws(sc);
+        if (sc->pos < sc->len && sc->s[sc->pos] == '}') {
+                sc->pos++;
+                return 0;
+        }
+        for (;;) {
+                size_t ka, kb;
+                uint32_t sub = 0;
+                int r;
+
+                skip_ws(sc);
+                r = scan_string(sc, &ka, &kb);
+                if (r < 0)
+                        return r;
+                for (unsigned p = 0; mask && p < _ID_PATH_MAX; p++)
+                        if ((mask & (1U << p)) && key_equals(sc->s, ka, kb, id_paths[p][level]))
+                                sub |= 1U << p;
+                skip_ws(sc);
+                if (sc->pos >= sc->len || sc->s[sc->pos] != ':')
+                        return -EBADMSG;
+                sc->pos++;
+                skip_ws(sc);
+                size_t vstart = sc->pos;
+                uint32_t deeper = 0;
+                for (unsigned p = 0; sub && p < _ID_PATH_MAX; p++)
+                        if ((sub & (1U << p)) && id_paths[p][level + 1])
+                                deeper |= 1U << p;
+                r = scan_value(sc, level + 1, deeper, false);
+                if (r < 0)
+                        return r;
+                for (unsigned p = 0; sc->spans && sub && p < _ID_PATH_MAX; p++)
+                        if ((sub & (1U << p)) && !id_paths[p][level + 1])
+                                sc->spans[p] = (Span){vstart, sc->pos - vstart};
+                skip_ws(sc);
+                if (sc->pos >= sc->len)
+                        return -EBADMSG;
+                if (sc->s[sc->pos] == '}') {
+                        sc->pos++;
+                        return 0;
+                }
+                if (sc->s[sc->pos] != ',')
+                        return -EBADMSG;
+                sc->pos++;
+        }
+}
+
+static int scan_array(Scanner *sc, bool top) {
+        sc->pos++; /* '[' */
+        skip_ws(sc);
+        if (sc->pos < sc->len && sc->s[sc->pos] == ']') {
+                sc->pos++;
+                return 0;
+        }
+        for (;;) {
+                int r;
+
+                skip_ws(sc);
+                size_t start = sc->pos;
+                r = scan_value(sc, 0, 0, false);
+                if (r < 0)
+                        return r;
+                if (top && sc->elements) {
+                        if (sc->n_elements >= sc->max_elements)
+                                return -E2BIG;
+                        sc->elements[sc->n_elements++] = (Span){start, sc->pos - start};
+                }
+                skip_ws(sc);
+                if (sc->pos >= sc->len)
+                        return -EBADMSG;
+                if (sc->s[sc->pos] == ']') {
+                        sc->pos++;
+                        return 0;
+                }
+                if (sc->s[sc->pos] != ',')
+                        return -EBADMSG;
+                sc->pos++;
+        }
+}
+
+static int scan_value(Scanner *sc, unsigned level, uint32_t mask, bool top) {
+        skip_ws(sc);
+        if (sc->pos >= sc->len)
+                return -EBADMSG;
+        switch (sc->s[sc->pos]) {
+        case '{':
+                return scan_object(sc, level, mask);
+        case '[':
+                return scan_array(sc, top);
+        case '"': {
+                size_t a, b;
+                return scan_string(sc, &a, &b);
+        }
+        case 't':
+                return scan_literal(sc, "true");
+        case 'f':
+                return scan_literal(sc, "false");
+        case 'n':
+                return scan_literal(sc, "null");
+        default:
+                return scan_number(sc);
+        }
+}
+
+/* The whole text is one JSON value and white space. Nesting was bounded before this recursion. */
+static int scan_text(Scanner *sc) {
+        int r = scan_value(sc, 0, sc->spans ? (1U << _ID_PATH_MAX) - 1 : 0, true);
+        if (r < 0)
+                return r;
+        skip_ws(sc);
+        return sc->pos == sc->len ? 0 : -EBADMSG;
+}
+
+static int check_text(const char *text, size_t len, unsigned max_depth) {
+        unsigned depth;
+
+        if (memchr(text, 0, len) || !utf8_is_valid(text, len))
+                return -EBADMSG;
+        depth = json_text_depth(text, len);
+        if (depth == UINT_MAX)
+                return -EBADMSG;
+        if (depth > max_depth)
+                return -E2BIG;
+        return 0;
+}
+
+static int cmp_keys(const void *a, const void *b) {
+        return strcmp(*(char *const *) a, *(char *const *) b);
+}
+
+/* The first key that appears twice in one object, anywhere in j; NULL if none. */
+static const char *duplicate_key(const cJSON *j) {
+        const cJSON *c;
+
+        if (!cJSON_IsObject(j) && !cJSON_IsArray(j))
+                return NULL;
+        if (cJSON_IsObject(j)) {
+                size_t n = 0;
+                for (c = j->child; c; c = c->next)
+                        n++;
+                if (n > 1 && n <= 16) {
+                        for (c = j->child; c; c = c->next)
+                                for (const cJSON *d = c->next; d; d = d->next)
+                                        if (streq(c->string, d->string))
+                                                return c->string;
+                } else if (n > 16) {
+                        _cleanup_free_ const char **keys = malloc(n * sizeof *keys);
+                        size_t i = 0;
+                        if (!keys)
+                                return "(out of memory)";
+                        for (c = j->child; c; c = c->next)
+                                keys[i++] = c->string;
+                        qsort(keys, n, sizeof *keys, cmp_keys);
+                        for (i = 1; i < n; i++)
+                                if (streq(keys[i - 1], keys[i]))
+                                        return keys[i];
+                }
+        }
+        for (c = j->child; c; c = c->next) {
+                const char *k = duplicate_key(c);
+                if (k)
+                        return k;
+        }
+        return NULL;
+}
+
+static bool integer_text(const char *t, size_t len) {
+        size_t i = 0;
+
+        if (i < len && t[i] == '-')
+                i++;
+        if (i >= len)
+                return false;
+        if (t[i] == '0')
+                return i + 1 == len;
+        for (; i < len; i++)
+                if (!is_digit(t[i]))
+                        return false;
+        return true;
+}
+
+bool json_id_valid(const cJSON *id, const char *text, size_t len) {
+        if (cJSON_IsString(id))
+                return true;
+        if (!cJSON_IsNumber(id))
+                return false;
+        if (integer_text(text, len))
+                return true;
+        double d = id->valuedouble;
+        return isfinite(d) && d == floor(d);
+}
+
+static void set_problem(Message *m, const char *fmt, const char *arg) {
+        snprintf(m->problem_buf, sizeof m->problem_buf, fmt, arg);
+        m->problem = m->problem_buf;
+        m->kind = JSONRPC_INVALID;
+}
+
+/* The envelope: the same rules jsonrpc_classify() applies, with ids taken by their text. */
+static void classify(Message *m) {
+        const cJSON *j = m->json, *v, *method, *id, *params;
+        const Span *ids = &m->spans[ID_PATH_ID];
+        bool id_ok;
+
+        m->kind = JSONRPC_INVALID;
+        if (!cJSON_IsObject(j)) {
+                m->problem = "a message must be a JSON object";
+                return;
+        }
+        id = cJSON_GetObjectItemCaseSensitive(j, "id");
+        id_ok = id && ids->len > 0 && json_id_valid(id, m->text + ids->start, ids->len);
+        if (id_ok) {
+                _cleanup_free_ char *t = strndup(m->text + ids->start, ids->len);
+                m->id = id;
+                m->id_json = t ? cJSON_CreateRaw(t) : NULL;
+                if (!m->id_json) {
+                        m->id = NULL;
+                        m->problem = "out of memory";
+                        return;
+                }
+                m->id_text = m->id_json->valuestring;
+        }
+        const char *dup = duplicate_key(j);
+        if (dup) {
+                /* Which of two ids would the next hop read? Neither: answer with null. */
+                if (streq(dup, "id")) {
+                        m->id = NULL, m->id_text = NULL;
+                        m->id_json = (cJSON_Delete(m->id_json), NULL);
+                }
+                return set_problem(m, "duplicate key \"%.64s\" in an object", dup);
+        }
+        v = cJSON_GetObjectItemCaseSensitive(j, "jsonrpc");
+        if (!cJSON_IsString(v) || !streq(v->valuestring, "2.0")) {
+                m->problem = "\"jsonrpc\" must be \"2.0\"";
+                return;
+        }
+        method = cJSON_GetObjectItemCaseSensitive(j, "method");
+        if (method) {
+                if (!cJSON_IsString(method)) {
+                        m->problem = "\"method\" must be a string";
+                        return;
+                }
+                params = cJSON_GetObjectItemCaseSensitive(j, "params");
+                if (params && !cJSON_IsObject(params) && !cJSON_IsArray(params)) {
+                        m->problem = "\"params\" must be an object or an array";
+                        return;
+                }
+                if (id && !id_ok) {
+                        m->problem = "\"id\" must be a string or an integer";
+                        return;
+                }
+                m->kind = id ? JSONRPC_REQUEST : JSONRPC_NOTIFICATION;
+                m->method = method->valuestring;
+                m->params = params;
+                return;
+        }
+        if (cJSON_HasObjectItem(j, "result") != cJSON_HasObjectItem(j, "error") && id) {
+                /* A response to a request never sent is dropped by the caller; its id may be null. */
+                m->kind = JSONRPC_RESPONSE;
+                m->id = id;
+                return;
+        }
+        m->problem = "a message needs \"method\", or \"id\" with exactly one of \"result\" and \"error\"";
+}
+
+int message_parse(const char *line, size_t len, unsigned max_depth, Message **ret) {
+        Message *m;
+        Scanner sc;
+        int r;
+
+        r = check_text(line, len, max_depth);
+        if (r < 0)
+                return r;
+        m = calloc(1, sizeof *m);
+        if (!m)
+                return -ENOMEM;
+        m->text = strndup(line, len);
+        if (!m->text) {
+                free(m);
+                return -ENOMEM;
+        }
+        m->n_ref = 1;
+        m->len = len;
+        sc = (Scanner){.s = m->text, .len = len, .spans = m->spans};
+        r = scan_text(&sc);
+        if (r >= 0) {
+                m->json = cJSON_ParseWithLength(m->text, len);
+                if (!m->json)
+                        r = -EBADMSG; /* what the scan let through and cJSON did not: lone surrogates */
+        }
+        if (r < 0) {
+                message_unref(m);
+                return r;
+        }
+        classify(m);
+        *ret = m;
+        return 0;
+}
+
+Message *message_ref(Message *m) {
+        if (m)
+                m->n_ref++;
+        return m;
+}
+
+Message *message_unref(Message *m) {
+        if (!m || --m->n_ref > 0)
+                return NULL;
+        cJSON_Delete(m->json);
+        cJSON_Delete(m->id_json);
+        free(m->text);
+        free(m);
+        return NULL;
+}
+
+bool message_is_batch(const char *line, size_t len) {
+        for (size_t i = 0; i < len; i++) {
+                if (strchr(" \t\r\n", line[i]) && line[i])
+                        continue;
+                return line[i] == '[';
+        }
+        return false;
+}
+
+int message_split_batch(const char *line, size_t len, unsigned max_depth, Span **ret_spans, size_t *ret_n) {
+        _cleanup_free_ Span *spans = NULL;
+        Scanner sc = {.s = line, .len = len};
+        int r;
+
+        r = check_text(line, len, max_depth);
+        if (r < 0)
+                return r;
+        if (!message_is_batch(line, len))
+                return -EBADMSG;
+        /* Each element takes at least one byte and a comma. */
+        sc.max_elements = len / 2 + 1;
+        spans = sc.elements = calloc(sc.max_elements, sizeof(Span));
+        if (!spans)
+                return -ENOMEM;
+        r = scan_text(&sc);
+        if (r < 0)
+                return r;
+        *ret_n = sc.n_elements;
+        *ret_spans = TAKE_PTR(spans);
+        return 0;
+}
+
+int message_splice(const Message *m, const Splice *s, size_t n, char **ret_text, size_t *ret_len) {
+        size_t len = m->len, at = 0, o = 0;
+        char *out;
+
+        for (size_t i = 0; i < n; i++) {
+                if (s[i].span.start < at || s[i].span.start + s[i].span.len > m->len)
+                        return -EINVAL;
+                at = s[i].span.start + s[i].span.len;
+                len = len - s[i].span.len + s[i].len;
+        }
+        out = malloc(len + 1);
+        if (!out)
+                return -ENOMEM;
+        at = 0;
+        for (size_t i = 0; i < n; i++) {
+                memcpy(out + o, m->text + at, s[i].span.start - at);
+                o += s[i].span.start - at;
+                memcpy(out + o, s[i].text, s[i].len);
+                o += s[i].len;
+                at = s[i].span.start + s[i].span.len;
+        }
+        memcpy(out + o, m->text + at, m->len - at);
+        o += m->len - at;
+        out[o] = 0;
+        *ret_text = out;
+        *ret_len = o;
+        return 0;
+}

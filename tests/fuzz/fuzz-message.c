@@ -1,0 +1,185 @@
+/* Fuzz target: one line from a peer (client or backend) through message_parse() and the id translation
+ * every hop makes. Invariants: cJSON agrees with the scan; a valid message has no duplicate key; each id
+ * field's bytes hold the value the tree has there; a translated line parses to the same message with only
+ * the translated ids changed; an id sent on under our number and answered comes back as its exact text. */
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "framing.h"
+#include "fuzz.h"
+#include "ids.h"
+#include "macros.h"
+#include "message.h"
+
+static bool has_duplicate(const cJSON *j) {
+        const cJSON *c, *d;
+
+        if (cJSON_IsObject(j))
+                for (c = j->child; c; c = c->next)
+                        for (d = c->next; d; d = d->next)
+                                if (streq(c->string, d->string))
+                                        return true;
+        for (c = j ? j->child : NULL; c; c = c->next)
+                if (has_duplicate(c))
+                        return true;
+        return false;
+}
+
+/* Same tree, in order (cJSON_Compare() finds inf unequal to itself). */
+static bool same_tree(const cJSON *a, const cJSON *b) {
+        if ((a->type & 0xFF) != (b->type & 0xFF))
+                return false;
+        if (cJSON_IsNumber(a))
+                return a->valuedouble == b->valuedouble || (isnan(a->valuedouble) && isnan(b->valuedouble));
+        if (cJSON_IsString(a))
+                return streq(a->valuestring, b->valuestring);
+        for (a = a->child, b = b->child; a && b; a = a->next, b = b->next)
+                if ((a->string || b->string) && (!a->string || !b->string || !streq(a->string, b->string)))
+                        return false;
+                else if (!same_tree(a, b))
+                        return false;
+        return !a && !b;
+}
+
+/* Replaces every id field with a value of ours: a string for even fields, an integer for odd ones. */
+static int map_all(void *userdata, const IdField *f, char **ret) {
+        unsigned *n = userdata, k = (*n)++;
+        char *t;
+
+        if (asprintf(&t, k % 2 ? "%u" : "\"ours-%u\"", k) < 0)
+                return -ENOMEM;
+        *ret = t;
+        return 1;
+}
+
+static void check_fields(const Message *m) {
+        IdField f[16];
+        size_t n = ids_fields(m, f, ELEMENTSOF(f));
+
+        FUZZ_ASSERT(n <= ELEMENTSOF(f));
+        for (size_t i = 0; i < n; i++) {
+                _cleanup_json_ cJSON *v = cJSON_ParseWithLength(f[i].text, f[i].len);
+                FUZZ_ASSERT(v && f[i].value);
+                FUZZ_ASSERT(same_tree(v, f[i].value));
+        }
+}
+
+static void check_translation(const Message *m) {
+        _cleanup_free_ char *out = NULL;
+        _cleanup_message_ Message *t = NULL;
+        IdField before[16], after[16];
+        size_t len, nb, na;
+        unsigned counter = 0;
+
+        FUZZ_ASSERT(ids_translate(m, map_all, &counter, &out, &len) == 0);
+        nb = ids_fields(m, before, ELEMENTSOF(before));
+        FUZZ_ASSERT(counter == nb);
+        if (!out) {
+                FUZZ_ASSERT(nb == 0 && len == m->len);
+                return;
+        }
+        FUZZ_ASSERT(strlen(out) == len);
+        /* One line stays one line (framing never hands out a '\n'; white space inside is the peer's). */
+        FUZZ_ASSERT(!memchr(out, '\n', len) || memchr(m->text, '\n', m->len));
+        FUZZ_ASSERT(message_parse(out, len, JSONRPC_DEFAULT_MAX_DEPTH + 1, &t) == 0);
+        FUZZ_ASSERT(t->kind == m->kind);
+        FUZZ_ASSERT(!m->method || streq(t->method, m->method));
+        na = ids_fields(t, after, ELEMENTSOF(after));
+        FUZZ_ASSERT(na == nb);
+        /* Only the ids changed: put the old ones back into the new tree and it is the old tree. */
+        {
+                _cleanup_json_ cJSON *back = cJSON_Duplicate(t->json, true);
+                FUZZ_ASSERT(back);
+                for (size_t i = 0; i < nb; i++) {
+                        cJSON *parent = back;
+                        unsigned l = 0;
+                        for (; id_paths[before[i].path][l + 1]; l++)
+                                parent = cJSON_GetObjectItemCaseSensitive(parent, id_paths[before[i].path][l]);
+                        FUZZ_ASSERT(parent);
+                        FUZZ_ASSERT(cJSON_ReplaceItemInObjectCaseSensitive(parent, id_paths[before[i].path][l],
+                                                                           cJSON_Duplicate(before[i].value, true)));
+                }
+                FUZZ_ASSERT(same_tree(back, m->json));
+        }
+}
+
+/* The shim's trip: out under our number, the answer back under the client's exact text. */
+static int map_to(void *userdata, const IdField *f, char **ret) {
+        if (f->kind != ID_KIND_REQUEST)
+                return 0;
+        *ret = strdup(userdata);
+        return *ret ? 1 : -ENOMEM;
+}
+
+static void check_round_trip(const Message *m) {
+        static const char answer[] = "{\"jsonrpc\":\"2.0\",\"id\":42,\"result\":{\"n\":12345678901234567890}}";
+        _cleanup_message_ Message *a = NULL, *b = NULL;
+        _cleanup_free_ char *out = NULL, *back = NULL;
+        size_t len;
+
+        FUZZ_ASSERT(ids_translate(m, map_to, (void *) "42", &out, &len) == 0 && out);
+        FUZZ_ASSERT(message_parse(out, len, JSONRPC_DEFAULT_MAX_DEPTH, &a) == 0);
+        FUZZ_ASSERT(a->kind == JSONRPC_REQUEST && streq(a->id_text, "42"));
+        message_unref(a), a = NULL;
+        FUZZ_ASSERT(message_parse(answer, strlen(answer), JSONRPC_DEFAULT_MAX_DEPTH, &a) == 0);
+        FUZZ_ASSERT(ids_translate(a, map_to, (void *) m->id_text, &back, &len) == 0 && back);
+        FUZZ_ASSERT(message_parse(back, len, JSONRPC_DEFAULT_MAX_DEPTH, &b) == 0);
+        FUZZ_ASSERT(b->kind == JSONRPC_RESPONSE && streq(b->id_text, m->id_text));
+        FUZZ_ASSERT(strstr(back, "12345678901234567890}")); /* the payload as it was */
+}
+
+static void check_line(const char *text, size_t size) {
+        _cleanup_message_ Message *m = NULL;
+        int r = message_parse(text, size, JSONRPC_DEFAULT_MAX_DEPTH, &m);
+
+        if (r == -E2BIG) {
+                FUZZ_ASSERT(json_text_depth(text, size) > JSONRPC_DEFAULT_MAX_DEPTH);
+                return;
+        }
+        if (r < 0) {
+                FUZZ_ASSERT(r == -EBADMSG);
+                return;
+        }
+        /* What the scan took, cJSON took too, and UTF-8 without NUL. */
+        FUZZ_ASSERT(m->json && !memchr(text, 0, size) && utf8_is_valid(text, size));
+        if (m->kind != JSONRPC_INVALID) {
+                FUZZ_ASSERT(!has_duplicate(m->json));
+                FUZZ_ASSERT(!m->problem);
+        } else
+                FUZZ_ASSERT(m->problem && !m->method);
+        if (m->kind == JSONRPC_REQUEST)
+                FUZZ_ASSERT(m->method && m->id && m->id_text && m->id_json);
+        if (m->kind == JSONRPC_NOTIFICATION)
+                FUZZ_ASSERT(m->method && !m->id_text);
+        if (m->id_text) {
+                /* The reply to it carries the id's exact text. */
+                _cleanup_json_ cJSON *e = jsonrpc_error_new(m->id_json, JSONRPC_INVALID_REQUEST, "x");
+                _cleanup_free_ char *s = e ? cJSON_PrintUnformatted(e) : NULL;
+                _cleanup_message_ Message *back = NULL;
+                FUZZ_ASSERT(s);
+                FUZZ_ASSERT(message_parse(s, strlen(s), JSONRPC_DEFAULT_MAX_DEPTH, &back) == 0);
+                FUZZ_ASSERT(back->kind == JSONRPC_RESPONSE && streq(back->id_text, m->id_text));
+        }
+        check_fields(m);
+        check_translation(m);
+        if (m->kind == JSONRPC_REQUEST)
+                check_round_trip(m);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+        const char *text = (const char *) data;
+        _cleanup_free_ Span *spans = NULL;
+        size_t n;
+
+        if (size > 1024 * 1024)
+                return 0;
+        if (!message_is_batch(text, size))
+                check_line(text, size);
+        else if (message_split_batch(text, size, JSONRPC_DEFAULT_MAX_DEPTH, &spans, &n) == 0)
+                for (size_t i = 0; i < n; i++) {
+                        FUZZ_ASSERT(spans[i].start + spans[i].len <= size);
+                        check_line(text + spans[i].start, spans[i].len);
+                }
+        return 0;
+}

@@ -1,0 +1,161 @@
+/* The message layer: strict parsing, duplicate keys, ids by their text, spans and id translation. */
+#include <errno.h>
+#include <string.h>
+
+#include "ids.h"
+#include "macros.h"
+#include "message.h"
+#include "tests.h"
+
+static Message *parse(const char *text) {
+        Message *m = NULL;
+        if (message_parse(text, strlen(text), JSONRPC_DEFAULT_MAX_DEPTH, &m) < 0)
+                return NULL;
+        return m;
+}
+
+static int parse_result(const char *text) {
+        Message *m = NULL;
+        int r = message_parse(text, strlen(text), JSONRPC_DEFAULT_MAX_DEPTH, &m);
+        message_unref(m);
+        return r;
+}
+
+static JsonRpcKind kind_of(const char *text) {
+        _cleanup_message_ Message *m = parse(text);
+        return m ? m->kind : (JsonRpcKind) -1;
+}
+
+static void test_strict(void) {
+        CHECK(parse_result("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}") == 0);
+        CHECK(parse_result(" {\"a\" : [1 , 2.5e-3, -0, true, false, null, \"\\u00e9\\n\"]}\r") == 0);
+        /* cJSON takes these; JSON does not, nor does the next hop's parser. */
+        CHECK(parse_result("{\"a\":01}") == -EBADMSG);
+        CHECK(parse_result("{\"a\":1.}") == -EBADMSG);
+        CHECK(parse_result("{\"a\":.5}") == -EBADMSG);
+        CHECK(parse_result("{\"a\":+1}") == -EBADMSG);
+        CHECK(parse_result("{\"a\":\"x\ty\"}") == -EBADMSG); /* a raw tab inside a string */
+        CHECK(parse_result("{\"a\":\"\\x\"}") == -EBADMSG);
+        CHECK(parse_result("{\"a\":1,}") == -EBADMSG);
+        CHECK(parse_result("{\"a\":1} x") == -EBADMSG);
+        CHECK(parse_result("{\"a\":tru}") == -EBADMSG);
+        CHECK(parse_result("") == -EBADMSG);
+}
+
+static void test_duplicates(void) {
+        _cleanup_message_ Message *a = parse("{\"jsonrpc\":\"2.0\",\"id\":\"a1\",\"method\":\"x\",\"id\":1}");
+        _cleanup_message_ Message *b =
+                parse("{\"jsonrpc\":\"2.0\",\"id\":\"b\",\"method\":\"x\",\"params\":{\"p\":{\"q\":1,\"q\":2}}}");
+        _cleanup_message_ Message *c =
+                parse("{\"jsonrpc\":\"2.0\",\"id\":\"c\",\"method\":\"x\",\"params\":{\"m\":1,\"\\u006d\":2}}");
+        _cleanup_message_ Message *d =
+                parse("{\"jsonrpc\":\"2.0\",\"method\":\"a\",\"method\":\"notifications/cancelled\"}");
+
+        CHECK(a && a->kind == JSONRPC_INVALID && !a->id_json && strstr(a->problem, "duplicate key \"id\""));
+        CHECK(b && b->kind == JSONRPC_INVALID && strstr(b->problem, "duplicate key \"q\""));
+        CHECK_STREQ(b ? b->id_text : NULL, "\"b\"");
+        CHECK(c && c->kind == JSONRPC_INVALID);
+        CHECK(d && d->kind == JSONRPC_INVALID && strstr(d->problem, "\"method\""));
+
+        /* Many keys: sorted, not compared pairwise. */
+        char big[4096] = "{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{";
+        for (int i = 0; i < 100; i++)
+                snprintf(big + strlen(big), sizeof big - strlen(big), "\"k%d\":%d,", i, i);
+        strcat(big, "\"k42\":0}}");
+        CHECK(kind_of(big) == JSONRPC_INVALID);
+}
+
+static void test_ids(void) {
+        _cleanup_message_ Message *big =
+                parse("{\"jsonrpc\":\"2.0\",\"id\":123456789012345678901234567890,\"method\":\"ping\"}");
+        _cleanup_message_ Message *str = parse("{\"jsonrpc\":\"2.0\",\"id\" : \"\\u0061b\" ,\"method\":\"ping\"}");
+
+        CHECK_STREQ(big ? big->id_text : NULL, "123456789012345678901234567890");
+        CHECK(big && big->kind == JSONRPC_REQUEST);
+        CHECK_STREQ(str ? str->id_text : NULL, "\"\\u0061b\"");
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"id\":1000000000000000,\"method\":\"ping\"}") == JSONRPC_REQUEST);
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"id\":1.5,\"method\":\"ping\"}") == JSONRPC_INVALID);
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"id\":null,\"method\":\"ping\"}") == JSONRPC_INVALID);
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":1,\"message\":\"x\"}}") ==
+              JSONRPC_RESPONSE);
+        CHECK(kind_of("[1]") == JSONRPC_INVALID);
+
+        CHECK(id_text_canonical("\"abc\"", 5));
+        CHECK(!id_text_canonical("\"a\\u0062\"", 10));
+        CHECK(id_text_canonical("-42", 3));
+        CHECK(!id_text_canonical("1234567890123456", 16));
+        CHECK(!id_text_canonical("1.0", 3));
+        CHECK(!id_text_canonical("01", 2));
+}
+
+typedef struct Map {
+        const char *request, *progress;
+} Map;
+
+static int map(void *userdata, const IdField *f, char **ret) {
+        const Map *m = userdata;
+        const char *t = f->kind == ID_KIND_REQUEST || f->kind == ID_KIND_CANCELLED ? m->request
+                        : f->kind == ID_KIND_PROGRESS                              ? m->progress
+                                                                                   : NULL;
+        if (!t)
+                return 0;
+        *ret = strdup(t);
+        return 1;
+}
+
+static void test_translate(void) {
+        const char *in =
+                "{\"params\":{\"arguments\":{\"n\":12345678901234567890,\"id\":5},\"_meta\":{\"progressToken\":7}},"
+                "\"method\":\"tools/call\",\"jsonrpc\":\"2.0\",\"id\":\"client\"}";
+        _cleanup_message_ Message *m = parse(in);
+        _cleanup_free_ char *out = NULL;
+        size_t len = 0;
+        Map ids = {"42", "\"mcp-lazy-progress:42\""};
+
+        CHECK(m && m->kind == JSONRPC_REQUEST);
+        CHECK(ids_translate(m, map, &ids, &out, &len) == 0);
+        CHECK_STREQ(out,
+                    "{\"params\":{\"arguments\":{\"n\":12345678901234567890,\"id\":5},\"_meta\":{\"progressToken\":"
+                    "\"mcp-lazy-progress:42\"}},\"method\":\"tools/call\",\"jsonrpc\":\"2.0\",\"id\":42}");
+        CHECK(out && len == strlen(out));
+
+        /* Nothing to change: the caller sends the peer's bytes as they are. */
+        _cleanup_message_ Message *n =
+                parse("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"requestId\":1}}");
+        _cleanup_free_ char *out2 = NULL;
+        CHECK(n && ids_translate(n, map, &ids, &out2, &len) == 0 && !out2 && len == n->len);
+
+        _cleanup_message_ Message *c = parse("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/"
+                                             "cancelled\",\"params\":{\"requestId\":\"x\",\"reason\":\"r\"}}");
+        _cleanup_free_ char *out3 = NULL;
+        CHECK(c && ids_translate(c, map, &ids, &out3, &len) == 0);
+        CHECK_STREQ(out3, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/"
+                          "cancelled\",\"params\":{\"requestId\":42,\"reason\":\"r\"}}");
+
+        /* An escaped key names the same field. */
+        _cleanup_message_ Message *e = parse("{\"jsonrpc\":\"2.0\",\"\\u0069d\":1,\"result\":{}}");
+        _cleanup_free_ char *out4 = NULL;
+        CHECK(e && e->kind == JSONRPC_RESPONSE && ids_translate(e, map, &ids, &out4, &len) == 0);
+        CHECK_STREQ(out4, "{\"jsonrpc\":\"2.0\",\"\\u0069d\":42,\"result\":{}}");
+}
+
+static void test_batch(void) {
+        const char *b = " [ {\"a\":1} , 7,\"x\" ] ";
+        _cleanup_free_ Span *s = NULL;
+        size_t n = 0;
+
+        CHECK(message_is_batch(b, strlen(b)));
+        CHECK(message_split_batch(b, strlen(b), 128, &s, &n) == 0 && n == 3);
+        CHECK(s && s[0].start == 3 && s[0].len == 7 && s[1].len == 1 && s[2].len == 3);
+        free(s), s = NULL;
+        CHECK(message_split_batch("[1,]", 4, 128, &s, &n) == -EBADMSG);
+}
+
+int main(void) {
+        test_strict();
+        test_duplicates();
+        test_ids();
+        test_translate();
+        test_batch();
+        return tests_finish("test-message");
+}
