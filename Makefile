@@ -120,7 +120,7 @@ clean:
 # build/fuzz/corpus/TARGET/, crashers to build/fuzz/artifacts/TARGET/: keep one as
 # tests/fuzz/corpus/TARGET/crash-WHAT once it is understood (the fuzzer is seeded without those: a known
 # crasher would stop it at once). FUZZ_FLAGS='-fork=2 -ignore_crashes=1' keeps going past crashes.
-FUZZ_TARGETS := framing jsonrpc manifest peek
+FUZZ_TARGETS := framing jsonrpc manifest peek message shim
 FUZZ_SECONDS ?= 60
 FUZZ_CC ?= clang
 FUZZ_SAN := -fsanitize=fuzzer,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -143,6 +143,17 @@ $(B)/fuzz/obj/%.o: %.c
 $(B)/fuzz/fuzz-%: tests/fuzz/fuzz-%.c tests/fuzz/fuzz.h $(call objs,$(B)/fuzz/obj,$(COMMON_SRC))
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(ALL_CFLAGS) $(FUZZ_SAN) -O1 -Itests/fuzz -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
+
+# fuzz-shim drives the shim's own code (everything but main.c) with two sessions on one backend.
+FUZZ_SHIMD_SRC := $(filter-out shimd/main.c,$(SHIMD_SRC))
+
+$(S)/fuzz/fuzz-shim: tests/fuzz/fuzz-shim.c tests/fuzz/fuzz.h $(S)/fuzz/replay.o $(call objs,$(S),$(COMMON_SRC) $(FUZZ_SHIMD_SRC))
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(SAN) -Itests/fuzz -Ishimd -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
+
+$(B)/fuzz/fuzz-shim: tests/fuzz/fuzz-shim.c tests/fuzz/fuzz.h $(call objs,$(B)/fuzz/obj,$(COMMON_SRC) $(FUZZ_SHIMD_SRC))
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(ALL_CFLAGS) $(FUZZ_SAN) -O1 -Itests/fuzz -Ishimd -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
 
 check-fuzz: $(addprefix $(S)/fuzz/fuzz-,$(FUZZ_TARGETS))
 	@set -e; total=0; bad=0; for t in $(FUZZ_TARGETS); do \

@@ -3,6 +3,8 @@
 #include <string.h>
 
 #include "jsonrpc.h"
+#include "macros.h"
+#include "message.h"
 #include "peek.h"
 
 static size_t skip_ws(const char *s, size_t n, size_t i) {
@@ -62,12 +64,13 @@ static bool key_is(const char *s, size_t n, const char *name, size_t name_len) {
         return r;
 }
 
-cJSON *json_peek_member(const char *s, size_t n, const char *name) {
+/* The span of the member's value: true when found complete and once. */
+static bool peek_member_span(const char *s, size_t n, const char *name, size_t *ret_start, size_t *ret_end) {
         size_t i = skip_ws(s, n, 0), id_start = 0, id_end = 0, name_len = strlen(name);
         bool found = false;
 
         if (i >= n || s[i] != '{')
-                return NULL;
+                return false;
         for (i = skip_ws(s, n, i + 1); i < n && s[i] == '"';) {
                 size_t key = i, key_end = skip_string(s, n, i), v, v_end;
 
@@ -81,7 +84,7 @@ cJSON *json_peek_member(const char *s, size_t n, const char *name) {
                         break;
                 if (key_is(s + key, key_end - key, name, name_len)) {
                         if (found)
-                                return NULL; /* twice: neither can be trusted */
+                                return false; /* twice: neither can be trusted */
                         found = true;
                         id_start = v;
                         id_end = v_end;
@@ -92,8 +95,32 @@ cJSON *json_peek_member(const char *s, size_t n, const char *name) {
                 i = skip_ws(s, n, i + 1);
         }
         if (!found)
+                return false;
+        *ret_start = id_start;
+        *ret_end = id_end;
+        return true;
+}
+
+cJSON *json_peek_member(const char *s, size_t n, const char *name) {
+        size_t a, b;
+
+        if (!peek_member_span(s, n, name, &a, &b))
                 return NULL;
-        return cJSON_ParseWithLength(s + id_start, id_end - id_start);
+        return cJSON_ParseWithLength(s + a, b - a);
+}
+
+cJSON *jsonrpc_peek_id_raw(const char *s, size_t n) {
+        _cleanup_json_ cJSON *id = NULL;
+        _cleanup_free_ char *text = NULL;
+        size_t a, b;
+
+        if (!peek_member_span(s, n, "id", &a, &b))
+                return NULL;
+        id = cJSON_ParseWithLength(s + a, b - a);
+        text = strndup(s + a, b - a);
+        if (!id || !text || !json_id_valid(id, text, b - a))
+                return NULL;
+        return cJSON_CreateRaw(text);
 }
 
 cJSON *jsonrpc_peek_id(const char *s, size_t n) {

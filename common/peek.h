@@ -11,3 +11,5 @@ cJSON *json_peek_member(const char *text, size_t len, const char *name);
  * a number, parsed) when that member lies complete within text and appears there once; NULL otherwise
  * (no id, a cut-off or repeated id, not an object, or out of memory). The caller deletes it. */
 cJSON *jsonrpc_peek_id(const char *text, size_t len);
+/* The same id as a raw item of its exact text (valuestring), as replies carry it and maps key it. */
+cJSON *jsonrpc_peek_id_raw(const char *text, size_t len);

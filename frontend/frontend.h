@@ -8,6 +8,7 @@
 #include "channel.h"
 #include "hashmap.h"
 #include "manifest.h"
+#include "message.h"
 
 #define SESSION_MAX_PENDING 4096U
 #define UPSTREAM_INIT_ID    "mcp-lazy/initialize"
@@ -42,8 +43,8 @@ typedef struct Batch {
 
 /* A client request that went to a backend and awaits its response. */
 typedef struct Pending {
-        char *key;      /* jsonrpc_id_key() of the client's id */
-        cJSON *request; /* as the client sent it */
+        char *key;        /* the exact text of the client's id (request->id_text) */
+        Message *request; /* as the client sent it: what goes to the backend */
         Batch *batch;
         UpConn *conn;
         Upstream *upstream;
@@ -62,6 +63,7 @@ struct Session {
         Hashmap *upstreams; /* backend name -> Upstream, created on first use */
         Hashmap *upcalls;   /* id given to the client -> Upcall */
         uint64_t next_upcall;
+        uint64_t next_own_id;   /* our own requests to backends: each id used once */
         char *log_level;        /* from logging/setLevel, replayed to backends that connect later */
         Hashmap *tasks;         /* taskId -> Upstream that owns the task */
         sd_event_source *watch; /* inotify on the manifest's directory, or the stat timer */
@@ -77,20 +79,26 @@ void session_reload(Session *s);
 int session_watch_manifest(Session *s);
 Session *session_free(Session *s);
 int session_start(Session *s, int in_fd, int out_fd);
+/* One line from the client (also the fuzz target's way in). */
+void session_handle_line(Session *s, const char *line, size_t len);
 
-/* Answer a pending request (takes response; NULL response means OOM) and forget it. */
-void session_complete(Session *s, Pending *p, cJSON *response);
+/* Answer a pending request with the backend's answer (its bytes go on as they are) and forget it. */
+void session_complete(Session *s, Pending *p, const Message *answer);
 /* Fail a pending request with text: a tool error for tools/call, a JSON-RPC error otherwise. */
 void session_fail(Session *s, Pending *p, const char *text);
 void session_send(Session *s, const cJSON *message);
+void session_send_text(Session *s, const char *text, size_t len);
 
 /* upstream.c */
 /* To every backend this session is connected to (notifications, and requests of our own). */
 void upstream_broadcast(Session *s, const cJSON *message);
+void upstream_broadcast_text(Session *s, const char *text, size_t len);
+/* An id for a request of our own to a backend ("mcp-lazy/WHAT:N"), never used twice. */
+cJSON *upstream_own_id(Session *s, const char *what);
 /* The client answered one of a backend's requests: back it goes. False if not ours. */
-bool upstream_answer_upcall(Session *s, const cJSON *msg, const cJSON *id);
+bool upstream_answer_upcall(Session *s, const Message *m);
 /* The client cancelled a request in flight at a backend. */
-void upstream_cancel(Session *s, Pending *p, const cJSON *notification);
+void upstream_cancel(Session *s, Pending *p, const Message *notification);
 Upstream *upstream_new(Session *s, const char *name);
 const char *upstream_name(const Upstream *u);
 void upstream_free_upcalls(Session *s);
@@ -98,6 +106,10 @@ void upstream_set_reading(Session *s, bool b);
 Upstream *upstream_free(Upstream *u);
 /* Sends p->request to the backend, connecting (and activating) first if needed. */
 void upstream_forward(Upstream *u, Pending *p);
+/* Takes over fd, a connection to the backend's shim, as the upstream's current one (the handshake sent). */
+int upstream_attach(Upstream *u, int fd);
+/* One line from the upstream's current connection (also the fuzz target's way in). */
+void upstream_handle_line(Upstream *u, const char *line, size_t len);
 /* Forget p's slot on its connection (it was answered or is being failed). */
 void upconn_release(UpConn *c);
 

@@ -38,7 +38,7 @@ static Pending *pending_free(Pending *p) {
         if (!p)
                 return NULL;
         free(p->key);
-        cJSON_Delete(p->request);
+        message_unref(p->request);
         free(p);
         return NULL;
 }
@@ -78,6 +78,14 @@ Session *session_free(Session *s) {
         sd_event_unref(s->event);
         free(s);
         return NULL;
+}
+
+void session_send_text(Session *s, const char *text, size_t len) {
+        int r = channel_send(s->client, text, len);
+        if (r < 0 && r != -EPIPE)
+                log_warning_errno(r, "Failed to queue a message for the client, dropping it: %m");
+        if (channel_backed_up(s->client))
+                upstream_set_reading(s, false);
 }
 
 void session_send(Session *s, const cJSON *message) {
@@ -132,6 +140,17 @@ static void reply(Session *s, Batch *batch, cJSON *msg) {
         cJSON_Delete(msg);
 }
 
+/* A backend's answer, as its bytes: within a batch it joins the array as they are. */
+static void reply_text(Session *s, Batch *batch, const char *text, size_t len) {
+        if (batch) {
+                cJSON *raw = cJSON_CreateRaw(text);
+                if (!raw || !cJSON_AddItemToArray(batch->responses, raw))
+                        cJSON_Delete(raw);
+                return;
+        }
+        session_send_text(s, text, len);
+}
+
 static void reply_error(Session *s, Batch *batch, const cJSON *id, int code, const char *fmt, ...) _printf_(5, 6);
 static void reply_error(Session *s, Batch *batch, const cJSON *id, int code, const char *fmt, ...) {
         char text[1024];
@@ -144,7 +163,8 @@ static void reply_error(Session *s, Batch *batch, const cJSON *id, int code, con
 }
 
 /* A task-augmented call's answer names a task: later tasks calls for it go to the same backend. */
-static void track_task(Session *s, const Pending *p, const cJSON *response) {
+static void track_task(Session *s, const Pending *p, const Message *answer) {
+        const cJSON *response = answer->json;
         const cJSON *task =
                 cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(response, "result"), "task");
         const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(task, "taskId"));
@@ -171,21 +191,24 @@ static void batch_member_done(Session *s, Batch *b) {
         batch_maybe_finish(s, b);
 }
 
-void session_complete(Session *s, Pending *p, cJSON *response) {
+void session_complete(Session *s, Pending *p, const Message *answer) {
         Batch *b;
 
-        if (p->is_tool_call && response)
-                track_task(s, p, response);
+        if (p->is_tool_call)
+                track_task(s, p, answer);
         b = pending_forget(s, p);
-        reply(s, b, response);
+        reply_text(s, b, answer->text, answer->len);
         batch_member_done(s, b);
 }
 
 void session_fail(Session *s, Pending *p, const char *text) {
-        const cJSON *id = cJSON_GetObjectItemCaseSensitive(p->request, "id");
+        const cJSON *id = p->request->id_json;
         cJSON *m = p->is_tool_call ? jsonrpc_result_new(id, tool_error_result_new(text))
                                    : jsonrpc_error_new(id, JSONRPC_INTERNAL_ERROR, text);
-        session_complete(s, p, m);
+        Batch *b = pending_forget(s, p);
+
+        reply(s, b, m);
+        batch_member_done(s, b);
 }
 
 static const char *negotiate_version(const char *asked) {
@@ -264,26 +287,26 @@ static cJSON *initialize_result_new(Session *s, const char *version) {
         return TAKE_PTR(r);
 }
 
-static void handle_initialize(Session *s, const JsonRpcMessage *m, Batch *batch) {
+static void handle_initialize(Session *s, Message *m, Batch *batch) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(m->params, "protocolVersion");
         const char *version;
 
         if (!cJSON_IsObject(m->params) || !cJSON_IsString(v))
-                return reply_error(s, batch, m->id, JSONRPC_INVALID_PARAMS,
+                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
                                    "initialize needs params with a string protocolVersion");
         if (s->protocol_version)
-                return reply_error(s, batch, m->id, JSONRPC_INVALID_REQUEST, "the session is already initialized");
+                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_REQUEST, "the session is already initialized");
         version = negotiate_version(v->valuestring);
         s->protocol_version = strdup(version);
         s->client_params = cJSON_Duplicate(m->params, true);
         if (!s->protocol_version || !s->client_params) {
                 log_oom();
-                return reply_error(s, batch, m->id, JSONRPC_INTERNAL_ERROR, "out of memory");
+                return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
         }
         /* What the backends see is the version we agreed on, not one they would have to refuse. */
         cJSON_ReplaceItemInObjectCaseSensitive(s->client_params, "protocolVersion", cJSON_CreateString(version));
         s->batches_allowed = streq(version, "2025-03-26");
-        reply(s, batch, jsonrpc_result_new(m->id, initialize_result_new(s, version)));
+        reply(s, batch, jsonrpc_result_new(m->id_json, initialize_result_new(s, version)));
 }
 
 /* Cursor -> offset; -EINVAL for anything we did not hand out. */
@@ -331,18 +354,18 @@ static cJSON *tools_page_new(const Manifest *mf, size_t offset) {
         return TAKE_PTR(r);
 }
 
-static void handle_tools_list(Session *s, const JsonRpcMessage *m, Batch *batch) {
+static void handle_tools_list(Session *s, Message *m, Batch *batch) {
         size_t offset;
 
         if (m->params && !cJSON_IsObject(m->params))
-                return reply_error(s, batch, m->id, JSONRPC_INVALID_PARAMS, "tools/list params must be an object");
+                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS, "tools/list params must be an object");
         if (cursor_parse(s->manifest, m->params, &offset) < 0)
-                return reply_error(s, batch, m->id, JSONRPC_INVALID_PARAMS,
+                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
                                    "unknown cursor: pass back a nextCursor from an earlier tools/list, or none");
-        reply(s, batch, jsonrpc_result_new(m->id, tools_page_new(s->manifest, offset)));
+        reply(s, batch, jsonrpc_result_new(m->id_json, tools_page_new(s->manifest, offset)));
 }
 
-static void handle_core_request(Session *s, const cJSON *msg, const JsonRpcMessage *m, Batch *batch);
+static void handle_core_request(Session *s, Message *m, Batch *batch);
 
 /* One Upstream per backend name for the whole session, across manifest reloads. */
 static Upstream *session_upstream(Session *s, const char *name) {
@@ -356,26 +379,23 @@ static Upstream *session_upstream(Session *s, const char *name) {
         return u;
 }
 
-static int pending_new(Session *s, const cJSON *msg, const JsonRpcMessage *m, Batch *batch, Pending **ret) {
+static int pending_new(Session *s, Message *m, Batch *batch, Pending **ret) {
         _cleanup_free_ Pending *p = calloc(1, sizeof *p);
         int r;
 
         if (!p)
                 return -ENOMEM;
-        p->key = jsonrpc_id_key(m->id);
-        p->request = cJSON_Duplicate(msg, true);
-        if (!p->key || !p->request) {
-                free(p->key);
-                cJSON_Delete(p->request);
+        p->key = strdup(m->id_text);
+        if (!p->key)
                 return -ENOMEM;
-        }
+        p->request = message_ref(m);
         p->upstream = NULL;
         p->batch = batch;
         p->is_tool_call = streq(m->method, "tools/call");
         r = hashmap_put(s->pending, p->key, p);
         if (r < 0) {
                 free(p->key);
-                cJSON_Delete(p->request);
+                message_unref(p->request);
                 return r;
         }
         if (batch)
@@ -384,86 +404,107 @@ static int pending_new(Session *s, const cJSON *msg, const JsonRpcMessage *m, Ba
         return 0;
 }
 
-static void route_to_backend(Session *s, const cJSON *msg, const JsonRpcMessage *m, size_t backend, Batch *batch) {
+/* What every request bound for a backend must pass, whichever method: false when it was refused. */
+static bool routable(Session *s, Message *m, Batch *batch) {
+        if (hashmap_size(s->pending) >= SESSION_MAX_PENDING) {
+                reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR,
+                            "too many requests in flight (%u); wait for some to finish", SESSION_MAX_PENDING);
+                return false;
+        }
+        if (cJSON_IsString(m->id) &&
+            strncmp(m->id->valuestring, UPSTREAM_OWN_PREFIX, strlen(UPSTREAM_OWN_PREFIX)) == 0) {
+                reply_error(s, batch, m->id_json, JSONRPC_INVALID_REQUEST,
+                            "request ids starting with '%s' are reserved by mcp-lazy", UPSTREAM_OWN_PREFIX);
+                return false;
+        }
+        return true;
+}
+
+/* Sends m to u (NULL: the backend's, made on first use); the answer comes back in session_complete(). */
+static void route_to(Session *s, Message *m, Batch *batch, Upstream *u, const char *backend) {
         Pending *p;
         int r;
 
-        if (hashmap_size(s->pending) >= SESSION_MAX_PENDING)
-                return reply_error(s, batch, m->id, JSONRPC_INTERNAL_ERROR,
-                                   "too many requests in flight (%u); wait for some to finish", SESSION_MAX_PENDING);
-        if (cJSON_IsString(m->id) && strncmp(m->id->valuestring, UPSTREAM_OWN_PREFIX, strlen(UPSTREAM_OWN_PREFIX)) == 0)
-                return reply_error(s, batch, m->id, JSONRPC_INVALID_REQUEST,
-                                   "request ids starting with '%s' are reserved by mcp-lazy", UPSTREAM_OWN_PREFIX);
-        r = pending_new(s, msg, m, batch, &p);
+        if (!routable(s, m, batch))
+                return;
+        r = pending_new(s, m, batch, &p);
         if (r == -EEXIST)
-                return reply_error(s, batch, m->id, JSONRPC_INVALID_REQUEST,
+                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_REQUEST,
                                    "request id is already used by a request still in flight");
         if (r < 0)
-                return reply_error(s, batch, m->id, JSONRPC_INTERNAL_ERROR, "out of memory");
-        p->upstream = session_upstream(s, s->manifest->backends[backend].name);
+                return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+        p->upstream = u ?: session_upstream(s, backend);
         if (!p->upstream)
                 return session_fail(s, p, "out of memory");
         upstream_forward(p->upstream, p);
 }
 
-static void handle_tools_call(Session *s, const cJSON *msg, const JsonRpcMessage *m, Batch *batch) {
+static void route_to_backend(Session *s, Message *m, size_t backend, Batch *batch) {
+        route_to(s, m, batch, NULL, s->manifest->backends[backend].name);
+}
+
+static void handle_tools_call(Session *s, Message *m, Batch *batch) {
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(m->params, "name");
         const Tool *t;
 
         if (!cJSON_IsObject(m->params) || !cJSON_IsString(name))
-                return reply_error(s, batch, m->id, JSONRPC_INVALID_PARAMS,
+                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
                                    "tools/call needs params with a string name");
         t = manifest_find_tool(s->manifest, name->valuestring);
         if (!t)
-                return reply_error(s, batch, m->id, JSONRPC_INVALID_PARAMS, "Unknown tool: '%.200s'",
+                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS, "Unknown tool: '%.200s'",
                                    name->valuestring);
-        route_to_backend(s, msg, m, t->backend, batch);
+        route_to_backend(s, m, t->backend, batch);
 }
 
 /* resources/list and friends: every backend's declared entries, in manifest order. */
-static void handle_surface_list(Session *s, const JsonRpcMessage *m, Batch *batch, size_t offset, const char *key) {
+static void handle_surface_list(Session *s, Message *m, Batch *batch, size_t offset, const char *key) {
         _cleanup_json_ cJSON *r = cJSON_CreateObject();
         cJSON *list;
 
-        if (cJSON_GetObjectItemCaseSensitive(m->params, "cursor"))
-                return reply_error(s, batch, m->id, JSONRPC_INVALID_PARAMS, "unknown cursor: this list has one page");
+        const cJSON *cursor = cJSON_GetObjectItemCaseSensitive(m->params, "cursor");
+
+        if (cursor && !cJSON_IsNull(cursor))
+                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
+                                   "unknown cursor: this list has one page");
         if (!r || !(list = cJSON_AddArrayToObject(r, key)))
-                return reply_error(s, batch, m->id, JSONRPC_INTERNAL_ERROR, "out of memory");
+                return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
         for (size_t i = 0; i < s->manifest->n_backends; i++) {
                 const cJSON *it, *l = backend_list(&s->manifest->backends[i], offset);
                 cJSON_ArrayForEach (it, l)
                         cJSON_AddItemReferenceToArray(list, (cJSON *) it);
         }
-        reply(s, batch, jsonrpc_result_new(m->id, TAKE_PTR(r)));
+        reply(s, batch, jsonrpc_result_new(m->id_json, TAKE_PTR(r)));
 }
 
-static void route_by(Session *s, const cJSON *msg, const JsonRpcMessage *m, Batch *batch, const Backend *b,
-                     const char *what, const char *name) {
+static void route_by(Session *s, Message *m, Batch *batch, const Backend *b, const char *what, const char *name) {
         if (!b)
-                return reply_error(s, batch, m->id, JSONRPC_INVALID_PARAMS, "Unknown %s: '%.200s'", what, name ?: "");
-        route_to_backend(s, msg, m, (size_t) (b - s->manifest->backends), batch);
+                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS, "Unknown %s: '%.200s'", what,
+                                   name ?: "");
+        route_to_backend(s, m, (size_t) (b - s->manifest->backends), batch);
 }
 
-static void handle_completion(Session *s, const cJSON *msg, const JsonRpcMessage *m, Batch *batch) {
+static void handle_completion(Session *s, Message *m, Batch *batch) {
         const cJSON *ref = cJSON_GetObjectItemCaseSensitive(m->params, "ref");
         const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ref, "type")) ?: "";
         const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ref, "name"));
         const char *uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ref, "uri"));
 
         if (streq(type, "ref/prompt") && name)
-                return route_by(s, msg, m, batch, manifest_find_prompt_backend(s->manifest, name), "prompt", name);
+                return route_by(s, m, batch, manifest_find_prompt_backend(s->manifest, name), "prompt", name);
         if (streq(type, "ref/resource") && uri)
-                return route_by(s, msg, m, batch, manifest_find_resource_backend(s->manifest, uri), "resource", uri);
-        reply_error(s, batch, m->id, JSONRPC_INVALID_PARAMS, "completion/complete needs a ref/prompt or ref/resource");
+                return route_by(s, m, batch, manifest_find_resource_backend(s->manifest, uri), "resource", uri);
+        reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
+                    "completion/complete needs a ref/prompt or ref/resource");
 }
 
 /* Task methods: the backend that answered the call that created the task. */
-static void handle_task(Session *s, const cJSON *msg, const JsonRpcMessage *m, Batch *batch) {
+static void handle_task(Session *s, Message *m, Batch *batch) {
         const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "taskId"));
         Upstream *u = id ? hashmap_get(s->tasks, id) : NULL;
-        Pending *p;
-        int r;
 
+        if (!routable(s, m, batch))
+                return;
         if (streq(m->method, "tasks/list")) {
                 size_t state = 0;
                 void *v;
@@ -475,37 +516,32 @@ static void handle_task(Session *s, const cJSON *msg, const JsonRpcMessage *m, B
                         cJSON *empty = cJSON_CreateObject();
                         if (empty)
                                 cJSON_AddArrayToObject(empty, "tasks");
-                        return reply(s, batch, jsonrpc_result_new(m->id, empty));
+                        return reply(s, batch, jsonrpc_result_new(m->id_json, empty));
                 }
         }
         if (!u)
-                return reply_error(s, batch, m->id, JSONRPC_INVALID_PARAMS, "Unknown task: '%.200s'", id ?: "");
-        r = pending_new(s, msg, m, batch, &p);
-        if (r < 0)
-                return reply_error(s, batch, m->id, r == -EEXIST ? JSONRPC_INVALID_REQUEST : JSONRPC_INTERNAL_ERROR,
-                                   r == -EEXIST ? "request id is already used by a request still in flight"
-                                                : "out of memory");
-        p->upstream = u;
-        upstream_forward(u, p);
+                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS, "Unknown task: '%.200s'", id ?: "");
+        route_to(s, m, batch, u, NULL);
 }
 
-static void handle_set_level(Session *s, const JsonRpcMessage *m, Batch *batch) {
+static void handle_set_level(Session *s, Message *m, Batch *batch) {
         const char *level = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "level"));
-        _cleanup_json_ cJSON *id = cJSON_CreateString(UPSTREAM_OWN_PREFIX "setLevel"), *req = NULL;
+        _cleanup_json_ cJSON *id = upstream_own_id(s, "setLevel"), *req = NULL;
 
         if (!level)
-                return reply_error(s, batch, m->id, JSONRPC_INVALID_PARAMS, "logging/setLevel needs a string level");
+                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
+                                   "logging/setLevel needs a string level");
         free(s->log_level);
         s->log_level = strdup(level);
         req = jsonrpc_request_new(id, "logging/setLevel", cJSON_Duplicate(m->params, true));
         if (!s->log_level || !req)
-                return reply_error(s, batch, m->id, JSONRPC_INTERNAL_ERROR, "out of memory");
+                return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
         /* Running backends get it now, the others when they are first reached. */
         upstream_broadcast(s, req);
-        reply(s, batch, jsonrpc_result_new(m->id, cJSON_CreateObject()));
+        reply(s, batch, jsonrpc_result_new(m->id_json, cJSON_CreateObject()));
 }
 
-static void handle_request(Session *s, const cJSON *msg, const JsonRpcMessage *m, Batch *batch) {
+static void handle_request(Session *s, Message *m, Batch *batch) {
         const char *uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "uri"));
         const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "name"));
 
@@ -517,7 +553,7 @@ static void handle_request(Session *s, const cJSON *msg, const JsonRpcMessage *m
             (!advertised(mf, "completions", NULL) && streq(m->method, "completion/complete")) ||
             (!advertised(mf, "tasks", NULL) && strncmp(m->method, "tasks/", 6) == 0) ||
             (!advertised(mf, "logging", NULL) && streq(m->method, "logging/setLevel")))
-                return handle_core_request(s, msg, m, batch);
+                return handle_core_request(s, m, batch);
         if (streq(m->method, "resources/list"))
                 return handle_surface_list(s, m, batch, offsetof(Backend, resources), "resources");
         if (streq(m->method, "resources/templates/list"))
@@ -526,112 +562,126 @@ static void handle_request(Session *s, const cJSON *msg, const JsonRpcMessage *m
                 return handle_surface_list(s, m, batch, offsetof(Backend, prompts), "prompts");
         if (streq(m->method, "resources/read") || streq(m->method, "resources/subscribe") ||
             streq(m->method, "resources/unsubscribe"))
-                return route_by(s, msg, m, batch, uri ? manifest_find_resource_backend(s->manifest, uri) : NULL,
-                                "resource", uri);
+                return route_by(s, m, batch, uri ? manifest_find_resource_backend(s->manifest, uri) : NULL, "resource",
+                                uri);
         if (streq(m->method, "prompts/get"))
-                return route_by(s, msg, m, batch, name ? manifest_find_prompt_backend(s->manifest, name) : NULL,
-                                "prompt", name);
+                return route_by(s, m, batch, name ? manifest_find_prompt_backend(s->manifest, name) : NULL, "prompt",
+                                name);
         if (streq(m->method, "completion/complete"))
-                return handle_completion(s, msg, m, batch);
+                return handle_completion(s, m, batch);
         if (strncmp(m->method, "tasks/", 6) == 0)
-                return handle_task(s, msg, m, batch);
+                return handle_task(s, m, batch);
         if (streq(m->method, "logging/setLevel"))
                 return handle_set_level(s, m, batch);
-        handle_core_request(s, msg, m, batch);
+        handle_core_request(s, m, batch);
 }
 
-static void handle_core_request(Session *s, const cJSON *msg, const JsonRpcMessage *m, Batch *batch) {
+static void handle_core_request(Session *s, Message *m, Batch *batch) {
         if (streq(m->method, "initialize"))
                 handle_initialize(s, m, batch);
         else if (streq(m->method, "ping"))
-                reply(s, batch, jsonrpc_result_new(m->id, cJSON_CreateObject()));
+                reply(s, batch, jsonrpc_result_new(m->id_json, cJSON_CreateObject()));
         else if (streq(m->method, "tools/list"))
                 handle_tools_list(s, m, batch);
         else if (streq(m->method, "tools/call"))
-                handle_tools_call(s, msg, m, batch);
+                handle_tools_call(s, m, batch);
         else
-                reply_error(s, batch, m->id, JSONRPC_METHOD_NOT_FOUND, "Method not found: '%.200s'", m->method);
+                reply_error(s, batch, m->id_json, JSONRPC_METHOD_NOT_FOUND, "Method not found: '%.200s'", m->method);
 }
 
 /* The client stopped waiting: the backend hears of it, and a late answer is dropped here. */
-static void handle_cancelled(Session *s, const cJSON *msg, const JsonRpcMessage *m) {
-        const cJSON *rid = cJSON_GetObjectItemCaseSensitive(m->params, "requestId");
-        _cleanup_free_ char *key = rid ? jsonrpc_id_key(rid) : NULL;
+static void handle_cancelled(Session *s, Message *m) {
+        IdField f[2];
+        size_t n = ids_fields(m, f, ELEMENTSOF(f));
+        _cleanup_free_ char *key = n == 1 ? strndup(f[0].text, f[0].len) : NULL;
         Pending *p = key ? hashmap_get(s->pending, key) : NULL;
 
         if (!p)
                 return;
-        upstream_cancel(s, p, msg);
+        upstream_cancel(s, p, m);
         batch_member_done(s, pending_forget(s, p));
 }
 
-static void handle_notification(Session *s, const cJSON *msg, const JsonRpcMessage *m) {
+static void handle_notification(Session *s, Message *m) {
         if (streq(m->method, "notifications/cancelled"))
-                return handle_cancelled(s, msg, m);
+                return handle_cancelled(s, m);
         if (streq(m->method, "notifications/roots/list_changed"))
-                return upstream_broadcast(s, msg);
+                return upstream_broadcast_text(s, m->text, m->len);
         /* notifications/initialized and anything we do not know: nothing to do, and never an answer. */
         log_debug("Notification '%s' from the client.", m->method);
 }
 
-static void handle_message(Session *s, const cJSON *msg, Batch *batch) {
-        JsonRpcMessage m = jsonrpc_classify(msg);
-
-        switch (m.kind) {
+static void handle_message(Session *s, Message *m, Batch *batch) {
+        switch (m->kind) {
         case JSONRPC_REQUEST:
-                return handle_request(s, msg, &m, batch);
+                return handle_request(s, m, batch);
         case JSONRPC_NOTIFICATION:
-                return handle_notification(s, msg, &m);
+                return handle_notification(s, m);
         case JSONRPC_RESPONSE:
-                if (!upstream_answer_upcall(s, msg, m.id))
+                if (!upstream_answer_upcall(s, m))
                         log_debug("Dropping a response to a request mcp-lazy never sent.");
                 return;
         case JSONRPC_INVALID:
-                return reply_error(s, batch, m.id, JSONRPC_INVALID_REQUEST, "Invalid Request: %s", m.problem);
+                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_REQUEST, "Invalid Request: %s", m->problem);
         }
 }
 
-static void handle_batch(Session *s, const cJSON *array) {
-        Batch *b;
-        const cJSON *item;
+static void parse_error(Session *s, Batch *batch, int r) {
+        if (r == -E2BIG)
+                return reply_error(s, batch, NULL, JSONRPC_INVALID_REQUEST,
+                                   "Invalid Request: JSON nested deeper than %u levels", JSONRPC_DEFAULT_MAX_DEPTH);
+        if (r == -ENOMEM)
+                return reply_error(s, batch, NULL, JSONRPC_INTERNAL_ERROR, "out of memory");
+        reply_error(s, batch, NULL, JSONRPC_PARSE_ERROR, "Parse error: a message must be one line of valid UTF-8 JSON");
+}
 
+/* Each member is a message of its own: parsed and checked like a line. */
+static void handle_batch(Session *s, const char *line, size_t len) {
+        _cleanup_free_ Span *spans = NULL;
+        size_t n;
+        Batch *b;
+        int r;
+
+        r = message_split_batch(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &spans, &n);
+        if (r < 0)
+                return parse_error(s, NULL, r);
         if (!s->batches_allowed)
                 return reply_error(
                         s, NULL, NULL, JSONRPC_INVALID_REQUEST,
                         "Invalid Request: JSON-RPC batches are only allowed with protocol version 2025-03-26");
-        if (cJSON_GetArraySize(array) == 0)
+        if (n == 0)
                 return reply_error(s, NULL, NULL, JSONRPC_INVALID_REQUEST, "Invalid Request: empty batch");
         b = calloc(1, sizeof *b);
         if (!b || !(b->responses = cJSON_CreateArray())) {
                 free(b);
                 return reply_error(s, NULL, NULL, JSONRPC_INTERNAL_ERROR, "out of memory");
         }
-        cJSON_ArrayForEach (item, array) {
-                if (cJSON_IsObject(item) &&
-                    streq(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(item, "method")) ?: "", "initialize"))
-                        reply_error(s, b, cJSON_GetObjectItemCaseSensitive(item, "id"), JSONRPC_INVALID_REQUEST,
+        for (size_t i = 0; i < n; i++) {
+                _cleanup_message_ Message *m = NULL;
+
+                r = message_parse(line + spans[i].start, spans[i].len, JSONRPC_DEFAULT_MAX_DEPTH, &m);
+                if (r < 0)
+                        parse_error(s, b, r);
+                else if (m->kind == JSONRPC_REQUEST && streq(m->method, "initialize"))
+                        reply_error(s, b, m->id_json, JSONRPC_INVALID_REQUEST,
                                     "Invalid Request: initialize must not be part of a batch");
                 else
-                        handle_message(s, item, b);
+                        handle_message(s, m, b);
         }
         b->sealed = true;
         batch_maybe_finish(s, b);
 }
 
-static void handle_line(Session *s, const char *line, size_t len) {
-        _cleanup_json_ cJSON *msg = NULL;
-        int r = jsonrpc_parse(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &msg);
+void session_handle_line(Session *s, const char *line, size_t len) {
+        _cleanup_message_ Message *m = NULL;
+        int r;
 
-        if (r == -E2BIG)
-                return reply_error(s, NULL, NULL, JSONRPC_INVALID_REQUEST,
-                                   "Invalid Request: JSON nested deeper than %u levels", JSONRPC_DEFAULT_MAX_DEPTH);
+        if (message_is_batch(line, len))
+                return handle_batch(s, line, len);
+        r = message_parse(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &m);
         if (r < 0)
-                return reply_error(s, NULL, NULL, JSONRPC_PARSE_ERROR,
-                                   "Parse error: a message must be one line of valid UTF-8 JSON");
-        if (cJSON_IsArray(msg))
-                handle_batch(s, msg);
-        else
-                handle_message(s, msg, NULL);
+                return parse_error(s, NULL, r);
+        handle_message(s, m, NULL);
 }
 
 /* The client is done sending, but answers already made may still sit in our queue (a pipe full of
@@ -641,7 +691,7 @@ static void handle_line(Session *s, const char *line, size_t len) {
 
 /* A line past the limit: refused under its own id when its beginning shows one. */
 static void reply_oversize(Session *s, const char *line, size_t len) {
-        _cleanup_json_ cJSON *id = jsonrpc_peek_id(line, len);
+        _cleanup_json_ cJSON *id = jsonrpc_peek_id_raw(line, len);
 
         reply_error(s, NULL, id, JSONRPC_INVALID_REQUEST,
                     "Invalid Request: message longer than the %zu-byte limit (see --max-line-bytes)",
@@ -654,7 +704,7 @@ static void on_client(Channel *c, ChannelEvent ev, const char *line, size_t len,
         (void) c;
         switch (ev) {
         case CHANNEL_LINE:
-                handle_line(s, line, len);
+                session_handle_line(s, line, len);
                 break;
         case CHANNEL_OVERSIZE:
                 reply_oversize(s, line, len);

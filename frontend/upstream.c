@@ -26,14 +26,14 @@ struct Upstream {
 
 typedef struct Upcall {
         UpConn *conn;
-        cJSON *shim_id;
-        char *key;
+        char *shim_id; /* the exact text of the shim's id */
+        char *key;     /* ours, as the client got it (without quotes) */
 } Upcall;
 
 static void upcall_free(Upcall *u) {
         if (!u)
                 return;
-        cJSON_Delete(u->shim_id);
+        free(u->shim_id);
         free(u->key);
         free(u);
 }
@@ -132,100 +132,137 @@ static void upconn_drain(UpConn *c) {
         channel_close_write(c->ch);
 }
 
-/* Takes *msgp when it answers a pending request: the parsed line goes to the client as it is. */
-static void upconn_handle_response(UpConn *c, cJSON **msgp, const JsonRpcMessage *m) {
-        const cJSON *msg = *msgp;
+static void upconn_handle_response(UpConn *c, const Message *m) {
         Session *s = c->up->s;
-        _cleanup_free_ char *key = NULL;
         Pending *p;
 
-        if (cJSON_IsString(m->id) &&
-            strncmp(m->id->valuestring, UPSTREAM_OWN_PREFIX, strlen(UPSTREAM_OWN_PREFIX)) == 0 &&
-            !streq(m->id->valuestring, UPSTREAM_INIT_ID))
-                return; /* the answer to a replayed logging/setLevel: nobody waits for it */
         if (cJSON_IsString(m->id) && streq(m->id->valuestring, UPSTREAM_INIT_ID)) {
-                const cJSON *err = cJSON_GetObjectItemCaseSensitive(msg, "error");
+                const cJSON *err = cJSON_GetObjectItemCaseSensitive(m->json, "error");
                 if (err)
                         log_warning("Backend '%s' refused initialize: %s", up_name(c->up),
                                     cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(err, "message")) ?: "?");
                 return;
         }
-        key = jsonrpc_id_key(m->id);
-        p = key ? hashmap_get(s->pending, key) : NULL;
+        if (cJSON_IsString(m->id) && strncmp(m->id->valuestring, UPSTREAM_OWN_PREFIX, strlen(UPSTREAM_OWN_PREFIX)) == 0)
+                return; /* the answer to our logging/setLevel: nobody waits for it */
+        p = m->id_text ? hashmap_get(s->pending, m->id_text) : NULL;
         if (!p || p->conn != c) {
                 log_debug("Dropping a response from backend '%s' that matches no request.", up_name(c->up));
                 return;
         }
-        session_complete(s, p, TAKE_PTR(*msgp));
+        session_complete(s, p, m);
+}
+
+/* An answer that breaks the rules still ends its call, with an error that says so. */
+static void upconn_handle_invalid(UpConn *c, const Message *m) {
+        Session *s = c->up->s;
+        Pending *p = m->id_text && !cJSON_HasObjectItem(m->json, "method") ? hashmap_get(s->pending, m->id_text) : NULL;
+        char text[512];
+
+        log_warning("Backend '%s' sent an invalid message (%s), ignoring it.", up_name(c->up), m->problem);
+        if (!p || p->conn != c)
+                return;
+        snprintf(text, sizeof text, "backend '%s' sent an invalid answer to this call (%s)", up_name(c->up),
+                 m->problem);
+        session_fail(s, p, text);
+}
+
+/* The one id a backend's request (or its cancellation) carries across this hop. */
+static int map_upcall_id(void *userdata, const IdField *f, char **ret) {
+        const char *text = userdata;
+
+        if (f->kind != ID_KIND_REQUEST && f->kind != ID_KIND_CANCELLED)
+                return 0;
+        *ret = strdup(text);
+        return *ret ? 1 : -ENOMEM;
+}
+
+static void upconn_reply_error(UpConn *c, const Message *m, const char *text) {
+        _cleanup_json_ cJSON *e = jsonrpc_error_new(m->id_json, JSONRPC_INTERNAL_ERROR, text);
+        if (e)
+                (void) channel_send_json(c->ch, e);
 }
 
 /* A backend asks the client something (sampling, elicitation, roots): the client sees it under an
  * id of ours, since two backends may use the same ids. */
-static void upconn_forward_upcall(UpConn *c, const cJSON *msg, const JsonRpcMessage *m) {
+static void upconn_forward_upcall(UpConn *c, const Message *m) {
         Session *s = c->up->s;
-        _cleanup_json_ cJSON *copy = cJSON_Duplicate(msg, true);
-        Upcall *u = calloc(1, sizeof *u);
-        char key[64];
+        _cleanup_free_ char *id = NULL, *out = NULL;
+        Upcall *u;
+        size_t len;
 
-        snprintf(key, sizeof key, UPCALL_PREFIX "%llu", (unsigned long long) ++s->next_upcall);
-        if (hashmap_size(s->upcalls) >= SESSION_MAX_PENDING) {
-                _cleanup_json_ cJSON *e =
-                        jsonrpc_error_new(m->id, JSONRPC_INTERNAL_ERROR, "too many requests waiting for the client");
-                free(u);
-                if (e)
-                        (void) channel_send_json(c->ch, e);
-                return;
-        }
-        if (!copy || !u || !(u->shim_id = cJSON_Duplicate(m->id, true)) || !(u->key = strdup(key)) ||
-            hashmap_put(s->upcalls, key, u) < 0) {
-                _cleanup_json_ cJSON *e = jsonrpc_error_new(m->id, JSONRPC_INTERNAL_ERROR, "out of memory");
+        if (hashmap_size(s->upcalls) >= SESSION_MAX_PENDING)
+                return upconn_reply_error(c, m, "too many requests waiting for the client");
+        u = calloc(1, sizeof *u);
+        id = id_text_string(UPCALL_PREFIX, (unsigned long long) ++s->next_upcall);
+        if (!u || !id || !(u->shim_id = strdup(m->id_text)) || !(u->key = strndup(id + 1, strlen(id) - 2)) ||
+            hashmap_put(s->upcalls, u->key, u) < 0) {
                 upcall_free(u);
-                if (e)
-                        (void) channel_send_json(c->ch, e);
-                return;
+                return upconn_reply_error(c, m, "out of memory");
         }
         u->conn = c;
-        cJSON_ReplaceItemInObjectCaseSensitive(copy, "id", cJSON_CreateString(key));
-        session_send(s, copy);
+        if (ids_translate(m, map_upcall_id, id, &out, &len) >= 0)
+                session_send_text(s, out ?: m->text, len);
 }
 
-bool upstream_answer_upcall(Session *s, const cJSON *msg, const cJSON *id) {
-        _cleanup_json_ cJSON *copy = NULL;
+bool upstream_answer_upcall(Session *s, const Message *m) {
+        _cleanup_free_ char *out = NULL;
+        size_t len;
         Upcall *u;
 
-        if (!cJSON_IsString(id) || !(u = hashmap_remove(s->upcalls, id->valuestring)))
+        if (!cJSON_IsString(m->id) || !(u = hashmap_remove(s->upcalls, m->id->valuestring)))
                 return false;
-        copy = cJSON_Duplicate(msg, true);
-        if (copy && cJSON_ReplaceItemInObjectCaseSensitive(copy, "id", cJSON_Duplicate(u->shim_id, true)))
-                (void) channel_send_json(u->conn->ch, copy);
+        if (ids_translate(m, map_upcall_id, u->shim_id, &out, &len) >= 0)
+                (void) channel_send(u->conn->ch, out ?: m->text, len);
         upcall_free(u);
         return true;
 }
 
-static void upconn_handle_line(UpConn *c, const char *line, size_t len) {
-        _cleanup_json_ cJSON *msg = NULL;
-        JsonRpcMessage m;
+/* The backend cancelled one of its requests to the client: the client hears of it under our id. */
+static void upconn_upcall_cancelled(UpConn *c, const Message *m) {
+        Session *s = c->up->s;
+        IdField f[2];
+        size_t n = ids_fields(m, f, ELEMENTSOF(f)), state = 0;
+        void *v;
 
-        if (jsonrpc_parse(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &msg) < 0) {
+        while (n == 1 && hashmap_iterate(s->upcalls, &state, NULL, &v)) {
+                Upcall *u = v;
+                _cleanup_free_ char *id = NULL, *out = NULL;
+                size_t len;
+
+                if (u->conn != c || strlen(u->shim_id) != f[0].len || memcmp(u->shim_id, f[0].text, f[0].len) != 0)
+                        continue;
+                if (asprintf(&id, "\"%s\"", u->key) >= 0 && ids_translate(m, map_upcall_id, id, &out, &len) >= 0)
+                        session_send_text(s, out ?: m->text, len);
+                hashmap_remove(s->upcalls, u->key);
+                upcall_free(u);
+                return;
+        }
+}
+
+static void upconn_handle_line(UpConn *c, const char *line, size_t len) {
+        _cleanup_message_ Message *m = NULL;
+
+        if (message_parse(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &m) < 0) {
                 log_warning("Backend '%s' sent a line that is not JSON, ignoring it.", up_name(c->up));
                 return;
         }
-        m = jsonrpc_classify(msg);
-        switch (m.kind) {
+        switch (m->kind) {
         case JSONRPC_RESPONSE:
-                return upconn_handle_response(c, &msg, &m);
+                return upconn_handle_response(c, m);
         case JSONRPC_NOTIFICATION:
-                if (streq(m.method, DRAINING_METHOD))
+                if (streq(m->method, DRAINING_METHOD))
                         return upconn_drain(c);
                 /* The manifest is the contract: a backend's own list changes do not reach the client. */
-                if (strstr(m.method, "/list_changed"))
+                if (strstr(m->method, "/list_changed"))
                         return;
-                return session_send(c->up->s, msg);
+                if (streq(m->method, "notifications/cancelled"))
+                        return upconn_upcall_cancelled(c, m);
+                return session_send_text(c->up->s, m->text, m->len);
         case JSONRPC_REQUEST:
-                return upconn_forward_upcall(c, msg, &m);
+                return upconn_forward_upcall(c, m);
         case JSONRPC_INVALID:
-                log_warning("Backend '%s' sent an invalid message (%s), ignoring it.", up_name(c->up), m.problem);
-                return;
+                return upconn_handle_invalid(c, m);
         }
 }
 
@@ -234,9 +271,8 @@ static void upconn_handle_line(UpConn *c, const char *line, size_t len) {
  * its calls) rather than left to hang one of them. */
 static void upconn_oversize(UpConn *c, const char *line, size_t len) {
         Session *s = c->up->s;
-        _cleanup_json_ cJSON *id = jsonrpc_peek_id(line, len), *method = NULL;
-        _cleanup_free_ char *key = id ? jsonrpc_id_key(id) : NULL;
-        Pending *p = key ? hashmap_get(s->pending, key) : NULL;
+        _cleanup_json_ cJSON *id = jsonrpc_peek_id_raw(line, len), *method = NULL;
+        Pending *p = id ? hashmap_get(s->pending, id->valuestring) : NULL;
         char text[512];
 
         snprintf(text, sizeof text,
@@ -247,6 +283,11 @@ static void upconn_oversize(UpConn *c, const char *line, size_t len) {
                 return session_fail(s, p, text);
         if (!id && !(method = json_peek_member(line, len, "method")))
                 upconn_close(c, "it sent a message past the line limit");
+}
+
+void upstream_handle_line(Upstream *u, const char *line, size_t len) {
+        if (u->current)
+                upconn_handle_line(u->current, line, len);
 }
 
 static void on_upconn(Channel *ch, ChannelEvent ev, const char *line, size_t len, int error, void *userdata) {
@@ -299,8 +340,7 @@ static int upconn_handshake(UpConn *c) {
                 r = channel_send_json(c->ch, initialized);
         if (r >= 0 && s->log_level) {
                 /* logging/setLevel came before this backend was reached: it gets the same. */
-                _cleanup_json_ cJSON *lid = cJSON_CreateString(UPSTREAM_OWN_PREFIX "setLevel"),
-                                     *p = cJSON_CreateObject(), *req = NULL;
+                _cleanup_json_ cJSON *lid = upstream_own_id(s, "setLevel"), *p = cJSON_CreateObject(), *req = NULL;
                 if (!lid || !p || !cJSON_AddStringToObject(p, "level", s->log_level))
                         return -ENOMEM;
                 req = jsonrpc_request_new(lid, "logging/setLevel", TAKE_PTR(p));
@@ -313,7 +353,6 @@ static int upstream_connect(Upstream *u, char **ret_text) {
         Session *s = u->s;
         const Backend *b = manifest_find_backend(s->manifest, u->name);
         _cleanup_close_ int fd = -EBADF;
-        _cleanup_free_ UpConn *c = NULL;
         int r;
 
         if (!b) {
@@ -324,13 +363,22 @@ static int upstream_connect(Upstream *u, char **ret_text) {
         r = activation_connect(s->options, b, s->event, &fd, ret_text);
         if (r < 0)
                 return r;
+        return upstream_attach(u, TAKE_FD(fd));
+}
+
+int upstream_attach(Upstream *u, int fd) {
+        Session *s = u->s;
+        _cleanup_free_ UpConn *c = NULL;
+        int r;
+
         c = calloc(1, sizeof *c);
-        if (!c)
+        if (!c) {
+                safe_close(fd);
                 return -ENOMEM;
+        }
         c->up = u;
         /* The channel owns the fd from here on, also when it fails. */
         r = channel_new(s->event, fd, fd, s->options->max_line, on_upconn, c, &c->ch);
-        fd = -EBADF;
         if (r < 0)
                 return r;
         channel_set_backpressure(c->ch, false);
@@ -361,7 +409,7 @@ void upstream_forward(Upstream *u, Pending *p) {
         }
         p->conn = u->current;
         p->conn->n_pending++;
-        r = channel_send_json(p->conn->ch, p->request);
+        r = channel_send(p->conn->ch, p->request->text, p->request->len);
         if (r < 0)
                 session_fail(s, p, "backend connection failed while sending the request");
 }
@@ -390,20 +438,34 @@ void upstream_free_upcalls(Session *s) {
         }
 }
 
-void upstream_broadcast(Session *s, const cJSON *message) {
+void upstream_broadcast_text(Session *s, const char *text, size_t len) {
         size_t state = 0;
         void *v;
 
         while (hashmap_iterate(s->upstreams, &state, NULL, &v)) {
                 Upstream *u = v;
                 if (u->current)
-                        (void) channel_send_json(u->current->ch, message);
+                        (void) channel_send(u->current->ch, text, len);
         }
 }
 
-void upstream_cancel(Session *s, Pending *p, const cJSON *notification) {
+void upstream_broadcast(Session *s, const cJSON *message) {
+        _cleanup_free_ char *text = cJSON_PrintUnformatted(message);
+
+        if (text)
+                upstream_broadcast_text(s, text, strlen(text));
+}
+
+cJSON *upstream_own_id(Session *s, const char *what) {
+        char id[128];
+
+        snprintf(id, sizeof id, UPSTREAM_OWN_PREFIX "%s:%llu", what, (unsigned long long) ++s->next_own_id);
+        return cJSON_CreateString(id);
+}
+
+void upstream_cancel(Session *s, Pending *p, const Message *notification) {
         /* Same ids on our side of the socket: the shim translates for the backend. */
         if (p->conn && !channel_write_closed(p->conn->ch))
-                (void) channel_send_json(p->conn->ch, notification);
+                (void) channel_send(p->conn->ch, notification->text, notification->len);
         (void) s;
 }

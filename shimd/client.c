@@ -8,23 +8,40 @@
 #include "log.h"
 #include "macros.h"
 #include "peek.h"
+#include "message.h"
 #include "shimd.h"
+
+/* A shared backend cannot wait for one connection that does not read: past the limit the
+ * connection goes (its calls are cancelled), and the others carry on. */
+static bool client_overflowed(Client *c) {
+        if (c->overflow)
+                return true;
+        if (channel_queued(c->ch) <= CLIENT_MAX_QUEUED)
+                return false;
+        log_warning("Connection %llu has not read %zu bytes of answers; closing it.", (unsigned long long) c->serial,
+                    channel_queued(c->ch));
+        c->overflow = c->eof = true;
+        channel_set_reading(c->ch, false);
+        shim_update(c->shim);
+        return true;
+}
+
+void client_send_text(Client *c, const char *text, size_t len) {
+        int r;
+
+        if (client_overflowed(c))
+                return;
+        r = channel_send(c->ch, text, len);
+        if (r < 0 && r != -EPIPE)
+                log_warning_errno(r, "Failed to queue a message for connection %llu, dropping it: %m",
+                                  (unsigned long long) c->serial);
+}
 
 void client_send(Client *c, const cJSON *m) {
         int r;
 
-        if (c->overflow)
+        if (client_overflowed(c))
                 return;
-        /* A shared backend cannot wait for one connection that does not read: past the limit the
-         * connection goes (its calls are cancelled), and the others carry on. */
-        if (channel_queued(c->ch) > CLIENT_MAX_QUEUED) {
-                log_warning("Connection %llu has not read %zu bytes of answers; closing it.",
-                            (unsigned long long) c->serial, channel_queued(c->ch));
-                c->overflow = c->eof = true;
-                channel_set_reading(c->ch, false);
-                shim_update(c->shim);
-                return;
-        }
         r = channel_send_json(c->ch, m);
         if (r < 0 && r != -EPIPE)
                 log_warning_errno(r, "Failed to queue a message for connection %llu, dropping it: %m",
@@ -68,83 +85,100 @@ Client *client_free(Client *c) {
         channel_free(c->ch);
         cJSON_Delete(c->init_params);
         cJSON_Delete(c->subscriptions);
+        free(c->refused);
         free(c);
         shim_update(s);
         return NULL;
 }
 
-static void handle_initialize(Client *c, const cJSON *msg, const JsonRpcMessage *m) {
+void client_fail_request(Client *c, const Message *m, const char *text) {
+        _cleanup_json_ cJSON *r = NULL;
+
+        if (m->kind != JSONRPC_REQUEST)
+                return; /* notifications get no answer, not even a failure */
+        r = streq(m->method, "tools/call") ? jsonrpc_result_new(m->id_json, tool_error_result_new(text))
+                                           : jsonrpc_error_new(m->id_json, JSONRPC_INTERNAL_ERROR, text);
+        if (r)
+                client_send(c, r);
+}
+
+static void handle_initialize(Client *c, Message *m) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(m->params, "protocolVersion");
         int r;
 
         if (!cJSON_IsObject(m->params) || !cJSON_IsString(v))
-                return reply_error(c, m->id, JSONRPC_INVALID_PARAMS,
+                return reply_error(c, m->id_json, JSONRPC_INVALID_PARAMS,
                                    "initialize needs params with a string protocolVersion");
         if (c->init_params)
-                return reply_error(c, m->id, JSONRPC_INVALID_REQUEST, "the connection is already initialized");
+                return reply_error(c, m->id_json, JSONRPC_INVALID_REQUEST, "the connection is already initialized");
         c->init_params = cJSON_Duplicate(m->params, true);
         r = c->init_params ? instance_get(c->shim, c, &c->instance) : -ENOMEM;
         if (r == -EUSERS) {
                 c->init_params = (cJSON_Delete(c->init_params), NULL);
-                return reply_error(
-                        c, m->id, JSONRPC_INTERNAL_ERROR,
-                        "this backend already runs for as many client configurations as it may (8); try again later");
+                free(c->refused);
+                c->refused = strdup("this backend already runs for as many client configurations as it may (8); "
+                                    "try again later");
+                return reply_error(c, m->id_json, JSONRPC_INTERNAL_ERROR,
+                                   c->refused ?: "no room for another client configuration");
         }
         if (r < 0)
-                return reply_error(c, m->id, JSONRPC_INTERNAL_ERROR, "out of memory");
-        instance_submit(c->instance, c, msg);
+                return reply_error(c, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+        instance_submit(c->instance, c, m);
 }
 
-static void handle_message(Client *c, const cJSON *msg) {
-        JsonRpcMessage m = jsonrpc_classify(msg);
-
-        switch (m.kind) {
+static void handle_message(Client *c, Message *m) {
+        switch (m->kind) {
         case JSONRPC_REQUEST:
-                if (streq(m.method, "initialize"))
-                        return handle_initialize(c, msg, &m);
-                if (streq(m.method, "ping")) {
-                        _cleanup_json_ cJSON *r = jsonrpc_result_new(m.id, cJSON_CreateObject());
+                if (streq(m->method, "initialize"))
+                        return handle_initialize(c, m);
+                if (streq(m->method, "ping")) {
+                        _cleanup_json_ cJSON *r = jsonrpc_result_new(m->id_json, cJSON_CreateObject());
                         if (r)
                                 client_send(c, r);
                         return;
                 }
+                if (!c->instance && c->refused)
+                        return client_fail_request(c, m, c->refused);
                 if (!c->instance)
-                        return reply_error(c, m.id, JSONRPC_INVALID_REQUEST, "send initialize first");
-                return instance_submit(c->instance, c, msg);
+                        return reply_error(c, m->id_json, JSONRPC_INVALID_REQUEST, "send initialize first");
+                return instance_submit(c->instance, c, m);
         case JSONRPC_NOTIFICATION:
                 /* The backend got its own notifications/initialized when it started. */
-                if (streq(m.method, "notifications/initialized") || !c->instance)
+                if (streq(m->method, "notifications/initialized") || !c->instance)
                         return;
-                if (streq(m.method, "notifications/cancelled"))
-                        return instance_cancel(c->instance, c, m.params);
-                return instance_submit(c->instance, c, msg);
+                if (streq(m->method, "notifications/cancelled"))
+                        return instance_cancel(c->instance, c, m);
+                return instance_submit(c->instance, c, m);
         case JSONRPC_RESPONSE:
-                if (!upcall_answer(c, msg, m.id))
+                if (!upcall_answer(c, m))
                         log_debug("Dropping a response from connection %llu to a request never sent.",
                                   (unsigned long long) c->serial);
                 return;
         case JSONRPC_INVALID:
-                return reply_error(c, m.id, JSONRPC_INVALID_REQUEST, m.problem);
+                return reply_error(c, m->id_json, JSONRPC_INVALID_REQUEST, m->problem);
         }
 }
 
-static void handle_line(Client *c, const char *line, size_t len) {
-        _cleanup_json_ cJSON *msg = NULL;
-        int r = jsonrpc_parse(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &msg);
+void client_handle_line(Client *c, const char *line, size_t len) {
+        _cleanup_message_ Message *m = NULL;
+        int r;
 
+        if (message_is_batch(line, len))
+                return reply_error(c, NULL, JSONRPC_INVALID_REQUEST, "mcp-lazy-shimd does not take JSON-RPC batches");
+        r = message_parse(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &m);
         if (r == -E2BIG)
                 return reply_error(c, NULL, JSONRPC_INVALID_REQUEST, "JSON nested too deeply");
+        if (r == -ENOMEM)
+                return reply_error(c, NULL, JSONRPC_INTERNAL_ERROR, "out of memory");
         if (r < 0)
                 return reply_error(c, NULL, JSONRPC_PARSE_ERROR,
                                    "Parse error: a message must be one line of valid UTF-8 JSON");
-        if (cJSON_IsArray(msg))
-                return reply_error(c, NULL, JSONRPC_INVALID_REQUEST, "mcp-lazy-shimd does not take JSON-RPC batches");
-        handle_message(c, msg);
+        handle_message(c, m);
 }
 
 /* A line past the limit: refused under its own id when its beginning shows one. */
 static void reply_oversize(Client *c, const char *line, size_t len) {
-        _cleanup_json_ cJSON *id = jsonrpc_peek_id(line, len);
+        _cleanup_json_ cJSON *id = jsonrpc_peek_id_raw(line, len);
         char text[160];
 
         snprintf(text, sizeof text, "message longer than the %zu-byte limit (see --max-line-bytes)", c->shim->max_line);
@@ -164,7 +198,7 @@ static void on_client(Channel *ch, ChannelEvent ev, const char *line, size_t len
         (void) ch;
         switch (ev) {
         case CHANNEL_LINE:
-                return handle_line(c, line, len);
+                return client_handle_line(c, line, len);
         case CHANNEL_OVERSIZE:
                 return reply_oversize(c, line, len);
         case CHANNEL_EOF:

@@ -17,7 +17,7 @@
 
 struct QueueItem {
         Client *client;
-        cJSON *message;
+        Message *message;
         QueueItem *next;
 };
 
@@ -84,7 +84,10 @@ int instance_get(Shim *s, Client *c, Instance **ret) {
         if (!i)
                 return -ENOMEM;
         i->routes = hashmap_new();
-        if (!i->routes) {
+        i->tokens = hashmap_new();
+        if (!i->routes || !i->tokens) {
+                hashmap_free(i->routes);
+                hashmap_free(i->tokens);
                 free(i);
                 return -ENOMEM;
         }
@@ -102,46 +105,49 @@ int instance_get(Shim *s, Client *c, Instance **ret) {
 static void route_free(Route *r) {
         if (!r)
                 return;
-        cJSON_Delete(r->client_id);
-        cJSON_Delete(r->progress_token);
-        cJSON_Delete(r->sent);
-        free(r->client_key);
+        free(r->client_id);
+        free(r->client_token);
+        free(r->backend_token);
+        free(r->sent);
         free(r->method);
         free(r);
 }
 
-/* Takes the route out of both maps. */
+/* Takes the route out of every map. */
 static void route_remove(Instance *i, Route *r) {
         char key[32];
 
-        snprintf(key, sizeof key, "n:%lld", (long long) r->backend_id);
+        snprintf(key, sizeof key, "%lld", (long long) r->backend_id);
         hashmap_remove(i->routes, key);
+        if (r->backend_token && hashmap_get(i->tokens, r->backend_token) == r)
+                hashmap_remove(i->tokens, r->backend_token);
         if (r->client)
-                hashmap_remove(r->client->pending, r->client_key);
+                hashmap_remove(r->client->pending, r->client_id);
         route_free(r);
 }
 
 static Route *route_find(Instance *i, int64_t id) {
         char key[32];
 
-        snprintf(key, sizeof key, "n:%lld", (long long) id);
+        snprintf(key, sizeof key, "%lld", (long long) id);
         return hashmap_get(i->routes, key);
 }
 
-static void reply_failure(Client *c, const cJSON *id, bool tool_call, const char *text) {
-        _cleanup_json_ cJSON *m = tool_call ? jsonrpc_result_new(id, tool_error_result_new(text))
-                                            : jsonrpc_error_new(id, JSONRPC_INTERNAL_ERROR, text);
+static void reply_failure(Client *c, const char *id_text, bool tool_call, const char *text) {
+        _cleanup_json_ cJSON *id = cJSON_CreateRaw(id_text), *m = NULL;
+
+        if (!id)
+                return;
+        m = tool_call ? jsonrpc_result_new(id, tool_error_result_new(text))
+                      : jsonrpc_error_new(id, JSONRPC_INTERNAL_ERROR, text);
         if (m)
                 client_send(c, m);
 }
 
-static void fail_message(Client *c, const cJSON *msg, const char *text) {
-        const cJSON *id = cJSON_GetObjectItemCaseSensitive(msg, "id");
-        const char *method = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(msg, "method"));
-
-        if (!id || !method)
-                return; /* notifications get no answer, not even a failure */
-        reply_failure(c, id, streq(method, "tools/call"), text);
+static void queue_item_free(QueueItem *q) {
+        q->client->n_queued--;
+        message_unref(q->message);
+        free(q);
 }
 
 static void fail_everything(Instance *i, const char *text) {
@@ -157,10 +163,8 @@ static void fail_everything(Instance *i, const char *text) {
         while (i->queue) {
                 QueueItem *q = i->queue;
                 i->queue = q->next;
-                q->client->n_queued--;
-                fail_message(q->client, q->message, text);
-                cJSON_Delete(q->message);
-                free(q);
+                client_fail_request(q->client, q->message, text);
+                queue_item_free(q);
         }
 }
 
@@ -211,7 +215,7 @@ static void resend_routes(Instance *i) {
         for (size_t k = 0; k < n; k++) {
                 Route *r = list[k];
                 r->resend = false;
-                if (instance_send(i, r->sent) < 0) {
+                if (instance_send_text(i, r->sent, r->sent_len) < 0) {
                         reply_failure(r->client, r->client_id, r->is_tool_call, "the backend's stdin is closed");
                         route_remove(i, r);
                         continue;
@@ -250,6 +254,7 @@ Instance *instance_free(Instance *i) {
         sd_event_source_disable_unref(i->timer_source);
         channel_free(i->ch);
         hashmap_free(i->routes);
+        hashmap_free(i->tokens);
         cJSON_Delete(i->init_result);
         free(i->last_exit);
         free(i->key);
@@ -268,8 +273,12 @@ static int instance_send(Instance *i, const cJSON *m) {
         return i->ch ? channel_send_json(i->ch, m) : -ENOTCONN;
 }
 
+int instance_send_text(Instance *i, const char *text, size_t len) {
+        return i->ch ? channel_send(i->ch, text, len) : -ENOTCONN;
+}
+
 /* resources/updated goes to the connections that subscribed to the URI. */
-static void track_subscription(Client *c, const JsonRpcMessage *m) {
+static void track_subscription(Client *c, const Message *m) {
         const cJSON *uri = cJSON_GetObjectItemCaseSensitive(m->params, "uri");
         bool sub = streq(m->method, "resources/subscribe");
         int n = 0;
@@ -299,101 +308,151 @@ static bool client_subscribed(const Client *c, const char *uri) {
         return false;
 }
 
-/* A request goes to the backend under an id of ours, so that no two clients' ids collide. */
-static void forward_request(Instance *i, Client *c, const cJSON *msg, const JsonRpcMessage *m) {
-        _cleanup_json_ cJSON *copy = NULL;
-        const cJSON *meta = cJSON_GetObjectItemCaseSensitive(m->params, "_meta");
-        const cJSON *token = cJSON_GetObjectItemCaseSensitive(meta, "progressToken");
+/* A client's message toward the backend: its request id becomes ours (no two clients' ids may
+ * collide), a progress token stays the client's unless another session's active one has it, and a
+ * cancellation names our id for the call it cancels. */
+typedef struct ToBackend {
+        Instance *i;
+        Route *r;
+} ToBackend;
+
+static int map_to_backend(void *userdata, const IdField *f, char **ret) {
+        ToBackend *t = userdata;
+        Route *r = t->r;
+
+        switch (f->kind) {
+        case ID_KIND_REQUEST:
+        case ID_KIND_CANCELLED:
+                if (!r)
+                        return -EINVAL; /* never a client's id, unchecked, to a shared backend */
+                *ret = id_text_integer(r->backend_id);
+                return *ret ? 1 : -ENOMEM;
+        case ID_KIND_PROGRESS:
+                if (!r || r->backend_token)
+                        return 0; /* a client's own progress for a backend's request: as it is */
+                r->client_token = strndup(f->text, f->len);
+                if (!r->client_token)
+                        return -ENOMEM;
+                if (id_text_canonical(f->text, f->len) && !hashmap_get(t->i->tokens, r->client_token))
+                        r->backend_token = strdup(r->client_token);
+                else
+                        r->backend_token = id_text_string(PROGRESS_TOKEN_PREFIX, (unsigned long long) r->backend_id);
+                if (!r->backend_token || hashmap_put(t->i->tokens, r->backend_token, r) < 0)
+                        return -ENOMEM;
+                if (streq(r->backend_token, r->client_token))
+                        return 0;
+                *ret = strdup(r->backend_token);
+                return *ret ? 1 : -ENOMEM;
+        case ID_KIND_TASK:
+                return 0; /* made by the backend, unique there */
+        }
+        return 0;
+}
+
+/* m as it goes to the backend (kept by a route, to be sent again to a next process). */
+static int translate_for_backend(Instance *i, Route *r, const Message *m, char **ret, size_t *ret_len) {
+        ToBackend t = {i, r};
+        _cleanup_free_ char *out = NULL;
+        size_t len;
+        int k;
+
+        k = ids_translate(m, map_to_backend, &t, &out, &len);
+        if (k < 0)
+                return k;
+        if (!out && !(out = strndup(m->text, m->len)))
+                return -ENOMEM;
+        *ret = TAKE_PTR(out);
+        *ret_len = len;
+        return 0;
+}
+
+static int send_to_backend(Instance *i, Route *r, const Message *m) {
+        ToBackend t = {i, r};
+        _cleanup_free_ char *out = NULL;
+        size_t len;
+        int k;
+
+        k = ids_translate(m, map_to_backend, &t, &out, &len);
+        if (k < 0)
+                return k;
+        return instance_send_text(i, out ?: m->text, len);
+}
+
+static void forward_request(Instance *i, Client *c, const Message *m) {
         Route *r;
         char key[32];
         int k;
 
         if (hashmap_size(c->pending) >= CLIENT_MAX_PENDING)
-                return reply_failure(c, m->id, false, "too many requests in flight on this connection");
+                return client_fail_request(c, m, "too many requests in flight on this connection");
         r = calloc(1, sizeof *r);
         if (!r)
-                return;
+                return client_fail_request(c, m, "out of memory");
         r->backend_id = i->next_id++;
         r->client = c;
-        r->client_id = cJSON_Duplicate(m->id, true);
-        r->client_key = jsonrpc_id_key(m->id);
+        r->client_id = strdup(m->id_text);
         r->method = strdup(m->method);
-        r->progress_token = token ? cJSON_Duplicate(token, true) : NULL;
         r->is_tool_call = streq(m->method, "tools/call");
-        copy = cJSON_Duplicate(msg, true);
-        if (!r->client_id || !r->client_key || !r->method || !copy || (token && !r->progress_token)) {
+        if (!r->client_id || !r->method) {
                 route_free(r);
-                return reply_failure(c, m->id, false, "out of memory");
+                return client_fail_request(c, m, "out of memory");
         }
-        k = hashmap_put(c->pending, r->client_key, r);
+        k = hashmap_put(c->pending, r->client_id, r);
         if (k == -EEXIST) {
                 route_free(r);
-                return reply_failure(c, m->id, false, "request id is already used by a request still in flight");
+                return reply_failure(c, m->id_text, false, "request id is already used by a request still in flight");
         }
-        snprintf(key, sizeof key, "n:%lld", (long long) r->backend_id);
+        snprintf(key, sizeof key, "%lld", (long long) r->backend_id);
         if (k < 0 || hashmap_put(i->routes, key, r) < 0) {
-                hashmap_remove(c->pending, r->client_key);
+                hashmap_remove(c->pending, r->client_id);
                 route_free(r);
-                return reply_failure(c, m->id, false, "out of memory");
-        }
-        cJSON_ReplaceItemInObjectCaseSensitive(copy, "id", cJSON_CreateNumber((double) r->backend_id));
-        if (token) {
-                /* Two sessions may well both use token 1: the backend sees one of ours instead. */
-                char t[64];
-                snprintf(t, sizeof t, PROGRESS_TOKEN_PREFIX "%lld", (long long) r->backend_id);
-                cJSON_ReplaceItemInObjectCaseSensitive(
-                        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(copy, "params"), "_meta"),
-                        "progressToken", cJSON_CreateString(t));
+                return client_fail_request(c, m, "out of memory");
         }
         track_subscription(c, m);
-        if (instance_send(i, copy) < 0) {
-                reply_failure(c, m->id, r->is_tool_call, "the backend's stdin is closed");
+        k = translate_for_backend(i, r, m, &r->sent, &r->sent_len);
+        if (k >= 0)
+                k = instance_send_text(i, r->sent, r->sent_len);
+        if (k < 0) {
+                client_fail_request(c, m, k == -ENOMEM ? "out of memory" : "the backend's stdin is closed");
                 route_remove(i, r);
                 return;
         }
         r->sent_end = channel_sent_bytes(i->ch);
-        r->sent = TAKE_PTR(copy);
 }
 
-static void reply_initialize(Instance *i, Client *c, const cJSON *id) {
-        _cleanup_json_ cJSON *m = jsonrpc_result_new(id, cJSON_Duplicate(i->init_result, true));
-        if (m)
-                client_send(c, m);
+static void reply_initialize(Instance *i, Client *c, const Message *m) {
+        _cleanup_json_ cJSON *r = jsonrpc_result_new(m->id_json, cJSON_Duplicate(i->init_result, true));
+        if (r)
+                client_send(c, r);
 }
 
-static void deliver(Instance *i, Client *c, const cJSON *msg) {
-        JsonRpcMessage m = jsonrpc_classify(msg);
-
-        if (m.kind == JSONRPC_REQUEST && streq(m.method, "initialize"))
-                reply_initialize(i, c, m.id);
-        else if (m.kind == JSONRPC_REQUEST)
-                forward_request(i, c, msg, &m);
-        else if (m.kind == JSONRPC_NOTIFICATION)
-                (void) instance_send(i, msg);
+static void deliver(Instance *i, Client *c, const Message *m) {
+        if (m->kind == JSONRPC_REQUEST && streq(m->method, "initialize"))
+                reply_initialize(i, c, m);
+        else if (m->kind == JSONRPC_REQUEST)
+                forward_request(i, c, m);
+        else if (m->kind == JSONRPC_NOTIFICATION)
+                (void) send_to_backend(i, NULL, m);
 }
 
 static void flush_queue(Instance *i) {
         while (i->queue && i->state == INSTANCE_READY) {
                 QueueItem *q = i->queue;
                 i->queue = q->next;
-                q->client->n_queued--;
                 deliver(i, q->client, q->message);
-                cJSON_Delete(q->message);
-                free(q);
+                queue_item_free(q);
         }
 }
 
-static int queue_append(Instance *i, Client *c, const cJSON *msg) {
+static int queue_append(Instance *i, Client *c, Message *m) {
         QueueItem *q, **tail;
 
         if (c->n_queued + hashmap_size(c->pending) >= CLIENT_MAX_PENDING)
                 return -ENOBUFS;
         q = calloc(1, sizeof *q);
-
-        if (!q || !(q->message = cJSON_Duplicate(msg, true))) {
-                free(q);
+        if (!q)
                 return -ENOMEM;
-        }
+        q->message = message_ref(m);
         q->client = c;
         for (tail = &i->queue; *tail; tail = &(*tail)->next)
                 ;
@@ -414,7 +473,8 @@ static uint64_t backoff_usec(unsigned crashes) {
 static int arm_timer(Instance *i, uint64_t usec);
 static void instance_terminate(Instance *i, bool close_stdin);
 
-static void handle_init_response(Instance *i, const cJSON *msg) {
+static void handle_init_response(Instance *i, const Message *m) {
+        const cJSON *msg = m->json;
         const cJSON *result = cJSON_GetObjectItemCaseSensitive(msg, "result");
         const cJSON *err = cJSON_GetObjectItemCaseSensitive(msg, "error");
         _cleanup_json_ cJSON *initialized = NULL;
@@ -443,22 +503,71 @@ static void handle_init_response(Instance *i, const cJSON *msg) {
         contract_request(i);
 }
 
-/* msg is ours to change: the answer goes on with the client's id put back in place. */
-static void handle_backend_response(Instance *i, cJSON *msg, const JsonRpcMessage *m) {
+/* The backend's message toward a client: the id it answers becomes the client's again, a progress
+ * token the client's own, and a cancellation of an upcall names the id the client was given. */
+static int map_to_client(void *userdata, const IdField *f, char **ret) {
+        Route *r = userdata;
+        const char *t = f->kind == ID_KIND_REQUEST    ? r->client_id
+                        : f->kind == ID_KIND_PROGRESS ? r->client_token
+                                                      : NULL;
+
+        if (!t || (strlen(t) == f->len && memcmp(t, f->text, f->len) == 0))
+                return 0;
+        *ret = strdup(t);
+        return *ret ? 1 : -ENOMEM;
+}
+
+static void send_to_client(Route *r, const Message *m) {
+        _cleanup_free_ char *out = NULL;
+        size_t len;
+
+        if (ids_translate(m, map_to_client, r, &out, &len) >= 0)
+                client_send_text(r->client, out ?: m->text, len);
+}
+
+/* The id of one of our requests that m answers: we only ever send integers below 2^53. */
+static bool backend_id_of(const Message *m, int64_t *ret) {
+        double d;
+
+        if (!cJSON_IsNumber(m->id))
+                return false;
+        d = m->id->valuedouble;
+        if (!(d > -9007199254740992.0 && d < 9007199254740992.0) || d != (double) (int64_t) d)
+                return false;
+        *ret = (int64_t) d;
+        return true;
+}
+
+/* An answer that breaks the rules (duplicate keys, say) still ends its call: with an error. */
+static void handle_backend_invalid(Instance *i, const Message *m) {
+        char text[512];
+        int64_t id;
+        Route *r;
+
+        log_warning("Backend '%s' sent an invalid message (%s), ignoring it.", iname(i), m->problem);
+        if (cJSON_HasObjectItem(m->json, "method") || !backend_id_of(m, &id) || !(r = route_find(i, id)))
+                return;
+        snprintf(text, sizeof text, "backend '%s' sent an invalid answer to this call (%s)", iname(i), m->problem);
+        if (r->client)
+                reply_failure(r->client, r->client_id, r->is_tool_call, text);
+        route_remove(i, r);
+        shim_update(i->shim);
+}
+
+static void handle_backend_response(Instance *i, const Message *m) {
         Route *r;
         int64_t id;
 
-        if (!cJSON_IsNumber(m->id) || !jsonrpc_id_valid(m->id))
-                return; /* we only ever send small integers */
-        id = (int64_t) m->id->valuedouble;
+        if (!backend_id_of(m, &id))
+                return;
         if (id < 0) {
-                if (contract_handle_response(i, id, msg))
+                if (contract_handle_response(i, id, m->json))
                         i->shim->contract_checked = true;
                 return;
         }
         if (id == INIT_REQUEST_ID) {
                 if (i->state == INSTANCE_STARTING)
-                        handle_init_response(i, msg);
+                        handle_init_response(i, m);
                 return;
         }
         r = route_find(i, id);
@@ -467,9 +576,7 @@ static void handle_backend_response(Instance *i, cJSON *msg, const JsonRpcMessag
                           (long long) id);
                 return;
         }
-        /* m->id points into msg and dies here; r still holds the client's id. */
-        if (cJSON_ReplaceItemInObjectCaseSensitive(msg, "id", cJSON_Duplicate(r->client_id, true)))
-                client_send(r->client, msg);
+        send_to_client(r, m);
         i->answered = true;
         i->shim->calls_served++;
         route_remove(i, r);
@@ -478,30 +585,24 @@ static void handle_backend_response(Instance *i, cJSON *msg, const JsonRpcMessag
 
 /* Progress belongs to the session whose request carried the token, resources/updated to the
  * sessions that subscribed; anything else concerns every session the backend serves. */
-static void handle_progress(Instance *i, const cJSON *msg, const JsonRpcMessage *m) {
-        const cJSON *token = cJSON_GetObjectItemCaseSensitive(m->params, "progressToken");
-        _cleanup_json_ cJSON *copy = NULL;
-        Route *r;
+static void handle_progress(Instance *i, const Message *m) {
+        IdField f[2];
+        size_t n = ids_fields(m, f, ELEMENTSOF(f));
+        _cleanup_free_ char *token = n == 1 ? strndup(f[0].text, f[0].len) : NULL;
+        Route *r = token ? hashmap_get(i->tokens, token) : NULL;
 
-        if (!cJSON_IsString(token) ||
-            strncmp(token->valuestring, PROGRESS_TOKEN_PREFIX, strlen(PROGRESS_TOKEN_PREFIX)) != 0)
-                return;
-        r = route_find(i, strtoll(token->valuestring + strlen(PROGRESS_TOKEN_PREFIX), NULL, 10));
-        if (!r || !r->progress_token)
+        if (!r)
                 return; /* the call has ended: progress for it is stale */
-        copy = cJSON_Duplicate(msg, true);
-        if (copy && cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(copy, "params"),
-                                                           "progressToken", cJSON_Duplicate(r->progress_token, true)))
-                client_send(r->client, copy);
+        send_to_client(r, m);
 }
 
-static void handle_backend_notification(Instance *i, const cJSON *msg, const JsonRpcMessage *m) {
+static void handle_backend_notification(Instance *i, const Message *m) {
         const char *uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "uri"));
 
         if (streq(m->method, "notifications/progress"))
-                return handle_progress(i, msg, m);
+                return handle_progress(i, m);
         if (streq(m->method, "notifications/cancelled"))
-                return upcall_cancelled(i, m->params);
+                return upcall_cancelled(i, m);
         if (streq(m->method, "notifications/tools/list_changed") ||
             streq(m->method, "notifications/resources/list_changed") ||
             streq(m->method, "notifications/prompts/list_changed"))
@@ -511,40 +612,37 @@ static void handle_backend_notification(Instance *i, const cJSON *msg, const Jso
                         continue;
                 if (streq(m->method, "notifications/resources/updated") && (!uri || !client_subscribed(c, uri)))
                         continue;
-                client_send(c, msg);
+                client_send_text(c, m->text, m->len);
         }
 }
 
-static void handle_backend_request(Instance *i, const cJSON *msg, const JsonRpcMessage *m) {
+static void handle_backend_request(Instance *i, const Message *m) {
         _cleanup_json_ cJSON *reply = NULL;
 
         if (!streq(m->method, "ping"))
-                return upcall_forward(i, msg, m->id, m->method);
-        reply = jsonrpc_result_new(m->id, cJSON_CreateObject());
+                return upcall_forward(i, m);
+        reply = jsonrpc_result_new(m->id_json, cJSON_CreateObject());
         if (reply)
                 (void) instance_send(i, reply);
 }
 
-static void handle_backend_line(Instance *i, const char *line, size_t len) {
-        _cleanup_json_ cJSON *msg = NULL;
-        JsonRpcMessage m;
+void instance_handle_backend_line(Instance *i, const char *line, size_t len) {
+        _cleanup_message_ Message *m = NULL;
 
-        if (jsonrpc_parse(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &msg) < 0) {
+        if (message_parse(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &m) < 0) {
                 log_warning("Backend '%s' wrote a line that is not JSON-RPC to stdout, ignoring it: %.*s", iname(i),
                             (int) (len < 80 ? len : 80), line);
                 return;
         }
-        m = jsonrpc_classify(msg);
-        switch (m.kind) {
+        switch (m->kind) {
         case JSONRPC_RESPONSE:
-                return handle_backend_response(i, msg, &m);
+                return handle_backend_response(i, m);
         case JSONRPC_NOTIFICATION:
-                return handle_backend_notification(i, msg, &m);
+                return handle_backend_notification(i, m);
         case JSONRPC_REQUEST:
-                return handle_backend_request(i, msg, &m);
+                return handle_backend_request(i, m);
         case JSONRPC_INVALID:
-                log_warning("Backend '%s' sent an invalid message (%s), ignoring it.", iname(i), m.problem);
-                return;
+                return handle_backend_invalid(i, m);
         }
 }
 
@@ -591,7 +689,7 @@ static void on_backend(Channel *ch, ChannelEvent ev, const char *line, size_t le
         (void) ch;
         switch (ev) {
         case CHANNEL_LINE:
-                return handle_backend_line(i, line, len);
+                return instance_handle_backend_line(i, line, len);
         case CHANNEL_OVERSIZE:
                 return backend_oversize(i, line, len);
         case CHANNEL_EOF:
@@ -786,7 +884,7 @@ void instance_stop(Instance *i) {
         instance_terminate(i, true);
 }
 
-void instance_submit(Instance *i, Client *c, const cJSON *msg) {
+void instance_submit(Instance *i, Client *c, Message *m) {
         char text[512];
         int r;
 
@@ -797,57 +895,47 @@ void instance_submit(Instance *i, Client *c, const cJSON *msg) {
         }
         switch (i->state) {
         case INSTANCE_READY:
-                deliver(i, c, msg);
+                deliver(i, c, m);
                 break;
         case INSTANCE_DOWN:
                 r = instance_spawn(i, c, text, sizeof text);
                 if (r < 0)
-                        return fail_message(c, msg, text);
+                        return client_fail_request(c, m, text);
                 _fallthrough_;
         case INSTANCE_STARTING:
         case INSTANCE_STOPPING:
                 /* Stopping: it waits for the next process, which on_child() starts. */
-                r = queue_append(i, c, msg);
+                r = queue_append(i, c, m);
                 if (r < 0)
-                        fail_message(c, msg,
-                                     r == -ENOBUFS ? "too many requests in flight on this connection"
-                                                   : "out of memory");
+                        client_fail_request(c, m,
+                                            r == -ENOBUFS ? "too many requests in flight on this connection"
+                                                          : "out of memory");
                 break;
         }
         shim_update(i->shim);
 }
 
-void instance_cancel(Instance *i, Client *c, const cJSON *params) {
-        const cJSON *rid = cJSON_GetObjectItemCaseSensitive(params, "requestId");
-        _cleanup_free_ char *key = rid ? jsonrpc_id_key(rid) : NULL;
-        _cleanup_json_ cJSON *copy = NULL, *params_copy = NULL;
+void instance_cancel(Instance *i, Client *c, const Message *m) {
+        IdField f[2];
+        size_t n = ids_fields(m, f, ELEMENTSOF(f));
+        _cleanup_free_ char *key = n == 1 ? strndup(f[0].text, f[0].len) : NULL;
         Route *r = key ? hashmap_get(c->pending, key) : NULL;
-        _cleanup_json_ cJSON *m = NULL;
 
         if (!r) {
                 /* Still waiting for the backend to start: it simply never goes. */
-                for (QueueItem **q = &i->queue; rid && *q; q = &(*q)->next) {
-                        const cJSON *qid = cJSON_GetObjectItemCaseSensitive((*q)->message, "id");
-                        if ((*q)->client == c && qid && cJSON_Compare(qid, rid, true)) {
+                for (QueueItem **q = &i->queue; key && *q; q = &(*q)->next) {
+                        const Message *qm = (*q)->message;
+                        if ((*q)->client == c && qm->id_text && streq(qm->id_text, key)) {
                                 QueueItem *dead = *q;
                                 *q = dead->next;
-                                c->n_queued--;
-                                cJSON_Delete(dead->message);
-                                free(dead);
+                                queue_item_free(dead);
                                 shim_update(i->shim);
                                 return;
                         }
                 }
                 return; /* already answered, or never ours: the spec says to ignore it */
         }
-        params_copy = cJSON_Duplicate(params, true);
-        if (params_copy) {
-                cJSON_ReplaceItemInObjectCaseSensitive(params_copy, "requestId",
-                                                       cJSON_CreateNumber((double) r->backend_id));
-                m = jsonrpc_notification_new("notifications/cancelled", TAKE_PTR(params_copy));
-                if (m)
-                        (void) instance_send(i, m);
-        }
+        (void) send_to_backend(i, r, m);
         /* The late answer, if any, is dropped: the client has stopped waiting. */
         route_remove(i, r);
         shim_update(i->shim);
@@ -873,9 +961,7 @@ void instance_forget_client(Instance *i, Client *c) {
                 if ((*q)->client == c) {
                         QueueItem *dead = *q;
                         *q = dead->next;
-                        c->n_queued--;
-                        cJSON_Delete(dead->message);
-                        free(dead);
+                        queue_item_free(dead);
                 } else
                         q = &(*q)->next;
         }

@@ -10,6 +10,7 @@
 #include "channel.h"
 #include "hashmap.h"
 #include "manifest.h"
+#include "message.h"
 
 #define SHIM_MAX_CLIENTS      512U
 #define CLIENT_MAX_PENDING    1024U
@@ -21,7 +22,7 @@
 #define STOP_TERM_GRACE_USEC  (3ULL * 1000000ULL)
 #define DRAINING_METHOD       "notifications/mcp-lazy/draining"
 #define INIT_REQUEST_ID       0
-#define PROGRESS_TOKEN_PREFIX "mcp-lazy-progress:"
+#define PROGRESS_TOKEN_PREFIX "mcp-lazy-progress:" /* a token of ours, where a client's was taken */
 #define UPCALL_ID_PREFIX      "mcp-lazy-upcall:"
 
 typedef struct Shim Shim;
@@ -40,12 +41,14 @@ typedef enum InstanceState {
 typedef struct Route {
         int64_t backend_id;
         Client *client;
-        cJSON *client_id;      /* as the client sent it */
-        char *client_key;      /* jsonrpc_id_key(client_id) */
-        cJSON *progress_token; /* _meta.progressToken, if any */
+        char *client_id;     /* the exact text of the client's id: the key in Client.pending */
+        char *client_token;  /* _meta.progressToken as the client sent it, if any */
+        char *backend_token; /* the token the backend got: the client's, or one of ours if that one
+                              * was taken at this backend; the key in Instance.tokens */
         char *method;
         bool is_tool_call;
-        cJSON *sent;       /* what went to the backend, for a backend that dies before reading it */
+        char *sent;        /* what went to the backend, for a backend that dies before reading it */
+        size_t sent_len;
         uint64_t sent_end; /* its end in the backend's stdin (channel_sent_bytes()) */
         bool resend;       /* the backend died before reading it: it goes to the next one */
 } Route;
@@ -60,6 +63,7 @@ struct Instance {
         cJSON *init_result; /* the backend's initialize result, handed to later sessions */
         QueueItem *queue;   /* requests waiting for READY, oldest first */
         Hashmap *routes;    /* backend id -> Route */
+        Hashmap *tokens;    /* progress token text the backend got -> Route */
         int64_t next_id;
         unsigned n_clients; /* clients attached */
         unsigned crashes;   /* consecutive unexpected exits */
@@ -78,9 +82,10 @@ struct Client {
         uint64_t serial;
         cJSON *init_params; /* the client's initialize params */
         Instance *instance;
-        Hashmap *pending;     /* client id key -> Route (owned by the instance's routes) */
+        Hashmap *pending;     /* client id text -> Route (owned by the instance's routes) */
         cJSON *subscriptions; /* resource URIs this connection subscribed to (array of strings) */
         unsigned n_queued;    /* requests waiting for the backend to be ready */
+        char *refused;        /* why initialize found no backend for it, told to each later call */
         bool overflow;        /* stopped reading its answers: to be closed */
         bool eof;
         Client *next;
@@ -107,13 +112,13 @@ struct Shim {
 };
 
 /* upcalls.c: requests from a backend to a client (sampling, elicitation, roots), answered back */
-void upcall_forward(Instance *i, const cJSON *msg, const cJSON *id, const char *method);
+void upcall_forward(Instance *i, const Message *m);
 /* A response from a client: true if it answered one of our upcalls. */
-bool upcall_answer(Client *c, const cJSON *msg, const cJSON *id);
+bool upcall_answer(Client *c, const Message *m);
 void upcall_forget_client(Shim *s, Client *c);
 void upcall_forget_instance(Shim *s, Instance *i);
 /* The backend cancelled one of its requests: tell the client it went to. */
-void upcall_cancelled(Instance *i, const cJSON *params);
+void upcall_cancelled(Instance *i, const Message *m);
 
 /* contract.c: the backend's own lists against the manifest */
 void contract_request(Instance *i);
@@ -128,7 +133,11 @@ unsigned shim_in_flight(const Shim *s);
 int client_new(Shim *s, int fd);
 Client *client_free(Client *c);
 void client_send(Client *c, const cJSON *m);
+/* A line of a peer's bytes (a backend's message, its ids already translated). */
+void client_send_text(Client *c, const char *text, size_t len);
 void client_send_draining(Client *c);
+/* One line the client sent (also the fuzz target's way in). */
+void client_handle_line(Client *c, const char *line, size_t len);
 /* Leaves the client's backend instance (its calls there are cancelled). */
 void client_detach(Client *c);
 
@@ -137,12 +146,17 @@ void client_detach(Client *c);
  * SHIM_MAX_INSTANCES backends already run for other client configurations. */
 int instance_get(Shim *s, Client *c, Instance **ret);
 Instance *instance_free(Instance *i);
-/* Sends a client's message to the backend, starting it or queueing until it is ready; msg is
- * copied, not taken. */
-void instance_submit(Instance *i, Client *c, const cJSON *msg);
+/* Sends a client's message to the backend, starting it or queueing until it is ready (a reference
+ * to m is kept while it waits). */
+void instance_submit(Instance *i, Client *c, Message *m);
 /* The client is leaving: its calls are cancelled at the backend. */
 void instance_forget_client(Instance *i, Client *c);
-void instance_cancel(Instance *i, Client *c, const cJSON *params);
+void instance_cancel(Instance *i, Client *c, const Message *m);
+/* Answers a client's request with a failure: a tool error for tools/call, else a JSON-RPC error. */
+void client_fail_request(Client *c, const Message *m, const char *text);
+int instance_send_text(Instance *i, const char *text, size_t len);
+/* One line the backend wrote to its stdout (also the fuzz target's way in). */
+void instance_handle_backend_line(Instance *i, const char *line, size_t len);
 void instance_stop(Instance *i);
 unsigned instance_in_flight(const Instance *i);
 const char *shim_backend_name(const Shim *s);

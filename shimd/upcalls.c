@@ -12,24 +12,25 @@
 typedef struct Upcall {
         Instance *instance;
         Client *client;
-        cJSON *backend_id;
-        char *key; /* our id, as given to the client */
+        char *backend_id; /* the exact text of the backend's id */
+        char *key;        /* our id, as given to the client (without quotes) */
 } Upcall;
 
 static void upcall_free(Upcall *u) {
         if (!u)
                 return;
-        cJSON_Delete(u->backend_id);
+        free(u->backend_id);
         free(u->key);
         free(u);
 }
 
-static void reply_backend_error(Instance *i, const cJSON *id, const char *text) {
-        _cleanup_json_ cJSON *e = jsonrpc_error_new(id, JSONRPC_INTERNAL_ERROR, text);
+static void reply_backend_error(Instance *i, const char *id_text, const char *text) {
+        _cleanup_json_ cJSON *id = cJSON_CreateRaw(id_text), *e = NULL;
+
+        e = id ? jsonrpc_error_new(id, JSONRPC_INTERNAL_ERROR, text) : NULL;
         if (e && i->ch)
                 (void) channel_send_json(i->ch, e);
 }
-
 /* Which session a backend's request is for. stdio MCP carries no link between a server's request
  * and the call that caused it, so it goes only where there is no doubt: to the one session with
  * calls in flight at this backend, or, with none in flight, to its one session. Anything else could
@@ -62,59 +63,73 @@ static Client *any_client(Instance *i) {
         return NULL;
 }
 
-void upcall_forward(Instance *i, const cJSON *msg, const cJSON *id, const char *method) {
+/* The one id an upcall's message carries across this hop: ours toward the client, the backend's back. */
+static int map_upcall_id(void *userdata, const IdField *f, char **ret) {
+        const char *text = userdata;
+
+        if (f->kind != ID_KIND_REQUEST && f->kind != ID_KIND_CANCELLED)
+                return 0;
+        *ret = strdup(text);
+        return *ret ? 1 : -ENOMEM;
+}
+
+static void send_translated(const Message *m, const char *id_text, Client *c, Instance *i) {
+        _cleanup_free_ char *out = NULL;
+        size_t len;
+
+        if (ids_translate(m, map_upcall_id, (void *) id_text, &out, &len) < 0)
+                return;
+        if (c)
+                client_send_text(c, out ?: m->text, len);
+        else if (i->ch)
+                (void) instance_send_text(i, out ?: m->text, len);
+}
+
+void upcall_forward(Instance *i, const Message *m) {
         Shim *s = i->shim;
         unsigned calling;
         Client *c = pick_client(i, &calling);
-        _cleanup_json_ cJSON *copy = NULL;
-
-        if (!c && streq(method, "roots/list"))
-                c = any_client(i);
-        char key[64];
+        _cleanup_free_ char *id = NULL;
         Upcall *u;
 
+        if (!c && streq(m->method, "roots/list"))
+                c = any_client(i);
         if (!c) {
                 log_warning("Backend '%s' sent %s while %u sessions were calling it; refused it, since mcp-lazy cannot "
                             "tell which session it is for (use sharing: session for this backend).",
-                            shim_backend_name(s), method, calling);
-                return reply_backend_error(i, id,
+                            shim_backend_name(s), m->method, calling);
+                return reply_backend_error(i, m->id_text,
                                            calling > 1 ? "several client sessions share this backend; "
                                                          "mcp-lazy cannot tell which one this request is for"
                                                        : "no client session is connected to answer this request");
         }
         if (hashmap_size(s->upcalls) >= CLIENT_MAX_PENDING)
-                return reply_backend_error(i, id, "too many requests waiting for clients");
+                return reply_backend_error(i, m->id_text, "too many requests waiting for clients");
         u = calloc(1, sizeof *u);
-        snprintf(key, sizeof key, UPCALL_ID_PREFIX "%llu", (unsigned long long) ++s->next_upcall);
-        copy = cJSON_Duplicate(msg, true);
-        if (!u || !copy || !(u->backend_id = cJSON_Duplicate(id, true)) || !(u->key = strdup(key)) ||
-            hashmap_put(s->upcalls, key, u) < 0) {
+        id = id_text_string(UPCALL_ID_PREFIX, (unsigned long long) ++s->next_upcall);
+        if (!u || !id || !(u->backend_id = strdup(m->id_text)) || !(u->key = strndup(id + 1, strlen(id) - 2)) ||
+            hashmap_put(s->upcalls, u->key, u) < 0) {
                 upcall_free(u);
-                return reply_backend_error(i, id, "out of memory");
+                return reply_backend_error(i, m->id_text, "out of memory");
         }
         u->instance = i;
         u->client = c;
-        cJSON_ReplaceItemInObjectCaseSensitive(copy, "id", cJSON_CreateString(key));
-        log_debug("Forwarding %s from backend '%s' to connection %llu as %s.", method, shim_backend_name(s),
-                  (unsigned long long) c->serial, key);
-        client_send(c, copy);
+        log_debug("Forwarding %s from backend '%s' to connection %llu as %s.", m->method, shim_backend_name(s),
+                  (unsigned long long) c->serial, u->key);
+        send_translated(m, id, c, NULL);
 }
 
-bool upcall_answer(Client *c, const cJSON *msg, const cJSON *id) {
+bool upcall_answer(Client *c, const Message *m) {
         Shim *s = c->shim;
-        _cleanup_json_ cJSON *copy = NULL;
         Upcall *u;
 
-        if (!cJSON_IsString(id) || strncmp(id->valuestring, UPCALL_ID_PREFIX, strlen(UPCALL_ID_PREFIX)) != 0)
+        if (!cJSON_IsString(m->id) || strncmp(m->id->valuestring, UPCALL_ID_PREFIX, strlen(UPCALL_ID_PREFIX)) != 0)
                 return false;
-        u = hashmap_get(s->upcalls, id->valuestring);
+        u = hashmap_get(s->upcalls, m->id->valuestring);
         if (!u || u->client != c)
                 return false;
         hashmap_remove(s->upcalls, u->key);
-        copy = cJSON_Duplicate(msg, true);
-        if (copy && cJSON_ReplaceItemInObjectCaseSensitive(copy, "id", cJSON_Duplicate(u->backend_id, true)) &&
-            u->instance->ch)
-                (void) channel_send_json(u->instance->ch, copy);
+        send_translated(m, u->backend_id, NULL, u->instance);
         upcall_free(u);
         return true;
 }
@@ -144,21 +159,24 @@ void upcall_forget_instance(Shim *s, Instance *i) {
         forget(s, NULL, i);
 }
 
-void upcall_cancelled(Instance *i, const cJSON *params) {
-        const cJSON *rid = cJSON_GetObjectItemCaseSensitive(params, "requestId");
-        size_t state = 0;
+void upcall_cancelled(Instance *i, const Message *m) {
+        IdField f[4];
+        size_t n = ids_fields(m, f, ELEMENTSOF(f)), state = 0;
+        const IdField *rid = NULL;
         void *v;
 
+        for (size_t k = 0; k < n && k < ELEMENTSOF(f); k++)
+                if (f[k].kind == ID_KIND_CANCELLED)
+                        rid = &f[k];
         while (rid && hashmap_iterate(i->shim->upcalls, &state, NULL, &v)) {
                 Upcall *u = v;
-                _cleanup_json_ cJSON *p = NULL, *m = NULL;
+                _cleanup_free_ char *id = NULL;
 
-                if (u->instance != i || !cJSON_Compare(u->backend_id, rid, true))
+                if (u->instance != i || strlen(u->backend_id) != rid->len ||
+                    memcmp(u->backend_id, rid->text, rid->len) != 0)
                         continue;
-                p = cJSON_Duplicate(params, true);
-                if (p && cJSON_ReplaceItemInObjectCaseSensitive(p, "requestId", cJSON_CreateString(u->key)) &&
-                    (m = jsonrpc_notification_new("notifications/cancelled", TAKE_PTR(p))))
-                        client_send(u->client, m);
+                if (asprintf(&id, "\"%s\"", u->key) >= 0)
+                        send_translated(m, id, u->client, NULL);
                 hashmap_remove(i->shim->upcalls, u->key);
                 upcall_free(u);
                 return;

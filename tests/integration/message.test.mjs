@@ -1,0 +1,251 @@
+// The message layer at each trust boundary: what a peer sends is checked once (duplicate keys
+// refused at every depth), passed on byte for byte with only the translated ids changed, and every
+// id a client may send is taken. A line-level backend (tests/fixtures/echo-backend.mjs) shows what
+// arrived; the shim runs behind systemd-socket-activate (two sessions on one backend) or is started
+// by the frontend (--activation=direct). No systemd needed.
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { connect } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { INIT, MCP_LAZY, RawPeer, SHIMD, TESTS, cleanupPeers, sleep, waitFor } from "./lib/env.mjs";
+
+after(cleanupPeers);
+const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-message-"));
+after(() => rmSync(dir, { recursive: true, force: true }));
+const ECHO = join(TESTS, "fixtures/echo-backend.mjs");
+const manifest = join(dir, "m.yaml");
+const tools = ["raw", "big", "slow", "levels", "upcall", "progress", "seen", "dupanswer"];
+writeFileSync(
+  manifest,
+  `backends:
+  echo:
+    command: [${process.execPath}, ${ECHO}]
+    socket: ${dir}/absent.sock
+    resources: [{uri: "echo://one", name: one}]
+tools:
+${tools.map((t) => `  - {name: ${t}, backend: echo, input_schema: {type: object}}`).join("\n")}
+`,
+);
+
+// Raw lines from a socket, for talking to one shim from several sessions.
+class SockPeer {
+  constructor(path) {
+    this.lines = [];
+    this.waiters = [];
+    this.sock = connect(path);
+    let buf = "";
+    this.sock.setEncoding("utf8").on("data", (d) => {
+      buf += d;
+      let i;
+      while ((i = buf.indexOf("\n")) >= 0) {
+        this.lines.push(buf.slice(0, i));
+        buf = buf.slice(i + 1);
+        this.waiters.splice(0).forEach((w) => w());
+      }
+    });
+    this.sock.on("error", () => {});
+  }
+  send(obj) {
+    this.sock.write((typeof obj === "string" ? obj : JSON.stringify(obj)) + "\n");
+  }
+  async nextRaw(ms = 5000) {
+    const end = Date.now() + ms;
+    while (this.lines.length === 0) {
+      if (Date.now() > end) throw new Error("timed out waiting for a message");
+      await new Promise((r) => {
+        this.waiters.push(r);
+        setTimeout(r, 50);
+      });
+    }
+    return this.lines.shift();
+  }
+  async next(ms) {
+    return JSON.parse(await this.nextRaw(ms));
+  }
+  async request(obj, ms) {
+    this.send(obj);
+    return this.next(ms);
+  }
+  close() {
+    this.sock.end();
+  }
+}
+// RawPeer hands out parsed messages; these tests need the bytes too.
+async function nextRaw(p, ms = 5000) {
+  const end = Date.now() + ms;
+  while (p.lines.length === 0) {
+    if (Date.now() > end) throw new Error(`timed out; stderr: ${p.stderr}`);
+    await sleep(20);
+  }
+  return p.lines.shift();
+}
+const call = (id, name, args = {}, extra = {}) => ({ jsonrpc: "2.0", id, method: "tools/call", params: { name, arguments: args, ...extra } });
+const text = (r) => r.result?.content?.[0]?.text ?? JSON.stringify(r);
+
+describe("the shim, with several sessions on one backend", () => {
+  let shim, sockPath, stderr = "";
+  const peers = [];
+  const session = async (capabilities = {}) => {
+    const p = new SockPeer(sockPath);
+    peers.push(p);
+    const r = await p.request(INIT("2025-06-18", capabilities));
+    return [p, r];
+  };
+  before(async () => {
+    sockPath = join(dir, "echo.sock");
+    shim = spawn("systemd-socket-activate", ["-l", sockPath, SHIMD, "--manifest", manifest, "echo"], { stdio: ["ignore", "ignore", "pipe"] });
+    shim.stderr.setEncoding("utf8").on("data", (d) => (stderr += d));
+    assert.ok(await waitFor(async () => {
+      try {
+        await new Promise((res, rej) => connect(sockPath).on("connect", function () { this.end(); res(); }).on("error", rej));
+        return true;
+      } catch {
+        return false;
+      }
+    }, 5000), "the socket is listening");
+  });
+  after(() => {
+    peers.forEach((p) => p.close());
+    shim?.kill("SIGTERM");
+  });
+
+  test("duplicate keys are refused at every depth and never reach the backend", async () => {
+    const [a] = await session();
+    const [b] = await session();
+    // b's call is in flight at the backend under the shim's id 1 (the first call this shim routes).
+    b.send(call(1, "slow", { ms: 1500 }));
+    await sleep(200);
+    // Node's parser takes the last of two keys: the backend would see id 1, or a cancel of b's call.
+    a.send('{"jsonrpc":"2.0","id":"a1","method":"tools/call","params":{"name":"raw","arguments":{"m":"dupmarker"}},"id":1}');
+    const e1 = await a.next();
+    a.send('{"jsonrpc":"2.0","method":"notifications/message","params":{"requestId":1,"m":"dupmarker"},"method":"notifications/cancelled"}');
+    const e2 = await a.next();
+    a.send('{"jsonrpc":"2.0","id":"a3","method":"tools/call","params":{"name":"raw","arguments":{"m":"dupmarker","m":"x"}}}');
+    const e3 = await a.next();
+    a.send('{"jsonrpc":"2.0","id":"a4","method":"tools/call","params":{"name":"raw","arguments":{"m":"dupmarker","\\u006d":"x"}}}');
+    const e4 = await a.next();
+    for (const e of [e1, e2, e3, e4]) {
+      assert.equal(e.error?.code, -32600, JSON.stringify(e));
+      assert.match(e.error.message, /duplicate key/, JSON.stringify(e));
+    }
+    assert.equal(e1.id, null);
+    assert.equal(e3.id, "a3");
+    const mine = await b.next(5000);
+    assert.deepEqual(mine, { jsonrpc: "2.0", id: 1, result: { content: [{ type: "text", text: "slow done" }] } });
+    const seen = await a.request(call("s", "seen", { marker: "dupmarker" }));
+    assert.equal(text(seen), "[]", "the backend never saw any of them");
+  });
+
+  test("two sessions may use the same progress token at once; each gets its own progress", async () => {
+    const [a] = await session();
+    const [b] = await session();
+    a.send(call(5, "progress", {}, { _meta: { progressToken: 1 } }));
+    b.send(call(5, "progress", {}, { _meta: { progressToken: 1 } }));
+    for (const p of [a, b]) {
+      const [n, r] = [await p.next(), await p.next()];
+      assert.equal(n.method, "notifications/progress");
+      assert.equal(n.params.progressToken, 1);
+      assert.equal(r.id, 5);
+    }
+  });
+
+  test("a tools/call refused for lack of a backend slot is a tool error that says why", async () => {
+    // Eight client configurations have a backend each (the first sessions above are one of them).
+    for (let i = 1; i < 8; i++) {
+      const [, r] = await session({ experimental: { n: i } });
+      assert.ok(r.result, JSON.stringify(r));
+    }
+    const [p, r] = await session({ experimental: { n: 99 } });
+    assert.match(r.error?.message ?? "", /as many client configurations/);
+    const c = await p.request(call(7, "raw"));
+    assert.equal(c.id, 7);
+    assert.equal(c.result?.isError, true, JSON.stringify(c));
+    assert.match(text(c), /as many client configurations as it may \(8\)/);
+    const l = await p.request({ jsonrpc: "2.0", id: 8, method: "resources/read", params: { uri: "echo://one" } });
+    assert.match(l.error?.message ?? "", /as many client configurations/);
+  });
+});
+
+describe("the frontend and its shim", () => {
+  let p;
+  before(async () => {
+    p = new RawPeer(MCP_LAZY, ["--manifest", manifest, "--activation=direct", "--shimd", SHIMD]);
+    const init = await p.request(INIT("2025-06-18", { sampling: {} }));
+    assert.ok(init.result, JSON.stringify(init));
+  });
+  after(() => p?.close());
+
+  test("arguments and results pass byte for byte; only ids change", async () => {
+    const args = '{"big":12345678901234567890123,"f":1.0,"e":1E2,"neg":-0,"s":"\\u00e9","sp" : [ 1 ,2 ]}';
+    p.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"raw","arguments":${args}}}`);
+    const got = JSON.parse(await nextRaw(p));
+    assert.equal(got.id, 1);
+    assert.ok(text(got).includes(`"arguments":${args}`), text(got));
+    p.send(call(2, "big"));
+    const line = await nextRaw(p);
+    assert.ok(line.includes('"structuredContent":{"n":12345678901234567890123,"f":1.0,"e":1E2,"neg":-0,"s":"\\u00e9"}'), line);
+  });
+
+  test("any id a client may send comes back exactly as sent", async () => {
+    for (const id of ["1000000000000000", "123456789012345678901234567890", "-9007199254740993", '"\\u0061b"', '""']) {
+      p.send(`{"jsonrpc":"2.0","id":${id},"method":"tools/call","params":{"name":"raw","arguments":{}}}`);
+      const line = await nextRaw(p);
+      assert.ok(line.startsWith(`{"jsonrpc":"2.0","id":${id},"result":`), line);
+      p.send(`{"jsonrpc":"2.0","id":${id},"method":"ping"}`);
+      assert.equal(await nextRaw(p), `{"jsonrpc":"2.0","id":${id},"result":{}}`);
+    }
+  });
+
+  test("the backend sees the client's own progress token", async () => {
+    p.send(call(3, "progress", {}, { _meta: { progressToken: 7 } }));
+    const [n, r] = await p.next(2);
+    assert.deepEqual(n.params, { progressToken: 7, progress: 1, total: 2 });
+    assert.equal(text(r), "7");
+  });
+
+  test("a second logging/setLevel while the first is in flight reaches the backend too", async () => {
+    await p.request(call(4, "levels"));
+    p.send({ jsonrpc: "2.0", id: 5, method: "logging/setLevel", params: { level: "debug" } });
+    p.send({ jsonrpc: "2.0", id: 6, method: "logging/setLevel", params: { level: "error" } });
+    const acks = await p.next(2);
+    assert.deepEqual(acks.map((m) => m.id), [5, 6]);
+    await sleep(800);
+    const levels = await p.request(call(7, "levels"));
+    assert.equal(text(levels), '["debug","error"]', p.stderr);
+  });
+
+  test("a backend's cancellation of its own request names the id the client was given", async () => {
+    p.send(call(8, "upcall"));
+    const [req, cancel, done] = await p.next(3);
+    assert.equal(req.method, "sampling/createMessage");
+    assert.equal(cancel.method, "notifications/cancelled");
+    assert.equal(cancel.params.requestId, req.id);
+    assert.equal(cancel.params.reason, "changed my mind");
+    assert.equal(done.id, 8);
+  });
+
+  test("tasks/* obey the reserved ids; resources/list takes cursor: null", async () => {
+    const t = await p.request({ jsonrpc: "2.0", id: "mcp-lazy/x", method: "tasks/get", params: { taskId: "t" } });
+    assert.equal(t.error?.code, -32600);
+    assert.match(t.error.message, /reserved/);
+    const l = await p.request({ jsonrpc: "2.0", id: 9, method: "resources/list", params: { cursor: null } });
+    assert.deepEqual(l.result?.resources, [{ uri: "echo://one", name: "one" }], JSON.stringify(l));
+  });
+
+  test("an answer with duplicate keys ends its call with an error that says so", async () => {
+    const r = await p.request(call(12, "dupanswer"));
+    assert.equal(r.id, 12);
+    assert.equal(r.result?.isError, true, JSON.stringify(r));
+    assert.match(text(r), /backend 'echo' sent an invalid answer to this call \(duplicate key "isError"/);
+  });
+
+  test("duplicate keys from the client are refused", async () => {
+    p.send('{"jsonrpc":"2.0","id":10,"method":"ping","id":11}');
+    const e = await p.next();
+    assert.equal(e[0].error?.code, -32600);
+    assert.match(e[0].error.message, /duplicate key/);
+  });
+});
