@@ -120,7 +120,7 @@ clean:
 # build/fuzz/corpus/TARGET/, crashers to build/fuzz/artifacts/TARGET/: keep one as
 # tests/fuzz/corpus/TARGET/crash-WHAT once it is understood (the fuzzer is seeded without those: a known
 # crasher would stop it at once). FUZZ_FLAGS='-fork=2 -ignore_crashes=1' keeps going past crashes.
-FUZZ_TARGETS := framing jsonrpc manifest peek message shim
+FUZZ_TARGETS := framing jsonrpc manifest peek message shim frontend
 FUZZ_SECONDS ?= 60
 FUZZ_CC ?= clang
 FUZZ_SAN := -fsanitize=fuzzer,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -154,6 +154,17 @@ $(S)/fuzz/fuzz-shim: tests/fuzz/fuzz-shim.c tests/fuzz/fuzz.h $(S)/fuzz/replay.o
 $(B)/fuzz/fuzz-shim: tests/fuzz/fuzz-shim.c tests/fuzz/fuzz.h $(call objs,$(B)/fuzz/obj,$(COMMON_SRC) $(FUZZ_SHIMD_SRC))
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(ALL_CFLAGS) $(FUZZ_SAN) -O1 -Itests/fuzz -Ishimd -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
+
+# fuzz-frontend likewise drives the frontend's own code (everything but main.c).
+FUZZ_FRONTEND_SRC := $(filter-out frontend/main.c,$(FRONTEND_SRC))
+
+$(S)/fuzz/fuzz-frontend: tests/fuzz/fuzz-frontend.c tests/fuzz/fuzz.h $(S)/fuzz/replay.o $(call objs,$(S),$(COMMON_SRC) $(FUZZ_FRONTEND_SRC))
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(SAN) -Itests/fuzz -Ifrontend -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
+
+$(B)/fuzz/fuzz-frontend: tests/fuzz/fuzz-frontend.c tests/fuzz/fuzz.h $(call objs,$(B)/fuzz/obj,$(COMMON_SRC) $(FUZZ_FRONTEND_SRC))
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(ALL_CFLAGS) $(FUZZ_SAN) -O1 -Itests/fuzz -Ifrontend -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
 
 check-fuzz: $(addprefix $(S)/fuzz/fuzz-,$(FUZZ_TARGETS))
 	@set -e; total=0; bad=0; for t in $(FUZZ_TARGETS); do \
