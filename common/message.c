@@ -18,7 +18,8 @@ typedef struct Scanner {
         const char *s;
         size_t pos, len;
         Span *spans;    /* NULL: record nothing */
-        Span *elements; /* a batch: spans of the top-level array's elements */
+        bool want_elements; /* a batch: note the spans of the top-level array's elements */
+        Span *elements;
         size_t n_elements, max_elements;
 } Scanner;
 
@@ -209,9 +210,15 @@ static int scan_array(Scanner *sc, bool top) {
                 r = scan_value(sc, 0, 0, false);
                 if (r < 0)
                         return r;
-                if (top && sc->elements) {
-                        if (sc->n_elements >= sc->max_elements)
-                                return -E2BIG;
+                if (top && sc->want_elements) {
+                        if (sc->n_elements >= sc->max_elements) {
+                                size_t n = sc->max_elements ? sc->max_elements * 2 : 16;
+                                Span *e = reallocarray(sc->elements, n, sizeof(Span));
+                                if (!e)
+                                        return -ENOMEM;
+                                sc->elements = e;
+                                sc->max_elements = n;
+                        }
                         sc->elements[sc->n_elements++] = (Span){start, sc->pos - start};
                 }
                 skip_ws(sc);
@@ -472,8 +479,7 @@ bool message_is_batch(const char *line, size_t len) {
 }
 
 int message_split_batch(const char *line, size_t len, unsigned max_depth, Span **ret_spans, size_t *ret_n) {
-        _cleanup_free_ Span *spans = NULL;
-        Scanner sc = {.s = line, .len = len};
+        Scanner sc = {.s = line, .len = len, .want_elements = true};
         int r;
 
         r = check_text(line, len, max_depth);
@@ -481,16 +487,13 @@ int message_split_batch(const char *line, size_t len, unsigned max_depth, Span *
                 return r;
         if (!message_is_batch(line, len))
                 return -EBADMSG;
-        /* Each element takes at least one byte and a comma. */
-        sc.max_elements = len / 2 + 1;
-        spans = sc.elements = calloc(sc.max_elements, sizeof(Span));
-        if (!spans)
-                return -ENOMEM;
         r = scan_text(&sc);
-        if (r < 0)
+        if (r < 0) {
+                free(sc.elements);
                 return r;
+        }
         *ret_n = sc.n_elements;
-        *ret_spans = TAKE_PTR(spans);
+        *ret_spans = sc.elements;
         return 0;
 }
 

@@ -333,7 +333,10 @@ static int map_to_backend(void *userdata, const IdField *f, char **ret) {
                 r->client_token = strndup(f->text, f->len);
                 if (!r->client_token)
                         return -ENOMEM;
-                if (id_text_canonical(f->text, f->len) && !hashmap_get(t->i->tokens, r->client_token))
+                /* Ours look like PROGRESS_TOKEN_PREFIX: a client's that does is never passed on as it is. */
+                if (id_text_canonical(f->text, f->len) &&
+                    strncmp(f->text, "\"" PROGRESS_TOKEN_PREFIX, strlen(PROGRESS_TOKEN_PREFIX) + 1) != 0 &&
+                    !hashmap_get(t->i->tokens, r->client_token))
                         r->backend_token = strdup(r->client_token);
                 else
                         r->backend_token = id_text_string(PROGRESS_TOKEN_PREFIX, (unsigned long long) r->backend_id);
