@@ -85,9 +85,11 @@ int instance_get(Shim *s, Client *c, Instance **ret) {
                 return -ENOMEM;
         i->routes = hashmap_new();
         i->tokens = hashmap_new();
-        if (!i->routes || !i->tokens) {
+        i->tasks = hashmap_new();
+        if (!i->routes || !i->tokens || !i->tasks) {
                 hashmap_free(i->routes);
                 hashmap_free(i->tokens);
+                hashmap_free(i->tasks);
                 free(i);
                 return -ENOMEM;
         }
@@ -255,6 +257,7 @@ Instance *instance_free(Instance *i) {
         channel_free(i->ch);
         hashmap_free(i->routes);
         hashmap_free(i->tokens);
+        hashmap_free(i->tasks);
         cJSON_Delete(i->init_result);
         free(i->last_exit);
         free(i->key);
@@ -308,6 +311,35 @@ static bool client_subscribed(const Client *c, const char *uri) {
         return false;
 }
 
+/* Task ids are the backend's, unique there, and pass as they are; but a task belongs to the session
+ * whose call created it: another session's tasks/get, tasks/result or tasks/cancel of it is refused
+ * as unknown, and its notifications/tasks/status go to that session only. */
+static void task_record(Instance *i, const IdField *f, Client *c) {
+        _cleanup_free_ char *key = strndup(f->text, f->len);
+
+        if (!key || !c)
+                return;
+        if (hashmap_get(i->tasks, key))
+                hashmap_remove(i->tasks, key);
+        if (hashmap_size(i->tasks) < INSTANCE_MAX_TASKS)
+                (void) hashmap_put(i->tasks, key, c);
+}
+
+static Client *task_owner(Instance *i, const char *text, size_t len) {
+        _cleanup_free_ char *key = strndup(text, len);
+        return key ? hashmap_get(i->tasks, key) : NULL;
+}
+
+static void instance_forget_tasks(Instance *i, Client *c) {
+        size_t state = 0;
+        const char *key;
+        void *v;
+
+        while (hashmap_iterate(i->tasks, &state, &key, &v))
+                if (v == c)
+                        hashmap_remove(i->tasks, key);
+}
+
 /* A client's message toward the backend: its request id becomes ours (no two clients' ids may
  * collide), a progress token stays the client's unless another session's active one has it, and a
  * cancellation names our id for the call it cancels. */
@@ -347,7 +379,10 @@ static int map_to_backend(void *userdata, const IdField *f, char **ret) {
                 *ret = strdup(r->backend_token);
                 return *ret ? 1 : -ENOMEM;
         case ID_KIND_TASK:
-                return 0; /* made by the backend, unique there */
+                /* Made by the backend, unique there: it passes as it is, to the session that owns it. */
+                if (r && task_owner(t->i, f->text, f->len) != r->client)
+                        return -ENOENT;
+                return 0;
         }
         return 0;
 }
@@ -416,7 +451,10 @@ static void forward_request(Instance *i, Client *c, const Message *m) {
         if (k >= 0)
                 k = instance_send_text(i, r->sent, r->sent_len);
         if (k < 0) {
-                client_fail_request(c, m, k == -ENOMEM ? "out of memory" : "the backend's stdin is closed");
+                client_fail_request(c, m,
+                                    k == -ENOENT   ? "unknown task: no call of this session created it"
+                                    : k == -ENOMEM ? "out of memory"
+                                                   : "the backend's stdin is closed");
                 route_remove(i, r);
                 return;
         }
@@ -509,22 +547,26 @@ static void handle_init_response(Instance *i, const Message *m) {
 /* The backend's message toward a client: the id it answers becomes the client's again, a progress
  * token the client's own, and a cancellation of an upcall names the id the client was given. */
 static int map_to_client(void *userdata, const IdField *f, char **ret) {
-        Route *r = userdata;
-        const char *t = f->kind == ID_KIND_REQUEST    ? r->client_id
-                        : f->kind == ID_KIND_PROGRESS ? r->client_token
-                                                      : NULL;
+        ToBackend *t = userdata; /* the same pair: this instance, this route */
+        Route *r = t->r;
+        const char *text = f->kind == ID_KIND_REQUEST    ? r->client_id
+                           : f->kind == ID_KIND_PROGRESS ? r->client_token
+                                                         : NULL;
 
-        if (!t || (strlen(t) == f->len && memcmp(t, f->text, f->len) == 0))
+        if (f->kind == ID_KIND_TASK)
+                task_record(t->i, f, r->client);
+        if (!text || (strlen(text) == f->len && memcmp(text, f->text, f->len) == 0))
                 return 0;
-        *ret = strdup(t);
+        *ret = strdup(text);
         return *ret ? 1 : -ENOMEM;
 }
 
-static void send_to_client(Route *r, const Message *m) {
+static void send_to_client(Instance *i, Route *r, const Message *m) {
+        ToBackend t = {i, r};
         _cleanup_free_ char *out = NULL;
         size_t len;
 
-        if (ids_translate(m, map_to_client, r, &out, &len) >= 0)
+        if (ids_translate(m, map_to_client, &t, &out, &len) >= 0)
                 client_send_text(r->client, out ?: m->text, len);
 }
 
@@ -579,7 +621,7 @@ static void handle_backend_response(Instance *i, const Message *m) {
                           (long long) id);
                 return;
         }
-        send_to_client(r, m);
+        send_to_client(i, r, m);
         i->answered = true;
         i->shim->calls_served++;
         route_remove(i, r);
@@ -596,7 +638,7 @@ static void handle_progress(Instance *i, const Message *m) {
 
         if (!r)
                 return; /* the call has ended: progress for it is stale */
-        send_to_client(r, m);
+        send_to_client(i, r, m);
 }
 
 static void handle_backend_notification(Instance *i, const Message *m) {
@@ -606,6 +648,13 @@ static void handle_backend_notification(Instance *i, const Message *m) {
                 return handle_progress(i, m);
         if (streq(m->method, "notifications/cancelled"))
                 return upcall_cancelled(i, m);
+        if (streq(m->method, "notifications/tasks/status")) {
+                IdField f[2];
+                Client *owner = ids_fields(m, f, ELEMENTSOF(f)) == 1 ? task_owner(i, f[0].text, f[0].len) : NULL;
+                if (owner)
+                        client_send_text(owner, m->text, m->len);
+                return;
+        }
         if (streq(m->method, "notifications/tools/list_changed") ||
             streq(m->method, "notifications/resources/list_changed") ||
             streq(m->method, "notifications/prompts/list_changed"))
@@ -947,6 +996,8 @@ void instance_cancel(Instance *i, Client *c, const Message *m) {
 void instance_forget_client(Instance *i, Client *c) {
         size_t state = 0;
         void *v;
+
+        instance_forget_tasks(i, c);
 
         while (hashmap_iterate(c->pending, &state, NULL, &v)) {
                 Route *r = v;

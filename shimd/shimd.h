@@ -15,6 +15,7 @@
 #define SHIM_MAX_CLIENTS      512U
 #define CLIENT_MAX_PENDING    1024U
 #define CLIENT_MAX_QUEUED     (64U * 1024U * 1024U) /* unread answers before a connection is closed */
+#define INSTANCE_MAX_TASKS    65536U
 #define SHIM_MAX_INSTANCES    8U /* backend processes at once: distinct client configurations, or sessions */
 #define DRAIN_GRACE_USEC      (5ULL * 1000000ULL)
 #define CLIENT_STALL_USEC     (5ULL * 1000000ULL) /* a closing connection whose peer reads nothing */
@@ -47,7 +48,7 @@ typedef struct Route {
                               * was taken at this backend; the key in Instance.tokens */
         char *method;
         bool is_tool_call;
-        char *sent;        /* what went to the backend, for a backend that dies before reading it */
+        char *sent; /* what went to the backend, for a backend that dies before reading it */
         size_t sent_len;
         uint64_t sent_end; /* its end in the backend's stdin (channel_sent_bytes()) */
         bool resend;       /* the backend died before reading it: it goes to the next one */
@@ -64,6 +65,7 @@ struct Instance {
         QueueItem *queue;   /* requests waiting for READY, oldest first */
         Hashmap *routes;    /* backend id -> Route */
         Hashmap *tokens;    /* progress token text the backend got -> Route */
+        Hashmap *tasks;     /* task id text (the backend's) -> Client whose call created it */
         int64_t next_id;
         unsigned n_clients; /* clients attached */
         unsigned crashes;   /* consecutive unexpected exits */

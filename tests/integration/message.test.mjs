@@ -17,7 +17,7 @@ const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-message-"));
 after(() => rmSync(dir, { recursive: true, force: true }));
 const ECHO = join(TESTS, "fixtures/echo-backend.mjs");
 const manifest = join(dir, "m.yaml");
-const tools = ["raw", "big", "slow", "levels", "upcall", "progress", "seen", "dupanswer"];
+const tools = ["raw", "big", "slow", "levels", "upcall", "progress", "seen", "dupanswer", "task"];
 writeFileSync(
   manifest,
   `backends:
@@ -150,6 +150,23 @@ describe("the shim, with several sessions on one backend", () => {
       assert.equal(n.params.progressToken, 1);
       assert.equal(r.id, 5);
     }
+  });
+
+  test("a task belongs to the session whose call created it", async () => {
+    const [a] = await session();
+    const [b] = await session();
+    const created = await a.request(call(1, "task"));
+    const taskId = created.result?.task?.taskId;
+    assert.match(taskId ?? "", /^task-\d+$/, JSON.stringify(created));
+    const status = await a.next();
+    assert.equal(status.method, "notifications/tasks/status");
+    assert.equal(status.params.taskId, taskId);
+    const theirs = await b.request({ jsonrpc: "2.0", id: 2, method: "tasks/get", params: { taskId } });
+    assert.match(theirs.error?.message ?? "", /unknown task/, JSON.stringify(theirs));
+    const mine = await a.request({ jsonrpc: "2.0", id: 2, method: "tasks/get", params: { taskId } });
+    assert.equal(mine.result?.taskId, taskId, JSON.stringify(mine));
+    await sleep(200);
+    assert.equal(b.lines.length, 0, `b heard of a's task: ${b.lines}`);
   });
 
   test("a tools/call refused for lack of a backend slot is a tool error that says why", async () => {
