@@ -170,24 +170,28 @@ static void fail_everything(Instance *i, const char *text) {
         }
 }
 
-static int instance_send(Instance *i, const cJSON *m);
-
 /* The backend died: the calls it can have read fail; those it never read (still queued by us, or
  * unread in its pipe) are kept for the next process, under the same ids. */
 static void fail_reached(Instance *i, uint64_t delivered, const char *text) {
-        size_t state = 0;
+        size_t state = 0, held = 0, failed = 0;
         void *v;
 
         while (hashmap_iterate(i->routes, &state, NULL, &v)) {
                 Route *r = v;
                 if (r->sent && r->sent_end > delivered) {
                         r->resend = true;
+                        held++;
                         continue;
                 }
                 if (r->client)
                         reply_failure(r->client, r->client_id, r->is_tool_call, text);
                 route_remove(i, r);
+                failed++;
         }
+        if (held + failed > 0)
+                log_info("Backend '%s' had read %zu of the calls sent to it (they fail); %zu it never read go to the "
+                         "next one.",
+                         iname(i), failed, held);
 }
 
 static int route_compare(const void *a, const void *b) {
@@ -762,21 +766,27 @@ static void on_backend(Channel *ch, ChannelEvent ev, const char *line, size_t le
 
 static int instance_spawn(Instance *i, Client *c, char *text, size_t size);
 
-/* A stop is not a refusal: calls that arrived while the backend stopped, and calls it died before
- * reading, start the next one at once (or fail saying why it cannot start). */
-static void instance_restart_for_held_work(Instance *i) {
+/* A stop is not a refusal: calls that arrived while the backend stopped, calls it died before
+ * reading, and calls that waited for a start that failed start the next one at once. When it cannot
+ * start (the crash-loop backoff, or an error), they fail saying why: with failed_start, the text of
+ * the start they waited for. */
+static void instance_restart_for_held_work(Instance *i, const char *failed_start) {
         Client *c = i->queue ? i->queue->client : NULL;
         size_t state = 0;
         void *v;
         char text[512];
+        int r;
 
         if (!instance_has_held_work(i))
                 return;
         while (!c && hashmap_iterate(i->routes, &state, NULL, &v))
                 if (((Route *) v)->resend)
                         c = ((Route *) v)->client;
-        if (!c || instance_spawn(i, c, text, sizeof text) < 0)
-                fail_everything(i, c ? text : "the backend stopped");
+        if (!c)
+                return fail_everything(i, failed_start ?: "the backend stopped");
+        r = instance_spawn(i, c, text, sizeof text);
+        if (r < 0)
+                fail_everything(i, r == -EAGAIN && failed_start ? failed_start : text);
 }
 
 static int on_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
@@ -784,6 +794,7 @@ static int on_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
         Shim *shim = i->shim;
         bool unexpected = i->state != INSTANCE_STOPPING || i->broken;
         uint64_t now = now_usec();
+        bool failed_start;
         char how[128], text[512];
 
         (void) s;
@@ -793,6 +804,7 @@ static int on_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
         /* What it wrote before it died is handled before its death. */
         if (i->ch)
                 channel_read_all(i->ch);
+        failed_start = !i->init_result;
         process_describe_exit(si, how, sizeof how);
         free(i->last_exit);
         i->last_exit = strdup(how);
@@ -802,12 +814,12 @@ static int on_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
                 log_warning("Backend '%s' (pid %d) %s.", iname(i), (int) i->pid, how);
         } else
                 log_info("Backend '%s' (pid %d) stopped: %s.", iname(i), (int) i->pid, how);
-        if (!i->init_result) {
-                /* Everything waiting was waiting for this start, and it failed. */
+        if (failed_start)
+                /* What waited for this start never reached a backend: it waits for the next start
+                 * (see instance_restart_for_held_work()), which the backoff allows once at once. */
                 snprintf(text, sizeof text, "backend '%s' failed to start: it %s before answering initialize", iname(i),
                          how);
-                fail_everything(i, text);
-        } else {
+        else {
                 snprintf(text, sizeof text, "backend '%s' %s while handling this call; the next call starts it again",
                          iname(i), how);
                 fail_reached(i, i->ch ? channel_delivered_bytes(i->ch) : UINT64_MAX, text);
@@ -823,7 +835,7 @@ static int on_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
         if (i->session_owned && i->n_clients == 0)
                 instance_free(i);
         else
-                instance_restart_for_held_work(i);
+                instance_restart_for_held_work(i, failed_start ? text : NULL);
         shim_update(shim);
         return 0;
 }

@@ -42,16 +42,18 @@ const text = (r) => r.result?.content?.[0]?.text ?? JSON.stringify(r);
 
 test("a backend that keeps crashing: each call says how it died, then a backoff, never a hot loop", async () => {
   const p = await session();
+  // The call waits for the start; a failed start is tried once more at once (the call never
+  // reached a backend), then the backoff holds: the call fails saying how the start failed.
   const a = await call(p, "crash");
   assert.equal(a.result.isError, true);
   assert.equal(text(a), "backend 'crashy' failed to start: it exited with status 3 before answering initialize");
-  const b = await call(p, "crash"); // the first crash restarts at once
-  assert.match(text(b), /exited with status 3 before answering initialize/);
-  const c = await call(p, "crash"); // the second one waits
-  assert.match(text(c), /^backend 'crashy' crashed 2 times in a row \(last: it exited with status 3\); not restarting it for another 0\.\d s$/);
+  assert.equal((p.stderr.match(/Started backend 'crashy'/g) ?? []).length, 2, p.stderr);
+  const b = await call(p, "crash"); // within the backoff: not started again
+  assert.match(text(b), /^backend 'crashy' crashed 2 times in a row \(last: it exited with status 3\); not restarting it for another 0\.\d s$/);
   await sleep(600);
-  assert.match(text(await call(p, "crash")), /exited with status 3 before answering initialize/);
+  assert.match(text(await call(p, "crash")), /exited with status 3 before answering initialize/); // one more start
   assert.match(text(await call(p, "crash")), /crashed 3 times in a row/);
+  assert.equal((p.stderr.match(/Started backend 'crashy'/g) ?? []).length, 3, p.stderr);
   assert.deepEqual((await p.request({ jsonrpc: "2.0", id: 99, method: "ping" })).result, {});
   await p.close();
 });
