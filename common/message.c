@@ -17,7 +17,8 @@
 typedef struct Scanner {
         const char *s;
         size_t pos, len;
-        Span *spans;    /* NULL: record nothing */
+        unsigned depth, max_depth;
+        Span *spans;        /* NULL: record nothing */
         bool want_elements; /* a batch: note the spans of the top-level array's elements */
         Span *elements;
         size_t n_elements, max_elements;
@@ -38,37 +39,84 @@ static int hexval(char c) {
         return -1;
 }
 
-/* A string token; on success ret_start and ret_end bound its contents (without the quotes). */
-static int scan_string(Scanner *sc, size_t *ret_start, size_t *ret_end) {
-        if (sc->pos >= sc->len || sc->s[sc->pos] != '"')
-                return -EBADMSG;
-        size_t start = ++sc->pos;
-        while (sc->pos < sc->len) {
-                unsigned char c = (unsigned char) sc->s[sc->pos];
-                if (c == '"') {
-                        *ret_start = start;
-                        *ret_end = sc->pos++;
+/* Inside a string: 1 ends the plain run ('"', '\\', control characters, which JSON wants escaped),
+ * 2 starts a UTF-8 sequence to check. */
+static const uint8_t string_byte[256] = {
+        [0x00 ... 0x1f] = 1,
+        ['"'] = 1,
+        ['\\'] = 1,
+        [0x80 ... 0xff] = 2,
+};
+
+/* The length of the valid UTF-8 sequence at p (not ASCII), or 0 (overlong, surrogate, past U+10FFFF,
+ * cut off): the same rules as utf8_is_valid(). */
+static size_t utf8_sequence(const uint8_t *p, size_t n) {
+        size_t k;
+        uint32_t cp;
+
+        if (p[0] >= 0xC2 && p[0] <= 0xDF)
+                k = 1, cp = p[0] & 0x1F;
+        else if (p[0] >= 0xE0 && p[0] <= 0xEF)
+                k = 2, cp = p[0] & 0x0F;
+        else if (p[0] >= 0xF0 && p[0] <= 0xF4)
+                k = 3, cp = p[0] & 0x07;
+        else
+                return 0;
+        if (n <= k)
+                return 0;
+        for (size_t i = 1; i <= k; i++) {
+                if ((p[i] & 0xC0) != 0x80)
                         return 0;
-                }
-                if (c < 0x20)
-                        return -EBADMSG; /* JSON wants control characters escaped */
-                if (c == '\\') {
-                        if (++sc->pos >= sc->len)
+                cp = (cp << 6) | (p[i] & 0x3F);
+        }
+        if ((k == 2 && cp < 0x800) || (k == 3 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
+                return 0;
+        return k + 1;
+}
+
+/* A string token; on success ret_start and ret_end bound its contents (without the quotes). Plain runs
+ * are skipped through a table: this loop is where a large payload's bytes go by. */
+static int scan_string(Scanner *sc, size_t *ret_start, size_t *ret_end) {
+        const uint8_t *s = (const uint8_t *) sc->s;
+        size_t p = sc->pos, n = sc->len, start;
+
+        if (p >= n || s[p] != '"')
+                return -EBADMSG;
+        start = ++p;
+        for (;;) {
+                while (p < n && !string_byte[s[p]])
+                        p++;
+                if (p >= n)
+                        return -EBADMSG;
+                if (s[p] == '"')
+                        break;
+                if (s[p] < 0x20)
+                        return -EBADMSG; /* JSON wants control characters escaped; NUL among them */
+                if (s[p] == '\\') {
+                        if (++p >= n)
                                 return -EBADMSG;
-                        c = (unsigned char) sc->s[sc->pos];
-                        if (c == 'u') {
-                                if (sc->pos + 4 >= sc->len)
+                        if (s[p] == 'u') {
+                                if (p + 4 >= n)
                                         return -EBADMSG;
                                 for (int k = 1; k <= 4; k++)
-                                        if (hexval(sc->s[sc->pos + k]) < 0)
+                                        if (hexval((char) s[p + k]) < 0)
                                                 return -EBADMSG;
-                                sc->pos += 4;
-                        } else if (!strchr("\"\\/bfnrt", c) || c == 0)
+                                p += 5;
+                        } else if (s[p] != 0 && strchr("\"\\/bfnrt", s[p]))
+                                p++;
+                        else
                                 return -EBADMSG;
+                        continue;
                 }
-                sc->pos++;
+                size_t k = utf8_sequence(s + p, n - p);
+                if (k == 0)
+                        return -EBADMSG;
+                p += k;
         }
-        return -EBADMSG;
+        *ret_start = start;
+        *ret_end = p;
+        sc->pos = p + 1;
+        return 0;
 }
 
 static bool is_digit(char c) {
@@ -148,10 +196,13 @@ static bool key_equals(const char *s, size_t a, size_t b, const char *name) {
 static int scan_value(Scanner *sc, unsigned level, uint32_t mask, bool top);
 
 static int scan_object(Scanner *sc, unsigned level, uint32_t mask) {
+        if (++sc->depth > sc->max_depth)
+                return -E2BIG;
         sc->pos++; /* '{' */
         skip_ws(sc);
         if (sc->pos < sc->len && sc->s[sc->pos] == '}') {
                 sc->pos++;
+                sc->depth--;
                 return 0;
         }
         for (;;) {
@@ -187,6 +238,7 @@ static int scan_object(Scanner *sc, unsigned level, uint32_t mask) {
                         return -EBADMSG;
                 if (sc->s[sc->pos] == '}') {
                         sc->pos++;
+                        sc->depth--;
                         return 0;
                 }
                 if (sc->s[sc->pos] != ',')
@@ -196,10 +248,13 @@ static int scan_object(Scanner *sc, unsigned level, uint32_t mask) {
 }
 
 static int scan_array(Scanner *sc, bool top) {
+        if (++sc->depth > sc->max_depth)
+                return -E2BIG;
         sc->pos++; /* '[' */
         skip_ws(sc);
         if (sc->pos < sc->len && sc->s[sc->pos] == ']') {
                 sc->pos++;
+                sc->depth--;
                 return 0;
         }
         for (;;) {
@@ -226,6 +281,7 @@ static int scan_array(Scanner *sc, bool top) {
                         return -EBADMSG;
                 if (sc->s[sc->pos] == ']') {
                         sc->pos++;
+                        sc->depth--;
                         return 0;
                 }
                 if (sc->s[sc->pos] != ',')
@@ -265,19 +321,6 @@ static int scan_text(Scanner *sc) {
                 return r;
         skip_ws(sc);
         return sc->pos == sc->len ? 0 : -EBADMSG;
-}
-
-static int check_text(const char *text, size_t len, unsigned max_depth) {
-        unsigned depth;
-
-        if (memchr(text, 0, len) || !utf8_is_valid(text, len))
-                return -EBADMSG;
-        depth = json_text_depth(text, len);
-        if (depth == UINT_MAX)
-                return -EBADMSG;
-        if (depth > max_depth)
-                return -E2BIG;
-        return 0;
 }
 
 static int cmp_keys(const void *a, const void *b) {
@@ -424,20 +467,23 @@ int message_parse(const char *line, size_t len, unsigned max_depth, Message **re
         Scanner sc;
         int r;
 
-        r = check_text(line, len, max_depth);
-        if (r < 0)
-                return r;
         m = calloc(1, sizeof *m);
         if (!m)
                 return -ENOMEM;
-        m->text = strndup(line, len);
-        if (!m->text) {
+        /* Not strndup(): the line may hold a NUL, which the scan must see to refuse. */
+        m->text = malloc(len + 1);
+        if (m->text) {
+                memcpy(m->text, line, len);
+                m->text[len] = 0;
+        } else {
                 free(m);
                 return -ENOMEM;
         }
         m->n_ref = 1;
         m->len = len;
-        sc = (Scanner){.s = m->text, .len = len, .spans = m->spans};
+        /* One pass checks it all: grammar, UTF-8 inside strings (outside them JSON is ASCII), no NUL,
+         * and nesting, before cJSON (which recurses) sees it. */
+        sc = (Scanner){.s = m->text, .len = len, .max_depth = max_depth, .spans = m->spans};
         r = scan_text(&sc);
         if (r >= 0) {
                 m->json = cJSON_ParseWithLength(m->text, len);
@@ -479,12 +525,9 @@ bool message_is_batch(const char *line, size_t len) {
 }
 
 int message_split_batch(const char *line, size_t len, unsigned max_depth, Span **ret_spans, size_t *ret_n) {
-        Scanner sc = {.s = line, .len = len, .want_elements = true};
+        Scanner sc = {.s = line, .len = len, .max_depth = max_depth, .want_elements = true};
         int r;
 
-        r = check_text(line, len, max_depth);
-        if (r < 0)
-                return r;
         if (!message_is_batch(line, len))
                 return -EBADMSG;
         r = scan_text(&sc);
