@@ -416,6 +416,130 @@ int client_config_load(const char *path, const char *client, ClientConfig **ret,
         return 0;
 }
 
+/* ---- what an entry runs ------------------------------------------------------------------------ */
+
+bool server_entry_is_remote(const ServerEntry *entry) {
+        const cJSON *e = entry->json;
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(e, "type");
+
+        if (cJSON_HasObjectItem(e, "url") || cJSON_HasObjectItem(e, "serverUrl"))
+                return true;
+        return cJSON_IsString(type) && !streq(type->valuestring, "stdio");
+}
+
+static bool has_variables(const char *s) {
+        return strstr(s, "${") != NULL;
+}
+
+/* argv[0] without a slash, found in PATH (the entry's own PATH if it sets one): the shim runs
+ * under a service manager whose PATH may be shorter than the user's shell's. */
+static char *resolve_command(const char *cmd, char **env) {
+        const char *path = getenv("PATH");
+        _cleanup_free_ char *copy = NULL;
+        char *save = NULL;
+
+        if (strchr(cmd, '/'))
+                return strdup(cmd);
+        for (char **e = env; e && *e; e++)
+                if (strncmp(*e, "PATH=", 5) == 0)
+                        path = *e + 5;
+        copy = strdup(path ?: "/usr/local/bin:/usr/bin:/bin");
+        if (!copy)
+                return NULL;
+        for (char *dir = strtok_r(copy, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
+                char *full;
+                if (dir[0] != '/' || asprintf(&full, "%s/%s", dir, cmd) < 0)
+                        continue;
+                if (access(full, X_OK) == 0)
+                        return full;
+                free(full);
+        }
+        return strdup(cmd); /* not found: starting it will say so */
+}
+
+/* Why an entry cannot be imported as it is, or NULL; fills argv, env and cwd otherwise. */
+const char *server_entry_command(const ServerEntry *e, char ***ret_argv, char ***ret_env, char **ret_cwd) {
+        const cJSON *cmd = cJSON_GetObjectItemCaseSensitive(e->json, "command");
+        const cJSON *args = cJSON_GetObjectItemCaseSensitive(e->json, "args");
+        const cJSON *env = cJSON_GetObjectItemCaseSensitive(e->json, "env");
+        const cJSON *cwd = cJSON_GetObjectItemCaseSensitive(e->json, "cwd");
+        const cJSON *disabled = cJSON_GetObjectItemCaseSensitive(e->json, "disabled");
+        _cleanup_strv_free_ char **argv = NULL, **envv = NULL;
+        size_t n = 0;
+        const cJSON *it;
+
+        if (!cJSON_IsString(cmd) || !cmd->valuestring[0])
+                return "it has no command";
+        if (cJSON_IsTrue(disabled))
+                return "it is disabled in the client";
+        if (cJSON_HasObjectItem(e->json, "envFile"))
+                return "it reads an envFile, which only the client reads";
+        if (args && !cJSON_IsArray(args))
+                return "its args are not a list";
+        if (env && !cJSON_IsObject(env))
+                return "its env is not an object";
+        if (cwd && !cJSON_IsString(cwd))
+                return "its cwd is not a string";
+        if (has_variables(cmd->valuestring) || (cwd && has_variables(cwd->valuestring)))
+                return "it uses ${...} variables, which only the client expands";
+        argv = calloc((size_t) cJSON_GetArraySize(args) + 2, sizeof(char *));
+        envv = calloc((size_t) cJSON_GetArraySize(env) + 1, sizeof(char *));
+        if (!argv || !envv)
+                return "out of memory";
+        cJSON_ArrayForEach (it, args) {
+                if (!cJSON_IsString(it))
+                        return "its args are not all strings";
+                if (has_variables(it->valuestring))
+                        return "it uses ${...} variables, which only the client expands";
+                if (!(argv[++n] = strdup(it->valuestring)))
+                        return "out of memory";
+        }
+        n = 0;
+        cJSON_ArrayForEach (it, env) {
+                size_t k = strlen(it->string);
+                if (!cJSON_IsString(it))
+                        return "its env values are not all strings";
+                if (has_variables(it->valuestring))
+                        return "it uses ${...} variables, which only the client expands";
+                if (k == 0 ||
+                    strspn(it->string, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") != k ||
+                    (it->string[0] >= '0' && it->string[0] <= '9'))
+                        return "its env names a variable that is not a valid name";
+                if (asprintf(&envv[n++], "%s=%s", it->string, it->valuestring) < 0)
+                        return "out of memory";
+        }
+        argv[0] = resolve_command(cmd->valuestring, envv);
+        if (!argv[0])
+                return "out of memory";
+        if (cwd && cwd->valuestring[0] != '/') {
+                const char *base = e->default_cwd;
+                _cleanup_free_ char *dir = NULL;
+                if (!base) {
+                        dir = strdup(e->config->path);
+                        base = dir ? dirname(dir) : ".";
+                }
+                if (asprintf(ret_cwd, "%s/%s", base, cwd->valuestring) < 0)
+                        return "out of memory";
+        } else if (!(*ret_cwd = cwd              ? strdup(cwd->valuestring)
+                                : e->default_cwd ? strdup(e->default_cwd)
+                                                 : NULL) &&
+                   (cwd || e->default_cwd))
+                return "out of memory";
+        *ret_argv = TAKE_PTR(argv);
+        *ret_env = TAKE_PTR(envv);
+        return NULL;
+}
+
+bool server_entry_is_mcp_lazy(const ServerEntry *e) {
+        const cJSON *cmd = cJSON_GetObjectItemCaseSensitive(e->json, "command");
+        const char *slash;
+
+        if (!cJSON_IsString(cmd))
+                return false;
+        slash = strrchr(cmd->valuestring, '/');
+        return streq(slash ? slash + 1 : cmd->valuestring, "mcp-lazy");
+}
+
 /* ---- rewriting an entry ------------------------------------------------------------------------ */
 
 typedef struct Out {

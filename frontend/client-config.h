@@ -51,6 +51,13 @@ ClientConfig *client_config_free(ClientConfig *c);
 static inline void client_config_freep(ClientConfig **c) {
         client_config_free(*c);
 }
+/* A remote server (url, or a type other than stdio). */
+bool server_entry_is_remote(const ServerEntry *e);
+/* An entry that already runs mcp-lazy. */
+bool server_entry_is_mcp_lazy(const ServerEntry *e);
+/* What a stdio entry runs: argv (argv[0] resolved in PATH), env ("KEY=VALUE") and cwd (absolute, or
+ * the project's directory, or NULL). Returns NULL, or why import cannot run it as the client would. */
+const char *server_entry_command(const ServerEntry *e, char ***ret_argv, char ***ret_env, char **ret_cwd);
 /* Makes entry's replacement {"command": command, "args": args...} (other keys but command, args,
  * env and cwd kept), laid out like the entry it replaces. */
 int client_config_replace_entry(ServerEntry *e, const char *command, char *const *args);

@@ -11,8 +11,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <systemd/sd-bus.h>
-#include <systemd/sd-daemon.h>
 
 #include "client-config.h"
 #include "duration.h"
@@ -63,15 +61,6 @@ typedef struct Import {
         unsigned failures;
 } Import;
 
-int parse_timeout_arg(const char *s, uint64_t *ret) {
-        uint64_t usec;
-
-        if (duration_parse(s, &usec) < 0 || usec == 0)
-                return -EINVAL;
-        *ret = usec;
-        return 0;
-}
-
 static void target_free(Target *t) {
         if (!t)
                 return;
@@ -110,128 +99,7 @@ _printf_(3, 4) static void item_set(Item *it, EntryState state, const char *fmt,
         va_end(ap);
 }
 
-/* ---- reading the entries ----------------------------------------------------------------------- */
-
-static bool is_remote(const cJSON *e) {
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(e, "type");
-
-        if (cJSON_HasObjectItem(e, "url") || cJSON_HasObjectItem(e, "serverUrl"))
-                return true;
-        return cJSON_IsString(type) && !streq(type->valuestring, "stdio");
-}
-
-static bool has_variables(const char *s) {
-        return strstr(s, "${") != NULL;
-}
-
-/* argv[0] without a slash, found in PATH (the entry's own PATH if it sets one): the shim runs
- * under a service manager whose PATH may be shorter than the user's shell's. */
-static char *resolve_command(const char *cmd, char **env) {
-        const char *path = getenv("PATH");
-        _cleanup_free_ char *copy = NULL;
-        char *save = NULL;
-
-        if (strchr(cmd, '/'))
-                return strdup(cmd);
-        for (char **e = env; e && *e; e++)
-                if (strncmp(*e, "PATH=", 5) == 0)
-                        path = *e + 5;
-        copy = strdup(path ?: "/usr/local/bin:/usr/bin:/bin");
-        if (!copy)
-                return NULL;
-        for (char *dir = strtok_r(copy, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
-                char *full;
-                if (dir[0] != '/' || asprintf(&full, "%s/%s", dir, cmd) < 0)
-                        continue;
-                if (access(full, X_OK) == 0)
-                        return full;
-                free(full);
-        }
-        return strdup(cmd); /* not found: starting it will say so */
-}
-
-/* Why an entry cannot be imported as it is, or NULL; fills argv, env and cwd otherwise. */
-static const char *entry_read(const ServerEntry *e, char ***ret_argv, char ***ret_env, char **ret_cwd) {
-        const cJSON *cmd = cJSON_GetObjectItemCaseSensitive(e->json, "command");
-        const cJSON *args = cJSON_GetObjectItemCaseSensitive(e->json, "args");
-        const cJSON *env = cJSON_GetObjectItemCaseSensitive(e->json, "env");
-        const cJSON *cwd = cJSON_GetObjectItemCaseSensitive(e->json, "cwd");
-        const cJSON *disabled = cJSON_GetObjectItemCaseSensitive(e->json, "disabled");
-        _cleanup_strv_free_ char **argv = NULL, **envv = NULL;
-        size_t n = 0;
-        const cJSON *it;
-
-        if (!cJSON_IsString(cmd) || !cmd->valuestring[0])
-                return "it has no command";
-        if (cJSON_IsTrue(disabled))
-                return "it is disabled in the client";
-        if (cJSON_HasObjectItem(e->json, "envFile"))
-                return "it reads an envFile, which only the client reads";
-        if (args && !cJSON_IsArray(args))
-                return "its args are not a list";
-        if (env && !cJSON_IsObject(env))
-                return "its env is not an object";
-        if (cwd && !cJSON_IsString(cwd))
-                return "its cwd is not a string";
-        if (has_variables(cmd->valuestring) || (cwd && has_variables(cwd->valuestring)))
-                return "it uses ${...} variables, which only the client expands";
-        argv = calloc((size_t) cJSON_GetArraySize(args) + 2, sizeof(char *));
-        envv = calloc((size_t) cJSON_GetArraySize(env) + 1, sizeof(char *));
-        if (!argv || !envv)
-                return "out of memory";
-        cJSON_ArrayForEach (it, args) {
-                if (!cJSON_IsString(it))
-                        return "its args are not all strings";
-                if (has_variables(it->valuestring))
-                        return "it uses ${...} variables, which only the client expands";
-                if (!(argv[++n] = strdup(it->valuestring)))
-                        return "out of memory";
-        }
-        n = 0;
-        cJSON_ArrayForEach (it, env) {
-                size_t k = strlen(it->string);
-                if (!cJSON_IsString(it))
-                        return "its env values are not all strings";
-                if (has_variables(it->valuestring))
-                        return "it uses ${...} variables, which only the client expands";
-                if (k == 0 ||
-                    strspn(it->string, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") != k ||
-                    (it->string[0] >= '0' && it->string[0] <= '9'))
-                        return "its env names a variable that is not a valid name";
-                if (asprintf(&envv[n++], "%s=%s", it->string, it->valuestring) < 0)
-                        return "out of memory";
-        }
-        argv[0] = resolve_command(cmd->valuestring, envv);
-        if (!argv[0])
-                return "out of memory";
-        if (cwd && cwd->valuestring[0] != '/') {
-                const char *base = e->default_cwd;
-                _cleanup_free_ char *dir = NULL;
-                if (!base) {
-                        dir = strdup(e->config->path);
-                        base = dir ? dirname(dir) : ".";
-                }
-                if (asprintf(ret_cwd, "%s/%s", base, cwd->valuestring) < 0)
-                        return "out of memory";
-        } else if (!(*ret_cwd = cwd              ? strdup(cwd->valuestring)
-                                : e->default_cwd ? strdup(e->default_cwd)
-                                                 : NULL) &&
-                   (cwd || e->default_cwd))
-                return "out of memory";
-        *ret_argv = TAKE_PTR(argv);
-        *ret_env = TAKE_PTR(envv);
-        return NULL;
-}
-
-static bool is_mcp_lazy(const ServerEntry *e) {
-        const cJSON *cmd = cJSON_GetObjectItemCaseSensitive(e->json, "command");
-        const char *slash;
-
-        if (!cJSON_IsString(cmd))
-                return false;
-        slash = strrchr(cmd->valuestring, '/');
-        return streq(slash ? slash + 1 : cmd->valuestring, "mcp-lazy");
-}
+/* ---- planning: which servers to start, under which backend names ------------------------------- */
 
 static bool strv_equal(char *const *a, char *const *b) {
         for (; a && b && *a && *b; a++, b++)
@@ -354,15 +222,15 @@ static int import_plan(Import *im) {
                 const char *why;
                 Target *t = NULL;
 
-                if (is_remote(e->json)) {
+                if (server_entry_is_remote(e)) {
                         item_set(it, ENTRY_REMOTE, "a remote server: left as it is");
                         continue;
                 }
-                if (is_mcp_lazy(e)) {
+                if (server_entry_is_mcp_lazy(e)) {
                         item_set(it, ENTRY_SKIPPED, "already goes through mcp-lazy");
                         continue;
                 }
-                why = entry_read(e, &argv, &env, &cwd);
+                why = server_entry_command(e, &argv, &env, &cwd);
                 if (why) {
                         item_set(it, ENTRY_SKIPPED, "not imported: %s; left as it is", why);
                         continue;
@@ -470,72 +338,6 @@ static void target_discover(Import *im, Target *t) {
         printf("\n");
 }
 
-/* The tool keys a manifest takes; anything else a server adds is left out, and said so. */
-static const char *const manifest_tool_keys[] = {
-        "name",        "title", "description", "inputSchema", "outputSchema",
-        "annotations", "icons", "execution",   "_meta",       NULL,
-};
-
-cJSON *tools_for_manifest(const cJSON *tools, const char *backend) {
-        _cleanup_json_ cJSON *out = cJSON_Duplicate(tools, true);
-        cJSON *t;
-
-        if (!out)
-                return NULL;
-        cJSON_ArrayForEach (t, out) {
-                cJSON *k = t->child;
-                while (k) {
-                        cJSON *next = k->next;
-                        bool known = false;
-                        for (const char *const *c = manifest_tool_keys; *c && !known; c++)
-                                known = streq(k->string, *c);
-                        if (!known) {
-                                fprintf(stderr,
-                                        "mcp-lazy: tool '%s' of '%s': leaving out its key '%s', which the manifest "
-                                        "does not take\n",
-                                        cJSON_GetStringValue(cJSON_GetObjectItem(t, "name")) ?: "?", backend,
-                                        k->string);
-                                cJSON_Delete(cJSON_DetachItemViaPointer(t, k));
-                        }
-                        k = next;
-                }
-        }
-        return TAKE_PTR(out);
-}
-
-int import_store_backend(ManifestDoc *doc, const char *name, const McpDiscovery *d, const cJSON *client_caps) {
-        static const struct {
-                const char *key;
-                size_t offset;
-        } lists[] = {
-                {"resources", offsetof(McpDiscovery, resources)},
-                {"resource_templates", offsetof(McpDiscovery, resource_templates)},
-                {"prompts", offsetof(McpDiscovery, prompts)},
-        };
-        cJSON *tools;
-        int r;
-
-        r = manifest_doc_set_backend_key(doc, name, "server_info", cJSON_Duplicate(d->server_info, true));
-        if (r >= 0)
-                r = manifest_doc_set_backend_key(doc, name, "instructions",
-                                                 d->instructions ? cJSON_CreateString(d->instructions) : NULL);
-        if (r >= 0)
-                r = manifest_doc_set_backend_key(doc, name, "capabilities", cJSON_Duplicate(d->capabilities, true));
-        if (r >= 0 && client_caps)
-                r = manifest_doc_set_backend_key(doc, name, "client_capabilities", cJSON_Duplicate(client_caps, true));
-        for (size_t i = 0; r >= 0 && i < ELEMENTSOF(lists); i++) {
-                const cJSON *l = *(cJSON *const *) ((const char *) d + lists[i].offset);
-                r = manifest_doc_set_backend_key(doc, name, lists[i].key,
-                                                 l && cJSON_GetArraySize(l) > 0 ? cJSON_Duplicate(l, true) : NULL);
-        }
-        if (r < 0)
-                return r;
-        tools = tools_for_manifest(d->tools, name);
-        if (!tools)
-                return -ENOMEM;
-        return manifest_doc_set_tools(doc, name, tools);
-}
-
 static int store_command(Import *im, const Target *t) {
         _cleanup_json_ cJSON *argv = cJSON_CreateArray(), *env = NULL;
         int r;
@@ -561,39 +363,6 @@ static int store_command(Import *im, const Target *t) {
         if (r >= 0)
                 r = manifest_doc_set_backend_key(im->doc, t->backend, "cwd",
                                                  t->cwd ? cJSON_CreateString(t->cwd) : NULL);
-        return r;
-}
-
-int import_write_manifest(ManifestDoc *doc, bool dry_run) {
-        _cleanup_free_ char *text = NULL, *err = NULL, *dir = NULL;
-        struct stat st;
-        mode_t mode = 0644;
-        size_t len;
-        int r;
-
-        r = manifest_doc_emit(doc, &text, &len, &err);
-        if (r < 0) {
-                fprintf(stderr, "mcp-lazy: the manifest would not be valid, so nothing was written:\n%s\n",
-                        err ?: strerror(-r));
-                return r;
-        }
-        if (dry_run) {
-                printf("--- %s (would be written)\n%s", doc->path, text);
-                return 0;
-        }
-        if (stat(doc->path, &st) >= 0)
-                mode = st.st_mode & 0777;
-        if (manifest_doc_has_env(doc))
-                mode &= 0600; /* env values are often API keys */
-        dir = strdup(doc->path);
-        if (!dir)
-                return -ENOMEM;
-        r = mkdir_parents(dirname(dir), 0755);
-        if (r >= 0)
-                r = write_file_atomic(doc->path, text, len, mode, true);
-        if (r < 0)
-                fprintf(stderr, "mcp-lazy: cannot write the manifest %s: %s; nothing was changed\n", doc->path,
-                        strerror(-r));
         return r;
 }
 
@@ -639,96 +408,19 @@ static int rewrite_config(Import *im, ClientConfig *c) {
         return 1;
 }
 
-/* ---- systemd ----------------------------------------------------------------------------------- */
+/* ---- the command ------------------------------------------------------------------------------- */
 
-/* The service manager: for a user, its private socket first (as systemctl does: no D-Bus broker
- * needed), then the user bus; for root, the system bus. */
-static int open_manager(bool user, sd_bus **ret) {
-        _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
-        const char *rt = getenv("XDG_RUNTIME_DIR");
-        _cleanup_free_ char *addr = NULL;
-
-        if (!user)
-                return sd_bus_open_system(ret);
-        if (rt && rt[0] == '/' && asprintf(&addr, "unix:path=%s/systemd/private", rt) >= 0 && sd_bus_new(&bus) >= 0 &&
-            sd_bus_set_address(bus, addr) >= 0 && sd_bus_start(bus) >= 0) {
-                *ret = TAKE_PTR(bus);
-                return 0;
-        }
-        return sd_bus_open_user(ret);
-}
-
-static int enable_sockets(const Import *im) {
-        _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
-        _cleanup_strv_free_ char **units = calloc(im->n_targets + 1, sizeof(char *));
-        bool user = geteuid() != 0;
-        const char *ctl = user ? "systemctl --user" : "systemctl";
+static int enable_imported(const Import *im) {
+        _cleanup_strv_free_ char **names = calloc(im->n_targets + 1, sizeof(char *));
         size_t n = 0;
-        int r;
 
-        if (!units)
+        if (!names)
                 return -ENOMEM;
         for (size_t i = 0; i < im->n_targets; i++)
-                if (!im->targets[i]->failed && asprintf(&units[n++], "mcp-lazy@%s.socket", im->targets[i]->backend) < 0)
+                if (!im->targets[i]->failed && !(names[n++] = strdup(im->targets[i]->backend)))
                         return -ENOMEM;
-        if (n == 0)
-                return 0;
-        r = sd_booted() <= 0 ? -ENOMEDIUM : open_manager(user, &bus);
-        if (r < 0) {
-                printf("\nsystemd is not running here (%s): the entries work without it, each mcp-lazy starting\n"
-                       "mcp-lazy-shimd itself (direct activation). With systemd, share the backends with:\n  %s enable "
-                       "--now",
-                       r == -ENOMEDIUM ? "not booted with systemd" : strerror(-r), ctl);
-                for (size_t i = 0; i < n; i++)
-                        printf(" %s", units[i]);
-                printf("\n");
-                return 0;
-        }
-        (void) sd_bus_set_method_call_timeout(bus, 30 * USEC_PER_SEC);
-        {
-                _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
-                _cleanup_(sd_bus_message_unrefp) sd_bus_message *m = NULL, *reply = NULL;
-
-                r = sd_bus_message_new_method_call(bus, &m, "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
-                                                   "org.freedesktop.systemd1.Manager", "EnableUnitFiles");
-                if (r >= 0)
-                        r = sd_bus_message_append_strv(m, units);
-                if (r >= 0)
-                        r = sd_bus_message_append(m, "bb", false, false);
-                if (r >= 0)
-                        r = sd_bus_call(bus, m, 0, &e, &reply);
-                if (r < 0) {
-                        fprintf(stderr,
-                                "mcp-lazy: cannot enable the sockets: %s\n  Are the unit templates installed "
-                                "(make install)? Then run: %s enable --now mcp-lazy@NAME.socket\n",
-                                e.message ?: strerror(-r), ctl);
-                        return r;
-                }
-        }
-        {
-                _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
-                r = sd_bus_call_method(bus, "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
-                                       "org.freedesktop.systemd1.Manager", "Reload", &e, NULL, NULL);
-                if (r < 0)
-                        fprintf(stderr, "mcp-lazy: systemd did not reload its units (%s), ignoring\n",
-                                e.message ?: strerror(-r));
-        }
-        for (size_t i = 0; i < n; i++) {
-                _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
-                r = sd_bus_call_method(bus, "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
-                                       "org.freedesktop.systemd1.Manager", "StartUnit", &e, NULL, "ss", units[i],
-                                       "replace");
-                if (r < 0) {
-                        fprintf(stderr, "mcp-lazy: cannot start %s: %s\n  See: %s status %s\n", units[i],
-                                e.message ?: strerror(-r), ctl, units[i]);
-                        return r;
-                }
-                printf("Enabled and started %s (%s manager)\n", units[i], user ? "user" : "system");
-        }
-        return 0;
+        return enable_sockets(names);
 }
-
-/* ---- the command ------------------------------------------------------------------------------- */
 
 static void help(void) {
         printf("Usage: mcp-lazy import [OPTIONS]\n"
@@ -1034,7 +726,7 @@ int import_main(int argc, char *argv[]) {
                                im.configs[i]->path, im.configs[i]->path);
         }
         report(&im);
-        if (im.enable && !im.dry_run && im.n_targets > 0 && enable_sockets(&im) < 0)
+        if (im.enable && !im.dry_run && im.n_targets > 0 && enable_imported(&im) < 0)
                 im.failures++;
         else if (!im.enable && !im.dry_run && im.n_targets > 0) {
                 printf("\nNot enabling sockets (--no-enable). Without systemd the entries start their backends\n"

@@ -18,4 +18,7 @@ int import_store_backend(ManifestDoc *doc, const char *name, const McpDiscovery 
 int import_write_manifest(ManifestDoc *doc, bool dry_run);
 /* tools/list entries with only the keys a manifest takes (the others said on stderr). */
 cJSON *tools_for_manifest(const cJSON *tools, const char *backend);
+/* Enables and starts mcp-lazy@NAME.socket for each name in the user's manager (root: the system's);
+ * without systemd says what to run instead and returns 0. */
+int enable_sockets(char *const *backends);
 int parse_timeout_arg(const char *s, uint64_t *ret);

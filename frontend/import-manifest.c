@@ -1,0 +1,119 @@
+/* What import and refresh write into the manifest: a discovered server as a backend, and the file. */
+#include <errno.h>
+#include <libgen.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "duration.h"
+#include "import.h"
+#include "macros.h"
+
+int parse_timeout_arg(const char *s, uint64_t *ret) {
+        uint64_t usec;
+
+        if (duration_parse(s, &usec) < 0 || usec == 0)
+                return -EINVAL;
+        *ret = usec;
+        return 0;
+}
+
+/* The tool keys a manifest takes; anything else a server adds is left out, and said so. */
+static const char *const manifest_tool_keys[] = {
+        "name",        "title", "description", "inputSchema", "outputSchema",
+        "annotations", "icons", "execution",   "_meta",       NULL,
+};
+
+cJSON *tools_for_manifest(const cJSON *tools, const char *backend) {
+        _cleanup_json_ cJSON *out = cJSON_Duplicate(tools, true);
+        cJSON *t;
+
+        if (!out)
+                return NULL;
+        cJSON_ArrayForEach (t, out) {
+                cJSON *k = t->child;
+                while (k) {
+                        cJSON *next = k->next;
+                        bool known = false;
+                        for (const char *const *c = manifest_tool_keys; *c && !known; c++)
+                                known = streq(k->string, *c);
+                        if (!known) {
+                                fprintf(stderr,
+                                        "mcp-lazy: tool '%s' of '%s': leaving out its key '%s', which the manifest "
+                                        "does not take\n",
+                                        cJSON_GetStringValue(cJSON_GetObjectItem(t, "name")) ?: "?", backend,
+                                        k->string);
+                                cJSON_Delete(cJSON_DetachItemViaPointer(t, k));
+                        }
+                        k = next;
+                }
+        }
+        return TAKE_PTR(out);
+}
+
+int import_store_backend(ManifestDoc *doc, const char *name, const McpDiscovery *d, const cJSON *client_caps) {
+        static const struct {
+                const char *key;
+                size_t offset;
+        } lists[] = {
+                {"resources", offsetof(McpDiscovery, resources)},
+                {"resource_templates", offsetof(McpDiscovery, resource_templates)},
+                {"prompts", offsetof(McpDiscovery, prompts)},
+        };
+        cJSON *tools;
+        int r;
+
+        r = manifest_doc_set_backend_key(doc, name, "server_info", cJSON_Duplicate(d->server_info, true));
+        if (r >= 0)
+                r = manifest_doc_set_backend_key(doc, name, "instructions",
+                                                 d->instructions ? cJSON_CreateString(d->instructions) : NULL);
+        if (r >= 0)
+                r = manifest_doc_set_backend_key(doc, name, "capabilities", cJSON_Duplicate(d->capabilities, true));
+        if (r >= 0 && client_caps)
+                r = manifest_doc_set_backend_key(doc, name, "client_capabilities", cJSON_Duplicate(client_caps, true));
+        for (size_t i = 0; r >= 0 && i < ELEMENTSOF(lists); i++) {
+                const cJSON *l = *(cJSON *const *) ((const char *) d + lists[i].offset);
+                r = manifest_doc_set_backend_key(doc, name, lists[i].key,
+                                                 l && cJSON_GetArraySize(l) > 0 ? cJSON_Duplicate(l, true) : NULL);
+        }
+        if (r < 0)
+                return r;
+        tools = tools_for_manifest(d->tools, name);
+        if (!tools)
+                return -ENOMEM;
+        return manifest_doc_set_tools(doc, name, tools);
+}
+
+int import_write_manifest(ManifestDoc *doc, bool dry_run) {
+        _cleanup_free_ char *text = NULL, *err = NULL, *dir = NULL;
+        struct stat st;
+        mode_t mode = 0644;
+        size_t len;
+        int r;
+
+        r = manifest_doc_emit(doc, &text, &len, &err);
+        if (r < 0) {
+                fprintf(stderr, "mcp-lazy: the manifest would not be valid, so nothing was written:\n%s\n",
+                        err ?: strerror(-r));
+                return r;
+        }
+        if (dry_run) {
+                printf("--- %s (would be written)\n%s", doc->path, text);
+                return 0;
+        }
+        if (stat(doc->path, &st) >= 0)
+                mode = st.st_mode & 0777;
+        if (manifest_doc_has_env(doc))
+                mode &= 0600; /* env values are often API keys */
+        dir = strdup(doc->path);
+        if (!dir)
+                return -ENOMEM;
+        r = mkdir_parents(dirname(dir), 0755);
+        if (r >= 0)
+                r = write_file_atomic(doc->path, text, len, mode, true);
+        if (r < 0)
+                fprintf(stderr, "mcp-lazy: cannot write the manifest %s: %s; nothing was changed\n", doc->path,
+                        strerror(-r));
+        return r;
+}
