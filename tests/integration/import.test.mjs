@@ -7,11 +7,14 @@ import { spawnSync } from "node:child_process";
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { MCP_LAZY, SERVER_SCRIPTS, processesMatching } from "./lib/env.mjs";
+import { INIT, MCP_LAZY, RawPeer, SERVER_SCRIPTS, cleanupPeers, processesMatching } from "./lib/env.mjs";
 import { claudeCodeConfig, desktopConfig, compareWithDirect, CLIENT_CAPS } from "./lib/import.mjs";
 
 const base = mkdtempSync(join(tmpdir(), "mcp-lazy-import-"));
-after(() => rmSync(base, { recursive: true, force: true }));
+after(() => {
+  cleanupPeers();
+  rmSync(base, { recursive: true, force: true });
+});
 
 let homes = 0;
 function home() {
@@ -195,7 +198,7 @@ test("import failures: a manifest that cannot be written changes nothing", () =>
   assert.equal(existsSync(join(h, ".claude.json.mcp-lazy-backup")), false);
 });
 
-test("refresh: says what changed against the servers, writes it; --check fails on a difference", () => {
+test("refresh: says what changed against the servers, writes it (running frontends hear of it); --check fails on a difference", async () => {
   const h = home();
   const manifest = join(h, "m.yaml");
   writeFileSync(join(h, ".claude.json"), `{"mcpServers": {"memory": {"command": "node", "args": [${JSON.stringify(SERVER_SCRIPTS.memory)}]}}}`);
@@ -219,10 +222,20 @@ test("refresh: says what changed against the servers, writes it; --check fails o
   assert.match(c.out, /run 'mcp-lazy refresh'/);
   assert.equal(readFileSync(manifest, "utf8"), drifted, "--check writes nothing");
 
+  // A client is connected through the entry while refresh writes: it hears the lists changed.
+  const peer = new RawPeer(MCP_LAZY, ["--backend", "memory", "--manifest", manifest]);
+  await peer.request(INIT());
+  const before = await peer.request({ jsonrpc: "2.0", id: 1, method: "tools/list" });
+  assert.equal(before.result.tools.some((t) => t.name === "read_graph"), false);
   const w = lazy(h, ["refresh", "memory", "--manifest", manifest]);
   assert.equal(w.code, 0, w.all);
   assert.match(w.out, /Wrote /);
   assert.equal(readFileSync(manifest, "utf8"), fresh, "refresh writes what import wrote");
+  const [note] = await peer.next(1, 10000);
+  assert.equal(note.method, "notifications/tools/list_changed");
+  const now = await peer.request({ jsonrpc: "2.0", id: 2, method: "tools/list" });
+  assert.equal(now.result.tools.some((t) => t.name === "read_graph"), true);
+  await peer.close();
   assert.equal(lazy(h, ["refresh", "--check", "--manifest", manifest]).code, 0);
   assert.match(lazy(h, ["refresh", "nosuch", "--manifest", manifest]).err, /has no backend 'nosuch'/);
 });
