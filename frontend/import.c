@@ -534,6 +534,108 @@ static void report(const Import *im) {
         }
 }
 
+/* Every discovered server into the manifest; 0 when at least one made it (or there were none). */
+static int import_store_all(Import *im) {
+        bool any = im->n_targets == 0;
+        int r;
+
+        for (size_t i = 0; i < im->n_targets; i++) {
+                Target *t = im->targets[i];
+                if (t->failed) {
+                        im->failures++;
+                        continue;
+                }
+                r = store_command(im, t);
+                if (r >= 0)
+                        r = import_store_backend(im->doc, t->backend, t->d, t->caps);
+                if (r < 0) {
+                        fprintf(stderr, "mcp-lazy: cannot add backend '%s' to the manifest: %s\n", t->backend,
+                                strerror(-r));
+                        return r;
+                }
+                any = true;
+        }
+        if (!any) {
+                report(im);
+                fprintf(stderr, "mcp-lazy: no server could be imported; nothing was changed\n");
+                return -ENOENT;
+        }
+        return 0;
+}
+
+static void import_rewrite_configs(Import *im) {
+        for (size_t i = 0; i < im->n_configs; i++) {
+                int r = rewrite_config(im, im->configs[i]);
+                if (r < 0) {
+                        fprintf(stderr, "mcp-lazy: cannot rewrite %s: %s; left as it was\n", im->configs[i]->path,
+                                strerror(-r));
+                        im->failures++;
+                } else if (r > 0)
+                        printf("Rewrote %s (the original is %s.mcp-lazy-backup; 'mcp-lazy import --undo' puts it "
+                               "back)\n",
+                               im->configs[i]->path, im->configs[i]->path);
+        }
+}
+
+static void import_enable(Import *im) {
+        if (im->dry_run || im->n_targets == 0)
+                return;
+        if (im->enable) {
+                if (enable_imported(im) < 0)
+                        im->failures++;
+                return;
+        }
+        printf("\nNot enabling sockets (--no-enable). Without systemd the entries start their backends\n"
+               "directly; with it, share them with:\n  %s enable --now",
+               geteuid() == 0 ? "systemctl" : "systemctl --user");
+        for (size_t i = 0; i < im->n_targets; i++)
+                if (!im->targets[i]->failed)
+                        printf(" mcp-lazy@%s.socket", im->targets[i]->backend);
+        printf("\n");
+}
+
+/* Read, plan, discover, write the manifest, then the configs, then enable: each step only once the
+ * one before worked, so a failure leaves everything after it untouched. */
+static int import_run(Import *im, char **from, const char *client) {
+        _cleanup_free_ char *err = NULL;
+        int r;
+
+        r = manifest_doc_load(im->manifest_path, &im->doc, &err);
+        if (r < 0) {
+                fprintf(stderr, "mcp-lazy: %s; nothing was changed\n", err ?: strerror(-r));
+                return 1;
+        }
+        r = load_configs(im, from, client);
+        if (r < 0)
+                return 1;
+        r = collect_items(im);
+        if (r >= 0 && im->n_items == 0) {
+                fprintf(stderr, "mcp-lazy: no MCP servers in the config%s read; nothing to import\n",
+                        im->n_configs == 1 ? "" : "s");
+                return 1;
+        }
+        if (r >= 0)
+                r = import_plan(im);
+        if (r < 0) {
+                fprintf(stderr, "mcp-lazy: out of memory\n");
+                return 1;
+        }
+        for (size_t i = 0; i < im->n_targets; i++)
+                target_discover(im, im->targets[i]);
+        if (import_store_all(im) < 0)
+                return 1;
+        if (im->n_targets > 0) {
+                if (import_write_manifest(im->doc, im->dry_run) < 0)
+                        return 1;
+                if (!im->dry_run)
+                        printf("Wrote %s\n", im->manifest_path);
+        }
+        import_rewrite_configs(im);
+        report(im);
+        import_enable(im);
+        return im->failures > 0 ? 1 : 0;
+}
+
 int import_main(int argc, char *argv[]) {
         enum {
                 ARG_CLIENT = 0x100,
@@ -560,13 +662,13 @@ int import_main(int argc, char *argv[]) {
                 {},
         };
         _cleanup_(import_done) Import im = {.enable = true, .timeout_usec = MCP_CLIENT_DEFAULT_TIMEOUT_USEC};
-        _cleanup_free_ char *manifest = NULL, *default_manifest = NULL, *err = NULL;
+        _cleanup_free_ char *manifest = NULL, *default_manifest = NULL;
         _cleanup_json_ cJSON *caps = NULL;
         _cleanup_strv_free_ char **from = NULL;
         const char *client = NULL;
         bool undo = false, force = false;
         size_t n_from = 0;
-        int c, r;
+        int c;
 
         /* A server that dies while we write to it must not take us along. */
         (void) signal(SIGPIPE, SIG_IGN);
@@ -662,80 +764,5 @@ int import_main(int argc, char *argv[]) {
                 im.self = strdup(self);
         }
 
-        r = manifest_doc_load(im.manifest_path, &im.doc, &err);
-        if (r < 0) {
-                fprintf(stderr, "mcp-lazy: %s; nothing was changed\n", err ?: strerror(-r));
-                return 1;
-        }
-        r = load_configs(&im, from, client);
-        if (r < 0)
-                return 1;
-        r = collect_items(&im);
-        if (r >= 0 && im.n_items == 0) {
-                fprintf(stderr, "mcp-lazy: no MCP servers in the config%s read; nothing to import\n",
-                        im.n_configs == 1 ? "" : "s");
-                return 1;
-        }
-        if (r >= 0)
-                r = import_plan(&im);
-        if (r < 0) {
-                fprintf(stderr, "mcp-lazy: out of memory\n");
-                return 1;
-        }
-        for (size_t i = 0; i < im.n_targets; i++)
-                target_discover(&im, im.targets[i]);
-        for (size_t i = 0; i < im.n_targets; i++) {
-                Target *t = im.targets[i];
-                if (t->failed) {
-                        im.failures++;
-                        continue;
-                }
-                r = store_command(&im, t);
-                if (r >= 0)
-                        r = import_store_backend(im.doc, t->backend, t->d, t->caps);
-                if (r < 0) {
-                        fprintf(stderr, "mcp-lazy: cannot add backend '%s' to the manifest: %s\n", t->backend,
-                                strerror(-r));
-                        return 1;
-                }
-        }
-        for (size_t i = 0; i < im.n_targets; i++)
-                if (!im.targets[i]->failed)
-                        break;
-                else if (i + 1 == im.n_targets) {
-                        report(&im);
-                        fprintf(stderr, "mcp-lazy: no server could be imported; nothing was changed\n");
-                        return 1;
-                }
-        if (im.n_targets > 0) {
-                r = import_write_manifest(im.doc, im.dry_run);
-                if (r < 0)
-                        return 1;
-                if (!im.dry_run)
-                        printf("Wrote %s\n", im.manifest_path);
-        }
-        for (size_t i = 0; i < im.n_configs; i++) {
-                r = rewrite_config(&im, im.configs[i]);
-                if (r < 0) {
-                        fprintf(stderr, "mcp-lazy: cannot rewrite %s: %s; left as it was\n", im.configs[i]->path,
-                                strerror(-r));
-                        im.failures++;
-                } else if (r > 0)
-                        printf("Rewrote %s (the original is %s.mcp-lazy-backup; 'mcp-lazy import --undo' puts it "
-                               "back)\n",
-                               im.configs[i]->path, im.configs[i]->path);
-        }
-        report(&im);
-        if (im.enable && !im.dry_run && im.n_targets > 0 && enable_imported(&im) < 0)
-                im.failures++;
-        else if (!im.enable && !im.dry_run && im.n_targets > 0) {
-                printf("\nNot enabling sockets (--no-enable). Without systemd the entries start their backends\n"
-                       "directly; with it, share them with:\n  %s enable --now",
-                       geteuid() == 0 ? "systemctl" : "systemctl --user");
-                for (size_t i = 0; i < im.n_targets; i++)
-                        if (!im.targets[i]->failed)
-                                printf(" mcp-lazy@%s.socket", im.targets[i]->backend);
-                printf("\n");
-        }
-        return im.failures > 0 ? 1 : 0;
+        return import_run(&im, from, client);
 }
