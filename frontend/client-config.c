@@ -251,6 +251,37 @@ _printf_(4, 5) static int config_error(const ClientConfig *c, size_t offset, cha
         return -EINVAL;
 }
 
+/* cJSON keeps the first of two equal keys, the scan would see both: an object we act on must not
+ * have any (a client might read the other one). */
+static int object_check_unique(ClientConfig *c, const char *scan, size_t pos, const char *what, char **ret_error) {
+        _cleanup_strv_free_ char **keys = NULL;
+        Member m = {};
+        size_t p = pos, n = 0;
+        int r;
+
+        if (scan[pos] != '{')
+                return 0;
+        while ((r = object_next(scan, c->len, &p, &m)) > 0) {
+                char **l;
+                for (size_t i = 0; i < n; i++)
+                        if (streq(keys[i], m.key)) {
+                                r = config_error(c, m.key_start, ret_error, "key '%s' appears twice in %s", m.key,
+                                                 what);
+                                free(m.key);
+                                return r;
+                        }
+                l = realloc(keys, (n + 2) * sizeof(char *));
+                if (!l) {
+                        free(m.key);
+                        return -ENOMEM;
+                }
+                keys = l;
+                keys[n++] = TAKE_PTR(m.key);
+                keys[n] = NULL;
+        }
+        return r;
+}
+
 /* Adds every member of the object at [pos] as an entry; duplicate names are refused. */
 static int add_entries(ClientConfig *c, const char *scan, size_t pos, const cJSON *obj, const char *where,
                        const char *default_cwd, char **ret_error) {
@@ -287,6 +318,16 @@ static int add_entries(ClientConfig *c, const char *scan, size_t pos, const cJSO
                         .value_end = m.value_end,
                 };
                 e->json = cJSON_GetObjectItemCaseSensitive(obj, e->name);
+                {
+                        _cleanup_free_ char *what = NULL;
+                        r = asprintf(&what, "server '%s'", e->name) < 0
+                                    ? -ENOMEM
+                                    : object_check_unique(c, scan, m.value_start, what, ret_error);
+                }
+                if (r < 0) {
+                        free(m.key);
+                        return r;
+                }
                 for (ls = m.key_start; ls > 0 && c->text[ls - 1] != '\n'; ls--)
                         ;
                 e->line_start = ls;
@@ -369,6 +410,9 @@ int client_config_load(const char *path, const char *client, ClientConfig **ret,
 
         /* Top level: mcpServers (Claude, Cursor), servers (VS Code), projects.*.mcpServers (Claude Code). */
         p = skip_ws(scan, c->len, 0);
+        r = object_check_unique(c, scan, p, "the top level", ret_error);
+        if (r < 0)
+                return r;
         while ((r = object_next(scan, c->len, &p, &m)) > 0) {
                 if (streq(m.key, "mcpServers") || streq(m.key, "servers")) {
                         _cleanup_free_ char *dir = NULL;
@@ -384,11 +428,18 @@ int client_config_load(const char *path, const char *client, ClientConfig **ret,
                         Member pm = {}, sm = {};
                         size_t pp = m.value_start;
 
+                        r = object_check_unique(c, scan, pp, "projects", ret_error);
                         while (r >= 0 && (r = object_next(scan, c->len, &pp, &pm)) > 0) {
                                 const cJSON *proj = cJSON_GetObjectItemCaseSensitive(projects, pm.key);
                                 size_t sp = pm.value_start;
                                 if (scan[sp] != '{')
                                         continue;
+                                {
+                                        _cleanup_free_ char *what = NULL;
+                                        r = asprintf(&what, "project '%s'", pm.key) < 0
+                                                    ? -ENOMEM
+                                                    : object_check_unique(c, scan, sp, what, ret_error);
+                                }
                                 while (r >= 0 && (r = object_next(scan, c->len, &sp, &sm)) > 0) {
                                         _cleanup_free_ char *where = NULL;
                                         if (!streq(sm.key, "mcpServers"))

@@ -610,8 +610,9 @@ static int import_run(Import *im, char **from, const char *client) {
                 return 1;
         r = collect_items(im);
         if (r >= 0 && im->n_items == 0) {
-                fprintf(stderr, "mcp-lazy: no MCP servers in the config%s read; nothing to import\n",
-                        im->n_configs == 1 ? "" : "s");
+                if (im->n_configs > 0) /* else each config's problem has been said */
+                        fprintf(stderr, "mcp-lazy: no MCP servers in the config%s read; nothing to import\n",
+                                im->n_configs == 1 ? "" : "s");
                 return 1;
         }
         if (r >= 0)

@@ -176,6 +176,13 @@ test("import failures: a config that does not parse is named with line and colum
   assert.match(r.err, new RegExp(`^mcp-lazy: ${h}/\\.claude\\.json:3:35: not valid JSON here; left untouched$`, "m"));
   assert.equal(readFileSync(join(h, ".claude.json"), "utf8"), broken);
   assert.equal(existsSync(join(h, "m.yaml")), false);
+  // Two equal keys: cJSON would read the first, a client maybe the other. Refused where it matters.
+  const dup = `{"mcpServers": {"memory": {"command": "node", "command": "evil"}}}`;
+  writeFileSync(join(h, ".claude.json"), dup);
+  const d = lazy(h, ["import", "--no-enable", "--manifest", join(h, "m.yaml")]);
+  assert.equal(d.code, 1);
+  assert.match(d.err, new RegExp(`^mcp-lazy: ${h}/\\.claude\\.json:1:47: key 'command' appears twice in server 'memory'; left untouched$`, "m"));
+  assert.equal(readFileSync(join(h, ".claude.json"), "utf8"), dup);
   // And a manifest that does not parse: named, nothing changed.
   writeFileSync(join(h, ".claude.json"), `{"mcpServers": {"memory": {"command": "node", "args": [${JSON.stringify(SERVER_SCRIPTS.memory)}]}}}`);
   writeFileSync(join(h, "m.yaml"), "backends:\n  x: [unclosed\n");
