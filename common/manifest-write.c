@@ -41,14 +41,15 @@ static int node_insert(YNode *parent, size_t at, YNode *child) {
         return 0;
 }
 
-static YNode *node_from_json(const cJSON *j) {
-        YNode *n = NULL;
-        return ynode_from_json(j, &n) < 0 ? NULL : n;
+/* -EINVAL: nested past YAML_TREE_MAX_DEPTH, or an object with two equal keys. */
+static int node_from_json(const cJSON *j, YNode **ret) {
+        return ynode_from_json(j, ret);
 }
 
 static YNode *node_string(const char *s) {
         _cleanup_json_ cJSON *j = cJSON_CreateString(s);
-        return j ? node_from_json(j) : NULL;
+        YNode *n = NULL;
+        return j && node_from_json(j, &n) >= 0 ? n : NULL;
 }
 
 /* The value of key in map, creating it (from JSON 'init') when missing; NULL on OOM or a wrong kind. */
@@ -59,8 +60,7 @@ static YNode *map_get_or_add(YNode *map, const char *key, const cJSON *init, YNo
         if (found)
                 return found->kind == kind ? found : NULL;
         k = node_string(key);
-        v = node_from_json(init);
-        if (!k || !v || node_append(map, k) < 0)
+        if (!k || node_from_json(init, &v) < 0 || node_append(map, k) < 0)
                 return NULL;
         k = NULL;
         if (node_append(map, v) < 0)
@@ -73,8 +73,7 @@ static int doc_init_empty(ManifestDoc *d) {
 
         if (!j || !cJSON_AddObjectToObject(j, "backends") || !cJSON_AddArrayToObject(j, "tools"))
                 return -ENOMEM;
-        d->root = node_from_json(j);
-        return d->root ? 0 : -ENOMEM;
+        return node_from_json(j, &d->root);
 }
 
 char *manifest_default_path(void) {
@@ -92,6 +91,19 @@ char *manifest_default_path(void) {
         if (!home)
                 return NULL;
         return asprintf(&p, "%s/.config/mcp-lazy/manifest.yaml", home) < 0 ? NULL : p;
+}
+
+int manifest_doc_new(const char *path, ManifestDoc **ret) {
+        _cleanup_(manifest_doc_freep) ManifestDoc *d = calloc(1, sizeof *d);
+        int r;
+
+        if (!d || !(d->path = strdup(path)))
+                return -ENOMEM;
+        r = doc_init_empty(d);
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(d);
+        return 0;
 }
 
 ManifestDoc *manifest_doc_free(ManifestDoc *d) {
@@ -149,6 +161,7 @@ int manifest_doc_set_backend_key(ManifestDoc *d, const char *name, const char *k
         _cleanup_json_ cJSON *v = value, *empty = cJSON_CreateObject();
         _cleanup_(ynode_freep) YNode *k = NULL, *n = NULL;
         YNode *backends, *b;
+        int r;
 
         if (!empty)
                 return -ENOMEM;
@@ -168,18 +181,20 @@ int manifest_doc_set_backend_key(ManifestDoc *d, const char *name, const char *k
                         b->n_items -= 2;
                         return 0;
                 }
-                n = node_from_json(v);
-                if (!n)
-                        return -ENOMEM;
+                r = node_from_json(v, &n);
+                if (r < 0)
+                        return r;
                 ynode_free(b->items[i + 1]);
                 b->items[i + 1] = TAKE_PTR(n);
                 return 0;
         }
         if (!v)
                 return 0;
+        r = node_from_json(v, &n);
+        if (r < 0)
+                return r;
         k = node_string(key);
-        n = node_from_json(v);
-        if (!k || !n || node_append(b, k) < 0)
+        if (!k || node_append(b, k) < 0)
                 return -ENOMEM;
         k = NULL;
         if (node_append(b, n) < 0)
@@ -207,21 +222,21 @@ const char *manifest_doc_tool_owner(const ManifestDoc *d, const char *tool) {
 }
 
 /* A tools/list entry as a manifest tool: the same keys in the same order, 'backend' after 'name'. */
-static YNode *tool_node(const cJSON *tool, const char *backend) {
+static int tool_node(const cJSON *tool, const char *backend, YNode **ret) {
         _cleanup_json_ cJSON *t = cJSON_CreateObject();
         const cJSON *it;
 
         if (!t)
-                return NULL;
+                return -ENOMEM;
         cJSON_ArrayForEach (it, tool) {
                 if (!cJSON_AddItemToObject(t, it->string, cJSON_Duplicate(it, true)))
-                        return NULL;
+                        return -ENOMEM;
                 if (streq(it->string, "name") && !cJSON_AddStringToObject(t, "backend", backend))
-                        return NULL;
+                        return -ENOMEM;
         }
         if (!cJSON_HasObjectItem(t, "backend") && !cJSON_AddStringToObject(t, "backend", backend))
-                return NULL;
-        return node_from_json(t);
+                return -ENOMEM;
+        return node_from_json(t, ret);
 }
 
 int manifest_doc_set_tools(ManifestDoc *d, const char *name, cJSON *tools) {
@@ -248,8 +263,11 @@ int manifest_doc_set_tools(ManifestDoc *d, const char *name, cJSON *tools) {
         if (at == SIZE_MAX)
                 at = k;
         cJSON_ArrayForEach (it, owned) {
-                YNode *n = tool_node(it, name);
-                if (!n || node_insert(list, at++, n) < 0) {
+                YNode *n = NULL;
+                int r = tool_node(it, name, &n);
+                if (r < 0)
+                        return r;
+                if (node_insert(list, at++, n) < 0) {
                         ynode_free(n);
                         return -ENOMEM;
                 }

@@ -22,6 +22,8 @@ char *manifest_default_path(void);
  * *ret_error "FILE:LINE:COLUMN: sentence". The file is not checked as a manifest here: that happens
  * when it is written. */
 int manifest_doc_load(const char *path, ManifestDoc **ret, char **ret_error);
+/* An empty manifest that will be written to path. */
+int manifest_doc_new(const char *path, ManifestDoc **ret);
 ManifestDoc *manifest_doc_free(ManifestDoc *d);
 static inline void manifest_doc_freep(ManifestDoc **d) {
         manifest_doc_free(*d);
@@ -30,7 +32,8 @@ static inline void manifest_doc_freep(ManifestDoc **d) {
 /* The mapping of backends.NAME, or NULL. */
 const YNode *manifest_doc_backend(const ManifestDoc *d, const char *name);
 /* Sets backends.NAME.KEY to value (JSON, taken; NULL removes the key), keeping the backend's other keys
- * and their order; a new key goes last, a new backend last. */
+ * and their order; a new key goes last, a new backend last. -EINVAL: value nests past 64 levels or has
+ * two equal keys (what the manifest reader refuses). */
 int manifest_doc_set_backend_key(ManifestDoc *d, const char *name, const char *key, cJSON *value);
 /* Replaces every tool of backend NAME by tools (MCP tools/list entries, taken), where the first of
  * the old ones stood (else at the end). Each gets 'backend: NAME' after its name. */

@@ -190,6 +190,9 @@ static void client_on_list(Client *c, cJSON *result) {
         if (!*list && !(*list = cJSON_CreateArray()))
                 return client_fail(c, -ENOMEM, "out of memory");
         while ((it = items->child)) {
+                if (cJSON_GetArraySize(*list) >= (int) MCP_CLIENT_MAX_ITEMS)
+                        return client_fail(c, -E2BIG, "its %s lists more than %u entries", method,
+                                           MCP_CLIENT_MAX_ITEMS);
                 if (!cJSON_IsObject(it))
                         return client_fail(c, -EPROTO, "its %s result lists something that is not an object", method);
                 cJSON_AddItemToArray(*list, cJSON_DetachItemViaPointer(items, it));
@@ -233,6 +236,8 @@ static void client_on_message(Client *c, const char *line, size_t len) {
         int r;
 
         r = jsonrpc_parse(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &j);
+        if (r == -E2BIG)
+                return client_fail(c, r, "it sent a message nested deeper than %u levels", JSONRPC_DEFAULT_MAX_DEPTH);
         if (r < 0)
                 return client_fail(c, -EPROTO, "it wrote something that is not JSON-RPC on stdout: '%.*s'",
                                    (int) (len > 80 ? 80 : len), line);

@@ -6,6 +6,7 @@
 
 #define MCP_CLIENT_DEFAULT_TIMEOUT_USEC (60ULL * 1000000ULL)
 #define MCP_CLIENT_MAX_PAGES            1000U
+#define MCP_CLIENT_MAX_ITEMS            100000U /* per list */
 #define MCP_CLIENT_STDERR_LINES         10U
 
 typedef struct McpServerCommand {

@@ -25,7 +25,7 @@ static const char *const manifest_tool_keys[] = {
         "annotations", "icons", "execution",   "_meta",       NULL,
 };
 
-cJSON *tools_for_manifest(const cJSON *tools, const char *backend) {
+cJSON *tools_for_manifest(const cJSON *tools, const char *backend, bool warn) {
         _cleanup_json_ cJSON *out = cJSON_Duplicate(tools, true);
         cJSON *t;
 
@@ -39,11 +39,13 @@ cJSON *tools_for_manifest(const cJSON *tools, const char *backend) {
                         for (const char *const *c = manifest_tool_keys; *c && !known; c++)
                                 known = streq(k->string, *c);
                         if (!known) {
-                                fprintf(stderr,
-                                        "mcp-lazy: tool '%s' of '%s': leaving out its key '%s', which the manifest "
-                                        "does not take\n",
-                                        cJSON_GetStringValue(cJSON_GetObjectItem(t, "name")) ?: "?", backend,
-                                        k->string);
+                                if (warn)
+                                        fprintf(stderr,
+                                                "mcp-lazy: tool '%s' of '%s': leaving out its key '%s', which the "
+                                                "manifest "
+                                                "does not take\n",
+                                                cJSON_GetStringValue(cJSON_GetObjectItem(t, "name")) ?: "?", backend,
+                                                k->string);
                                 cJSON_Delete(cJSON_DetachItemViaPointer(t, k));
                         }
                         k = next;
@@ -52,7 +54,8 @@ cJSON *tools_for_manifest(const cJSON *tools, const char *backend) {
         return TAKE_PTR(out);
 }
 
-int import_store_backend(ManifestDoc *doc, const char *name, const McpDiscovery *d, const cJSON *client_caps) {
+int import_store_backend(ManifestDoc *doc, const char *name, const McpDiscovery *d, const cJSON *client_caps,
+                         bool warn) {
         static const struct {
                 const char *key;
                 size_t offset;
@@ -79,7 +82,7 @@ int import_store_backend(ManifestDoc *doc, const char *name, const McpDiscovery 
         }
         if (r < 0)
                 return r;
-        tools = tools_for_manifest(d->tools, name);
+        tools = tools_for_manifest(d->tools, name, warn);
         if (!tools)
                 return -ENOMEM;
         return manifest_doc_set_tools(doc, name, tools);

@@ -298,6 +298,46 @@ static const char *tool_conflict(const Import *im, const Target *t, const char *
         return NULL;
 }
 
+static int store_command(ManifestDoc *doc, const Target *t);
+
+/* The server alone in a manifest: does that read back? A tool name MCP does not allow, a schema
+ * nested past the manifest's 64 levels...: then this server is not imported, and the others are. */
+static int target_check(const Import *im, Target *t) {
+        _cleanup_(manifest_doc_freep) ManifestDoc *scratch = NULL;
+        _cleanup_free_ char *text = NULL, *err = NULL;
+        size_t len;
+        int r;
+
+        r = manifest_doc_new(im->manifest_path, &scratch);
+        if (r >= 0)
+                r = store_command(scratch, t);
+        if (r >= 0)
+                r = import_store_backend(scratch, t->backend, t->d, t->caps, true);
+        if (r == -EINVAL && !err)
+                err = strdup("it sends JSON nested deeper than a manifest takes (64 levels), or with two equal keys");
+        if (r >= 0)
+                r = manifest_doc_emit(scratch, &text, &len, &err);
+        if (r >= 0)
+                return 0;
+        t->failed = true;
+        /* The reader's positions are in the scratch text, not in any file: leave them out. */
+        for (char *line = err, *next; line; line = next) {
+                size_t plen = strlen(im->manifest_path);
+                next = strchr(line, '\n');
+                if (strncmp(line, im->manifest_path, plen) == 0 && line[plen] == ':') {
+                        char *msg = strstr(line + plen + 1, ": ");
+                        if (msg && (!next || msg < next))
+                                memmove(line, msg + 2, strlen(msg + 2) + 1);
+                        next = strchr(line, '\n');
+                }
+                if (next)
+                        *next++ = ';', *next = ' ';
+        }
+        if (asprintf(&t->error, "what it lists does not fit a manifest: %s", err ?: strerror(-r)) < 0)
+                t->error = NULL;
+        return r;
+}
+
 static void target_discover(Import *im, Target *t) {
         McpServerCommand cmd = {.argv = t->argv, .env = t->env, .cwd = t->cwd};
         const char *owner = NULL, *clash;
@@ -326,6 +366,8 @@ static void target_discover(Import *im, Target *t) {
                         t->error = NULL;
                 return;
         }
+        if (target_check(im, t) < 0)
+                return;
         n = (size_t) cJSON_GetArraySize(t->d->tools);
         printf("  %s %s: %zu tool%s", cJSON_GetStringValue(cJSON_GetObjectItem(t->d->server_info, "name")) ?: "?",
                cJSON_GetStringValue(cJSON_GetObjectItem(t->d->server_info, "version")) ?: "", n, n == 1 ? "" : "s");
@@ -338,7 +380,7 @@ static void target_discover(Import *im, Target *t) {
         printf("\n");
 }
 
-static int store_command(Import *im, const Target *t) {
+static int store_command(ManifestDoc *doc, const Target *t) {
         _cleanup_json_ cJSON *argv = cJSON_CreateArray(), *env = NULL;
         int r;
 
@@ -357,12 +399,11 @@ static int store_command(Import *im, const Target *t) {
                 if (!env)
                         return -ENOMEM;
         }
-        r = manifest_doc_set_backend_key(im->doc, t->backend, "command", TAKE_PTR(argv));
+        r = manifest_doc_set_backend_key(doc, t->backend, "command", TAKE_PTR(argv));
         if (r >= 0)
-                r = manifest_doc_set_backend_key(im->doc, t->backend, "env", TAKE_PTR(env));
+                r = manifest_doc_set_backend_key(doc, t->backend, "env", TAKE_PTR(env));
         if (r >= 0)
-                r = manifest_doc_set_backend_key(im->doc, t->backend, "cwd",
-                                                 t->cwd ? cJSON_CreateString(t->cwd) : NULL);
+                r = manifest_doc_set_backend_key(doc, t->backend, "cwd", t->cwd ? cJSON_CreateString(t->cwd) : NULL);
         return r;
 }
 
@@ -545,9 +586,9 @@ static int import_store_all(Import *im) {
                         im->failures++;
                         continue;
                 }
-                r = store_command(im, t);
+                r = store_command(im->doc, t);
                 if (r >= 0)
-                        r = import_store_backend(im->doc, t->backend, t->d, t->caps);
+                        r = import_store_backend(im->doc, t->backend, t->d, t->caps, false);
                 if (r < 0) {
                         fprintf(stderr, "mcp-lazy: cannot add backend '%s' to the manifest: %s\n", t->backend,
                                 strerror(-r));

@@ -256,7 +256,7 @@ int refresh_main(int argc, char *argv[]) {
                         failures++;
                         continue;
                 }
-                tools_now = tools_for_manifest(d->tools, b->name);
+                tools_now = tools_for_manifest(d->tools, b->name, true);
                 if (!tools_now)
                         return 1;
                 n = backend_compare(m, b, d, tools_now);
@@ -267,7 +267,7 @@ int refresh_main(int argc, char *argv[]) {
                 differences += n;
                 if (check)
                         continue;
-                r = import_store_backend(doc, b->name, d, caps_override ? caps : NULL);
+                r = import_store_backend(doc, b->name, d, caps_override ? caps : NULL, false);
                 if (r < 0) {
                         fprintf(stderr, "mcp-lazy: cannot update backend '%s': %s\n", b->name, strerror(-r));
                         return 1;

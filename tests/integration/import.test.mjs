@@ -7,7 +7,7 @@ import { spawnSync } from "node:child_process";
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { INIT, MCP_LAZY, RawPeer, SERVER_SCRIPTS, cleanupPeers, processesMatching } from "./lib/env.mjs";
+import { INIT, MCP_LAZY, RawPeer, SERVER_SCRIPTS, TESTS, cleanupPeers, processesMatching } from "./lib/env.mjs";
 import { claudeCodeConfig, desktopConfig, compareWithDirect, CLIENT_CAPS } from "./lib/import.mjs";
 
 const base = mkdtempSync(join(tmpdir(), "mcp-lazy-import-"));
@@ -165,6 +165,26 @@ test("import failures: missing, crashing and hanging servers are reported with t
   assert.match(now, /"memory": \{ "command": "[^"]+mcp-lazy", "args": \["--backend", "memory", "--manifest", "[^"]+"\] \}/);
   // The hanging server was stopped, its whole process group.
   assert.deepEqual(processesMatching("warming up forever"), []);
+});
+
+test("import: every page of tools/list; servers whose lists a manifest cannot hold are refused one by one", () => {
+  const h = home();
+  const manifest = join(h, "m.yaml");
+  const script = join(TESTS, "fixtures/scripted-server.mjs");
+  const entry = (...args) => ({ command: "node", args: [script, ...args] });
+  const cfg = JSON.stringify({ mcpServers: { paged: entry("paged", "7"), badname: entry("bad-name"), deep: entry("deep"), garbage: entry("garbage") } }, null, 2);
+  writeFileSync(join(h, ".claude.json"), cfg);
+  const r = lazy(h, ["import", "--no-enable", "--manifest", manifest]);
+  assert.equal(r.code, 1, r.all);
+  assert.match(r.out, /^paged\s+claude-code\s+-> backend 'paged'$/m);
+  assert.match(r.out, /^  scripted-paged 1\.0\.0: 7 tools$/m);
+  assert.deepEqual([...readFileSync(manifest, "utf8").matchAll(/^- name: (t\d)$/gm)].map((m) => m[1]), ["t0", "t1", "t2", "t3", "t4", "t5", "t6"]);
+  assert.match(r.out, /^badname\s+claude-code\s+FAILED, left as it is: what it lists does not fit a manifest: .*tool name 'not fine!' is invalid/m);
+  assert.match(r.out, /^deep\s+claude-code\s+FAILED, left as it is: what it lists does not fit a manifest: it sends JSON nested deeper than a manifest takes \(64 levels\)/m);
+  assert.match(r.out, /^garbage\s+claude-code\s+FAILED, left as it is: it wrote something that is not JSON-RPC on stdout: 'Server listening on stdio'(;|$)/m);
+  const now = JSON.parse(readFileSync(join(h, ".claude.json"), "utf8")).mcpServers;
+  assert.deepEqual(now.badname, entry("bad-name"));
+  assert.deepEqual(now.paged.args, ["--backend", "paged", "--manifest", manifest]);
 });
 
 test("import failures: a config that does not parse is named with line and column and left untouched", () => {
