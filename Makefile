@@ -120,7 +120,7 @@ clean:
 # build/fuzz/corpus/TARGET/, crashers to build/fuzz/artifacts/TARGET/: keep one as
 # tests/fuzz/corpus/TARGET/crash-WHAT once it is understood (the fuzzer is seeded without those: a known
 # crasher would stop it at once). FUZZ_FLAGS='-fork=2 -ignore_crashes=1' keeps going past crashes.
-FUZZ_TARGETS := framing jsonrpc manifest peek message shim frontend
+FUZZ_TARGETS := framing jsonrpc manifest peek message shim frontend client-config
 FUZZ_SECONDS ?= 60
 FUZZ_CC ?= clang
 FUZZ_SAN := -fsanitize=fuzzer,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all

@@ -234,7 +234,7 @@ static int tool_node(const cJSON *tool, const char *backend, YNode **ret) {
                 if (streq(it->string, "name") && !cJSON_AddStringToObject(t, "backend", backend))
                         return -ENOMEM;
         }
-        if (!cJSON_HasObjectItem(t, "backend") && !cJSON_AddStringToObject(t, "backend", backend))
+        if (!cJSON_GetObjectItemCaseSensitive(t, "backend") && !cJSON_AddStringToObject(t, "backend", backend))
                 return -ENOMEM;
         return node_from_json(t, ret);
 }

@@ -125,7 +125,7 @@ static void client_advance(Client *c) {
         for (; c->step < STEP_DONE; c->step++, c->pages = 0) {
                 cJSON *params;
 
-                if (!cJSON_HasObjectItem(c->d->capabilities, steps[c->step].capability))
+                if (!cJSON_GetObjectItemCaseSensitive(c->d->capabilities, steps[c->step].capability))
                         continue;
                 params = cJSON_CreateObject();
                 if (!params || (c->cursor && !cJSON_AddStringToObject(params, "cursor", c->cursor))) {

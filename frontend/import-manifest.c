@@ -44,8 +44,9 @@ cJSON *tools_for_manifest(const cJSON *tools, const char *backend, bool warn) {
                                                 "mcp-lazy: tool '%s' of '%s': leaving out its key '%s', which the "
                                                 "manifest "
                                                 "does not take\n",
-                                                cJSON_GetStringValue(cJSON_GetObjectItem(t, "name")) ?: "?", backend,
-                                                k->string);
+                                                cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "name"))
+                                                        ?: "?",
+                                                backend, k->string);
                                 cJSON_Delete(cJSON_DetachItemViaPointer(t, k));
                         }
                         k = next;

@@ -369,8 +369,10 @@ static void target_discover(Import *im, Target *t) {
         if (target_check(im, t) < 0)
                 return;
         n = (size_t) cJSON_GetArraySize(t->d->tools);
-        printf("  %s %s: %zu tool%s", cJSON_GetStringValue(cJSON_GetObjectItem(t->d->server_info, "name")) ?: "?",
-               cJSON_GetStringValue(cJSON_GetObjectItem(t->d->server_info, "version")) ?: "", n, n == 1 ? "" : "s");
+        printf("  %s %s: %zu tool%s",
+               cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t->d->server_info, "name")) ?: "?",
+               cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t->d->server_info, "version")) ?: "", n,
+               n == 1 ? "" : "s");
         if (t->d->resources)
                 printf(", %d resource(s)", cJSON_GetArraySize(t->d->resources));
         if (t->d->resource_templates)

@@ -30,10 +30,10 @@ static void diff_lists(const cJSON *was, const cJSON *now, const char *key, Diff
         const cJSON *a, *b;
 
         cJSON_ArrayForEach (b, now) {
-                const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(b, key)) ?: "?";
+                const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(b, key)) ?: "?";
                 bool found = false;
                 cJSON_ArrayForEach (a, was)
-                        if (streq(cJSON_GetStringValue(cJSON_GetObjectItem(a, key)) ?: "", id)) {
+                        if (streq(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(a, key)) ?: "", id)) {
                                 found = true;
                                 if (!cJSON_Compare(a, b, true)) {
                                         d->changed++;
@@ -47,10 +47,11 @@ static void diff_lists(const cJSON *was, const cJSON *now, const char *key, Diff
                 }
         }
         cJSON_ArrayForEach (a, was) {
-                const char *id = cJSON_GetStringValue(cJSON_GetObjectItem(a, key)) ?: "?";
+                const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(a, key)) ?: "?";
                 bool found = false;
                 cJSON_ArrayForEach (b, now)
-                        found = found || streq(cJSON_GetStringValue(cJSON_GetObjectItem(b, key)) ?: "", id);
+                        found = found ||
+                                streq(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(b, key)) ?: "", id);
                 if (!found) {
                         d->removed++;
                         diff_note(d, '-', id);

@@ -78,7 +78,7 @@ static cJSON *state_find(const cJSON *state, const char *path) {
         cJSON *c;
 
         cJSON_ArrayForEach (c, cJSON_GetObjectItemCaseSensitive(state, "configs"))
-                if (streq(cJSON_GetStringValue(cJSON_GetObjectItem(c, "path")) ?: "", path))
+                if (streq(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "path")) ?: "", path))
                         return c;
         return NULL;
 }
@@ -123,7 +123,7 @@ int undo_save_and_write(const char *path_arg, const char *old, size_t old_len, c
         text_hash(text, len, hash);
         if (!entry) {
                 entry = cJSON_CreateObject();
-                if (!entry || !cJSON_AddItemToArray(cJSON_GetObjectItem(state, "configs"), entry)) {
+                if (!entry || !cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(state, "configs"), entry)) {
                         cJSON_Delete(entry);
                         return -ENOMEM;
                 }
@@ -154,15 +154,15 @@ int undo_run(bool force, bool dry_run) {
         r = state_load(sp, &state);
         if (r < 0)
                 return r;
-        configs = cJSON_GetObjectItem(state, "configs");
+        configs = cJSON_GetObjectItemCaseSensitive(state, "configs");
         if (cJSON_GetArraySize(configs) == 0) {
                 printf("Nothing to undo: import has changed no client config (%s lists none).\n", sp);
                 return 0;
         }
         for (c = configs->child; c; c = next) {
-                const char *path = cJSON_GetStringValue(cJSON_GetObjectItem(c, "path"));
-                const char *backup = cJSON_GetStringValue(cJSON_GetObjectItem(c, "backup"));
-                const char *written = cJSON_GetStringValue(cJSON_GetObjectItem(c, "written"));
+                const char *path = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "path"));
+                const char *backup = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "backup"));
+                const char *written = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "written"));
                 _cleanup_free_ char *text = NULL;
                 char hash[17] = "";
                 size_t len;

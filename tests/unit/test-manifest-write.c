@@ -85,7 +85,8 @@ static void test_roundtrip(void) {
                 if (!m)
                         continue;
                 CHECK_STREQ(m->backends[0].command[1], **s ? *s : "x");
-                CHECK_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(m->tools[0].json, "description")), *s);
+                CHECK_STREQ(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->tools[0].json, "description")),
+                            *s);
                 /* server_info as the manifest's YAML types it: it must still be the same strings */
                 {
                         _cleanup_free_ char *err3 = NULL;
@@ -145,8 +146,8 @@ static void test_edits_keep_the_rest(void) {
         CHECK(m->backends[1].idle_timeout_usec == 10 * USEC_PER_SEC); /* untouched key of a touched backend */
         /* the new tool stands where the old one stood; the quoted "1.10" stays text */
         CHECK_STREQ(m->tools[1].name, "t");
-        CHECK_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(m->tools[2].json, "description")), "1.10");
-        CHECK_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(m->server_info, "name")), "fleet");
+        CHECK_STREQ(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->tools[2].json, "description")), "1.10");
+        CHECK_STREQ(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->server_info, "name")), "fleet");
 }
 
 static void test_refuses_what_does_not_read(void) {

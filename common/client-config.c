@@ -351,7 +351,8 @@ static const char *guess_client(const char *path, const cJSON *root) {
                 return "claude-code";
         if (strstr(path, "/.cursor/"))
                 return "cursor";
-        if (strstr(path, "/.vscode/") || strstr(path, "/Code/User/") || cJSON_HasObjectItem(root, "servers"))
+        if (strstr(path, "/.vscode/") || strstr(path, "/Code/User/") ||
+            cJSON_GetObjectItemCaseSensitive(root, "servers"))
                 return "vscode";
         return "claude-code";
 }
@@ -369,12 +370,10 @@ static char *dir_of(const char *path, unsigned up) {
         return d;
 }
 
+static int client_config_parse(ClientConfig *c, const char *client, char **ret_error);
+
 int client_config_load(const char *path, const char *client, ClientConfig **ret, char **ret_error) {
         _cleanup_(client_config_freep) ClientConfig *c = calloc(1, sizeof *c);
-        _cleanup_free_ char *scan = NULL, *project_dir = NULL;
-        const char *end = NULL;
-        Member m = {};
-        size_t p;
         int r;
 
         *ret_error = NULL;
@@ -388,6 +387,39 @@ int client_config_load(const char *path, const char *client, ClientConfig **ret,
         }
         if (stat(path, &c->st) < 0)
                 return -errno;
+        r = client_config_parse(c, client, ret_error);
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(c);
+        return 0;
+}
+
+int client_config_load_string(const char *text, size_t len, const char *path, const char *client, ClientConfig **ret,
+                              char **ret_error) {
+        _cleanup_(client_config_freep) ClientConfig *c = calloc(1, sizeof *c);
+        int r;
+
+        *ret_error = NULL;
+        if (!c || !(c->path = strdup(path)) || !(c->text = malloc(len + 1)))
+                return -ENOMEM;
+        memcpy(c->text, text, len);
+        c->text[len] = 0;
+        c->len = len;
+        r = client_config_parse(c, client, ret_error);
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(c);
+        return 0;
+}
+
+/* Checks c->text and finds its server entries. */
+static int client_config_parse(ClientConfig *c, const char *client, char **ret_error) {
+        _cleanup_free_ char *scan = NULL;
+        const char *end = NULL, *path = c->path;
+        Member m = {};
+        size_t p;
+        int r;
+
         scan = malloc(c->len + 1);
         if (!scan)
                 return -ENOMEM;
@@ -396,6 +428,13 @@ int client_config_load(const char *path, const char *client, ClientConfig **ret,
                 return config_error(c, strlen(c->text), ret_error, "the file contains a NUL byte");
         if ((client && streq(client, "vscode")) || strstr(path, "/.vscode/") || strstr(path, "/Code/User/"))
                 blank_jsonc(scan, c->len);
+        /* cJSON takes any control character for whitespace; JSON, and the scan, do not. */
+        for (size_t i = 0; i < c->len; i++) {
+                if (scan[i] == '"')
+                        i = skip_string(scan, c->len, i) - 1;
+                else if ((unsigned char) scan[i] < 0x20 && !strchr("\t\n\r", scan[i]))
+                        return config_error(c, i, ret_error, "a control character outside a string");
+        }
         c->root = cJSON_ParseWithLengthOpts(scan, c->len, &end, false);
         if (!c->root)
                 return config_error(c, end ? (size_t) (end - scan) : (size_t) (cJSON_GetErrorPtr() - scan), ret_error,
@@ -463,7 +502,6 @@ int client_config_load(const char *path, const char *client, ClientConfig **ret,
         if (r < 0)
                 return r;
         c->scan = TAKE_PTR(scan);
-        *ret = TAKE_PTR(c);
         return 0;
 }
 
@@ -473,7 +511,7 @@ bool server_entry_is_remote(const ServerEntry *entry) {
         const cJSON *e = entry->json;
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(e, "type");
 
-        if (cJSON_HasObjectItem(e, "url") || cJSON_HasObjectItem(e, "serverUrl"))
+        if (!!cJSON_GetObjectItemCaseSensitive(e, "url") || cJSON_GetObjectItemCaseSensitive(e, "serverUrl"))
                 return true;
         return cJSON_IsString(type) && !streq(type->valuestring, "stdio");
 }
@@ -523,7 +561,7 @@ const char *server_entry_command(const ServerEntry *e, char ***ret_argv, char **
                 return "it has no command";
         if (cJSON_IsTrue(disabled))
                 return "it is disabled in the client";
-        if (cJSON_HasObjectItem(e->json, "envFile"))
+        if (!!cJSON_GetObjectItemCaseSensitive(e->json, "envFile"))
                 return "it reads an envFile, which only the client reads";
         if (args && !cJSON_IsArray(args))
                 return "its args are not a list";
@@ -535,7 +573,7 @@ const char *server_entry_command(const ServerEntry *e, char ***ret_argv, char **
                 return "it uses ${...} variables, which only the client expands";
         argv = calloc((size_t) cJSON_GetArraySize(args) + 2, sizeof(char *));
         envv = calloc((size_t) cJSON_GetArraySize(env) + 1, sizeof(char *));
-        if (!argv || !envv)
+        if (!argv || !envv || !(argv[0] = strdup(cmd->valuestring))) /* resolved below; set now, so argv frees whole */
                 return "out of memory";
         cJSON_ArrayForEach (it, args) {
                 if (!cJSON_IsString(it))
@@ -559,9 +597,13 @@ const char *server_entry_command(const ServerEntry *e, char ***ret_argv, char **
                 if (asprintf(&envv[n++], "%s=%s", it->string, it->valuestring) < 0)
                         return "out of memory";
         }
-        argv[0] = resolve_command(cmd->valuestring, envv);
-        if (!argv[0])
-                return "out of memory";
+        {
+                char *resolved = resolve_command(cmd->valuestring, envv);
+                if (!resolved)
+                        return "out of memory";
+                free(argv[0]);
+                argv[0] = resolved;
+        }
         if (cwd && cwd->valuestring[0] != '/') {
                 const char *base = e->default_cwd;
                 _cleanup_free_ char *dir = NULL;
@@ -629,6 +671,45 @@ static void out_json_string(Out *o, const char *s) {
                 out_str(o, t);
 }
 
+typedef struct Layout {
+        bool one_line, args_inline;
+        const char *nl, *inner, *unit, *sep;
+} Layout;
+
+/* "command": "...", "args": [...] laid out like the entry around it. */
+static void out_command(Out *o, const Layout *l, const char *command, char *const *args) {
+        out_str(o, "\"command\"");
+        out_str(o, l->sep);
+        out_json_string(o, command);
+        out_str(o, ",");
+        if (l->one_line)
+                out_str(o, " ");
+        else {
+                out_str(o, l->nl);
+                out_str(o, l->inner);
+        }
+        out_str(o, "\"args\"");
+        out_str(o, l->sep);
+        out_str(o, "[");
+        for (size_t i = 0; args[i]; i++) {
+                if (i > 0)
+                        out_str(o, ",");
+                if (l->one_line || l->args_inline)
+                        out_str(o, i > 0 ? " " : "");
+                else {
+                        out_str(o, l->nl);
+                        out_str(o, l->inner);
+                        out_str(o, l->unit);
+                }
+                out_json_string(o, args[i]);
+        }
+        if (!l->one_line && !l->args_inline) {
+                out_str(o, l->nl);
+                out_str(o, l->inner);
+        }
+        out_str(o, "]");
+}
+
 int client_config_replace_entry(ServerEntry *e, const char *command, char *const *args) {
         const ClientConfig *c = e->config;
         const char *t = c->scan; /* scanned without comments; bytes copied from c->text */
@@ -636,7 +717,7 @@ int client_config_replace_entry(ServerEntry *e, const char *command, char *const
         Member m = {};
         size_t p = e->value_start, n;
         bool one_line = memchr(t + e->value_start, '\n', e->value_end - e->value_start) == NULL;
-        bool args_inline = false, first = true, padded;
+        bool args_inline = false, first = true, padded, command_done = false;
         const char *nl = "\n";
         Out o = {};
         int r;
@@ -673,6 +754,8 @@ int client_config_replace_entry(ServerEntry *e, const char *command, char *const
         if (!unit || !sep || asprintf(&inner, "%s%s", base, unit) < 0)
                 return -ENOMEM;
 
+        Layout lay = {
+                .one_line = one_line, .args_inline = args_inline, .nl = nl, .inner = inner, .unit = unit, .sep = sep};
         out_str(&o, one_line ? (padded ? "{ " : "{") : "{");
         p = e->value_start;
         while ((r = object_next(t, c->len, &p, &m)) > 0) {
@@ -690,37 +773,19 @@ int client_config_replace_entry(ServerEntry *e, const char *command, char *const
                         out_add(&o, c->text + m.key_start, m.value_end - m.key_start);
                         continue;
                 }
-                out_add(&o, t + m.key_start, m.key_end - m.key_start);
-                out_str(&o, sep);
-                out_json_string(&o, command);
-                /* args right after command */
-                out_str(&o, ",");
-                if (one_line)
-                        out_str(&o, " ");
-                else {
+                if (command_done)
+                        continue; /* refused by the loader: never two */
+                out_command(&o, &lay, command, args);
+                command_done = true;
+        }
+        if (r >= 0 && !command_done) { /* an entry without a command gets one, last */
+                if (!first)
+                        out_str(&o, one_line ? ", " : ",");
+                if (!one_line) {
                         out_str(&o, nl);
                         out_str(&o, inner);
                 }
-                out_str(&o, "\"args\"");
-                out_str(&o, sep);
-                out_str(&o, "[");
-                for (size_t i = 0; args[i]; i++) {
-                        if (i > 0)
-                                out_str(&o, ",");
-                        if (one_line || args_inline)
-                                out_str(&o, i > 0 ? " " : "");
-                        else {
-                                out_str(&o, nl);
-                                out_str(&o, inner);
-                                out_str(&o, unit);
-                        }
-                        out_json_string(&o, args[i]);
-                }
-                if (!one_line && !args_inline) {
-                        out_str(&o, nl);
-                        out_str(&o, inner);
-                }
-                out_str(&o, "]");
+                out_command(&o, &lay, command, args);
         }
         free(m.key);
         if (r < 0)

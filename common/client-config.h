@@ -47,6 +47,9 @@ int client_config_paths(const char *client, char ***ret_paths, char ***ret_clien
 /* Reads and checks one config; client may be NULL to guess it from the file's name and shape.
  * A file that does not parse: -EINVAL and *ret_error "FILE:LINE:COLUMN: what is wrong". */
 int client_config_load(const char *path, const char *client, ClientConfig **ret, char **ret_error);
+/* The same on text in memory (path names it in messages and places its projects). */
+int client_config_load_string(const char *text, size_t len, const char *path, const char *client, ClientConfig **ret,
+                              char **ret_error);
 ClientConfig *client_config_free(ClientConfig *c);
 static inline void client_config_freep(ClientConfig **c) {
         client_config_free(*c);
