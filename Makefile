@@ -166,6 +166,15 @@ $(B)/fuzz/fuzz-frontend: tests/fuzz/fuzz-frontend.c tests/fuzz/fuzz.h $(call obj
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(ALL_CFLAGS) $(FUZZ_SAN) -O1 -Itests/fuzz -Ifrontend -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
 
+# fuzz-client-config: import's reading and rewriting of client configs (frontend/client-config.c).
+$(S)/fuzz/fuzz-client-config: tests/fuzz/fuzz-client-config.c tests/fuzz/fuzz.h $(S)/fuzz/replay.o $(call objs,$(S),$(COMMON_SRC) frontend/client-config.c)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(SAN) -Itests/fuzz -Ifrontend -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
+
+$(B)/fuzz/fuzz-client-config: tests/fuzz/fuzz-client-config.c tests/fuzz/fuzz.h $(call objs,$(B)/fuzz/obj,$(COMMON_SRC) frontend/client-config.c)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(ALL_CFLAGS) $(FUZZ_SAN) -O1 -Itests/fuzz -Ifrontend -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
+
 check-fuzz: $(addprefix $(S)/fuzz/fuzz-,$(FUZZ_TARGETS))
 	@set -e; total=0; bad=0; for t in $(FUZZ_TARGETS); do \
 		$(S)/fuzz/fuzz-$$t tests/fuzz/corpus/$$t > $(S)/fuzz/replay-$$t.log || true; \
