@@ -219,7 +219,7 @@ static int parse_path(Loader *l, const YNode *n, const char *what, bool relative
 
 static const char *const backend_keys[] = {
         "command", "env", "cwd", "idle_timeout", "init_timeout", "sharing", "socket", "resources", "resource_templates",
-        "prompts", "server_info", "instructions", "capabilities", "client_capabilities", NULL,
+        "prompts", "server_info", "instructions", "capabilities", "client_capabilities", "host", "remote_name", NULL,
 };
 
 /* resources, resource_templates, prompts: lists of objects, passed to the client as they are,
@@ -312,6 +312,33 @@ static int parse_identity(Loader *l, const YNode *n, Backend *b) {
         return 0;
 }
 
+/* host: where a backend lives when not here, and remote_name: its name there. */
+static int parse_remote(Loader *l, const YNode *n, Backend *b) {
+        const YNode *h = ynode_get(n, "host"), *rn = ynode_get(n, "remote_name");
+        const char *why = NULL;
+        int r;
+
+        if (rn && !h)
+                return loader_error(l, rn, "remote_name of backend '%s' needs a host", b->name);
+        if (!h || !expect_kind(l, h, YNODE_SCALAR, "host"))
+                return 0;
+        r = remote_parse(h->value, &b->remote, &why);
+        if (r == -EINVAL)
+                return loader_error(l, h, "host '%s' of backend '%s' is invalid: %s", h->value, b->name, why);
+        if (r < 0)
+                return r;
+        if (!rn)
+                b->remote.remote_name = strdup(b->name);
+        else if (!expect_kind(l, rn, YNODE_SCALAR, "remote_name"))
+                return -EINVAL;
+        else if (!backend_name_valid(rn->value))
+                return loader_error(l, rn, "remote_name '%s' of backend '%s' is not a valid backend name", rn->value,
+                                    b->name);
+        else
+                b->remote.remote_name = strdup(rn->value);
+        return b->remote.remote_name ? 0 : -ENOMEM;
+}
+
 static int parse_backend(Loader *l, const YNode *key, const YNode *n, Backend *b) {
         const YNode *v;
         int r;
@@ -330,10 +357,24 @@ static int parse_backend(Loader *l, const YNode *key, const YNode *n, Backend *b
                 return -EINVAL;
         check_keys(l, n, backend_keys, "a backend");
 
+        if ((r = parse_remote(l, n, b)) == -ENOMEM)
+                return r;
         v = ynode_get(n, "command");
-        if (!v)
-                loader_error(l, key, "backend '%s' has no command", b->name);
-        else if (v->kind != YNODE_SEQUENCE)
+        if (b->remote.kind != REMOTE_NONE) {
+                /* Its tools, resources and prompts are listed here; everything else is the remote's. */
+                static const char *const remote_only[] = {"command", "env", "cwd", "socket", NULL};
+                for (const char *const *k = remote_only; *k; k++)
+                        if ((v = ynode_get(n, *k)))
+                                loader_error(l, v,
+                                             "backend '%s' lives on %s: its %s belongs in that host's manifest, "
+                                             "not here",
+                                             b->name, b->remote.host, *k);
+                v = NULL;
+        } else if (!v) {
+                if (!ynode_get(n, "host")) /* else an invalid host was reported */
+                        loader_error(l, key, "backend '%s' has no command (or host, for a backend on another host)",
+                                     b->name);
+        } else if (v->kind != YNODE_SEQUENCE)
                 loader_error(l, v, "command of backend '%s' must be a list, e.g. [npx, -y, some-mcp-server]", b->name);
         else if (v->n_items == 0)
                 loader_error(l, v, "command of backend '%s' is empty", b->name);
@@ -627,6 +668,7 @@ static void backend_done(Backend *b) {
         strv_free(b->env);
         free(b->cwd);
         free(b->socket);
+        remote_done(&b->remote);
         cJSON_Delete(b->resources);
         cJSON_Delete(b->resource_templates);
         cJSON_Delete(b->prompts);

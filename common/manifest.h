@@ -16,9 +16,26 @@ typedef enum Sharing {
         SHARING_SESSION,
 } Sharing;
 
+/* Where a backend runs: here (its command), or on another host reached through ssh or vsock. */
+typedef enum RemoteKind {
+        REMOTE_NONE,
+        REMOTE_SSH,   /* host: ssh://[user@]HOST[:PORT] */
+        REMOTE_VSOCK, /* host: vsock:CID:PORT */
+} RemoteKind;
+
+typedef struct Remote {
+        RemoteKind kind;
+        char *host;        /* the manifest's text, for messages */
+        char *ssh_user;    /* or NULL: ssh's own choice */
+        char *ssh_host;    /* a host name or address (without brackets) */
+        unsigned port;     /* ssh: 0 for ssh's own choice; vsock: the port */
+        unsigned cid;      /* vsock */
+        char *remote_name; /* the backend's name there (default: the same name) */
+} Remote;
+
 typedef struct Backend {
         char *name;
-        char **command;             /* argv, NULL-terminated, never empty */
+        char **command;             /* argv, NULL-terminated, never empty; NULL for a remote backend */
         char **env;                 /* "KEY=VALUE", NULL-terminated, may be NULL */
         char *cwd;                  /* absolute, or NULL */
         char *socket;               /* absolute socket path, or NULL for the default */
@@ -33,6 +50,7 @@ typedef struct Backend {
         cJSON *server_info;  /* serverInfo, every field it had */
         char *instructions;  /* instructions */
         cJSON *capabilities; /* capabilities as the backend declared them */
+        Remote remote;             /* kind REMOTE_NONE: a local backend */
 } Backend;
 
 typedef struct Tool {
@@ -81,3 +99,7 @@ const Backend *manifest_find_resource_backend(const Manifest *m, const char *uri
 const Backend *manifest_find_prompt_backend(const Manifest *m, const char *name);
 bool tool_name_valid(const char *s);
 bool backend_name_valid(const char *s);
+/* Parses "ssh://[user@]HOST[:PORT]" or "vsock:CID:PORT" into r (its strings allocated); -EINVAL
+ * with *ret_why saying what is wrong (a static string). */
+int remote_parse(const char *text, Remote *r, const char **ret_why);
+void remote_done(Remote *r);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <linux/vm_sockets.h>
 #include <systemd/sd-bus.h>
 #include <systemd/sd-daemon.h>
 
@@ -42,6 +43,25 @@ static int socket_connect(const char *path, int *ret_fd) {
                 return -errno;
         /* A local connect completes at once or fails with EAGAIN (backlog full): it never blocks us. */
         if (connect(fd, (struct sockaddr *) &sa, sizeof sa) < 0)
+                return -errno;
+        *ret_fd = TAKE_FD(fd);
+        return 0;
+}
+
+/* A backend in a VM or on its host: the shim's socket unit listens with ListenStream=vsock::PORT.
+ * The connect waits at most the kernel's vsock connect timeout (2 s by default). */
+static int vsock_connect(const Remote *r, int *ret_fd) {
+        _cleanup_close_ int fd = -EBADF;
+        struct sockaddr_vm sa = {.svm_family = AF_VSOCK, .svm_cid = r->cid, .svm_port = r->port};
+        int flags;
+
+        fd = socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        if (connect(fd, (struct sockaddr *) &sa, sizeof sa) < 0)
+                return -errno;
+        flags = fcntl(fd, F_GETFL);
+        if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
                 return -errno;
         *ret_fd = TAKE_FD(fd);
         return 0;
@@ -177,6 +197,16 @@ int activation_connect(const Options *o, const Backend *b, sd_event *e, int *ret
 
         if (!path)
                 return -ENOMEM;
+        if (b->remote.kind == REMOTE_VSOCK) {
+                r = vsock_connect(&b->remote, ret_fd);
+                if (r < 0 && asprintf(ret_text,
+                                      "backend '%s' on %s is unreachable (%s): enable mcp-lazy@%s.socket there, "
+                                      "with ListenStream=vsock::%u",
+                                      b->name, b->remote.host, strerror(-r), b->remote.remote_name,
+                                      b->remote.port) < 0)
+                        *ret_text = NULL;
+                return r;
+        }
         r = socket_connect(path, ret_fd);
         if (r >= 0)
                 return 0;

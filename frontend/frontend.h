@@ -15,6 +15,9 @@
 #define UPSTREAM_OWN_PREFIX "mcp-lazy/"          /* ids of the frontend's own requests to shims */
 #define UPCALL_PREFIX       "mcp-lazy-frontend:" /* ids of backend requests forwarded to the client */
 #define DRAINING_METHOD     "notifications/mcp-lazy/draining"
+/* `mcp-lazy connect NAME` could not reach the backend; its stderr says why (sysexits' EX_UNAVAILABLE). */
+#define CONNECT_EXIT_UNAVAILABLE 69
+#define CONNECT_ERROR_PREFIX     "mcp-lazy connect: "
 
 typedef enum ActivationMode {
         ACTIVATION_AUTO,    /* the socket, else systemd's verdict when systemd runs, else direct */
@@ -117,3 +120,20 @@ void upconn_release(UpConn *c);
 /* Connects to the backend's shim: -errno on failure with *ret_text telling the user what to do. */
 int activation_connect(const Options *o, const Backend *b, sd_event *e, int *ret_fd, char **ret_text);
 char *backend_socket_path(const Backend *b);
+
+/* remote.c */
+typedef struct RemoteChild RemoteChild;
+typedef void (*remote_done_t)(RemoteChild *c, void *userdata);
+/* Starts `ssh HOST mcp-lazy connect NAME`: read the connection from *ret_in_fd, write it to *ret_out_fd. */
+int remote_spawn(const Backend *b, sd_event *e, RemoteChild **ret_child, int *ret_in_fd, int *ret_out_fd,
+                 char **ret_text);
+/* The connection ended: done runs once ssh has exited and its stderr is read (killed after 5 s). */
+void remote_child_wait(RemoteChild *c, remote_done_t done, void *userdata);
+/* Why it ended, for the user: b may be NULL when the backend left the manifest. */
+char *remote_child_explain(const RemoteChild *c, const Backend *b, const char *name, bool established);
+RemoteChild *remote_child_free(RemoteChild *c);
+
+/* connect.c */
+int connect_main(int argc, char *argv[]);
+/* main.c: the mcp-lazy-shimd next to our binary, else "mcp-lazy-shimd" (from PATH). */
+char *find_shimd(void);

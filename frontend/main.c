@@ -26,7 +26,8 @@ static void help(void) {
                "       mcp-lazy --backend NAME [--manifest FILE] [OPTIONS]\n"
                "       mcp-lazy check FILE\n"
                "       mcp-lazy import [--client NAME] [--from FILE] [--dry-run] [--undo] ...\n"
-               "       mcp-lazy refresh [--check] [NAME...]\n\n"
+               "       mcp-lazy refresh [--check] [NAME...]\n"
+               "       mcp-lazy connect NAME     (stdio relay to backend NAME's socket on this host)\n\n"
                "An MCP server on stdio that lists the manifest's tools without starting anything,\n"
                "and starts each backend (through its systemd socket) only when one of its tools is called.\n\n"
                "  --manifest FILE          the manifest (YAML or JSON); with --backend the default is\n"
@@ -59,13 +60,15 @@ static int check(const char *path) {
                        b->sharing == SHARING_POOLED ? "pooled" : "session");
                 for (char **a = b->command; a && *a; a++)
                         printf(" %s", *a);
+                if (b->remote.kind != REMOTE_NONE)
+                        printf(" (on %s as '%s')", b->remote.host, b->remote.remote_name);
                 printf("\n");
         }
         return 0;
 }
 
 /* The shim next to our own binary wins (a build tree, or an install), then PATH. */
-static char *find_shimd(void) {
+char *find_shimd(void) {
         char self[PATH_MAX], *p = NULL;
         ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
 
@@ -148,6 +151,8 @@ int main(int argc, char *argv[]) {
                 return import_main(argc - 1, argv + 1);
         if (argc >= 2 && streq(argv[1], "refresh"))
                 return refresh_main(argc - 1, argv + 1);
+        if (argc >= 2 && streq(argv[1], "connect"))
+                return connect_main(argc - 1, argv + 1);
         while ((c = getopt_long(argc, argv, "m:h", options, NULL)) >= 0)
                 switch (c) {
                 case 'm':

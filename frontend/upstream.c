@@ -14,6 +14,9 @@ struct UpConn {
         Channel *ch;
         unsigned n_pending;
         bool draining; /* the shim is stopping: nothing new goes here, answers still come */
+        RemoteChild *child; /* ssh, for a backend on another host: its stdio is ch */
+        bool established;   /* the shim answered our initialize */
+        bool ending;        /* ssh's output ended: waiting for it to exit and say why */
         UpConn *next;  /* in Upstream.old */
 };
 
@@ -61,6 +64,7 @@ static UpConn *upconn_free(UpConn *c) {
         if (!c)
                 return NULL;
         channel_free(c->ch);
+        remote_child_free(c->child);
         free(c);
         return NULL;
 }
@@ -83,16 +87,13 @@ void upconn_release(UpConn *c) {
         c->n_pending--;
 }
 
-/* Fails every request still owed by c, then forgets c. */
-static void upconn_close(UpConn *c, const char *why) {
+/* Fails every request still owed by c with text, then forgets c. */
+static void upconn_fail_all(UpConn *c, const char *text) {
         Upstream *u = c->up;
         Session *s = u->s;
-        char text[512];
         size_t state = 0;
         void *v;
 
-        snprintf(text, sizeof text, "lost the connection to backend '%s' (%s); the call may or may not have run",
-                 up_name(u), why);
         while (c->n_pending > 0 && hashmap_iterate(s->pending, &state, NULL, &v)) {
                 Pending *p = v;
                 if (p->conn == c)
@@ -116,6 +117,28 @@ static void upconn_close(UpConn *c, const char *why) {
         upconn_free(c);
 }
 
+static void upconn_close(UpConn *c, const char *why) {
+        char text[512];
+
+        snprintf(text, sizeof text, "lost the connection to backend '%s' (%s); the call may or may not have run",
+                 up_name(c->up), why);
+        upconn_fail_all(c, text);
+}
+
+/* ssh has exited: its calls fail saying why, in words that name the host and what to do. */
+static void upconn_remote_ended(RemoteChild *child, void *userdata) {
+        UpConn *c = userdata;
+        const Backend *b = manifest_find_backend(c->up->s->manifest, c->up->name);
+        _cleanup_free_ char *text = NULL;
+
+        if (b && b->remote.kind != REMOTE_SSH)
+                b = NULL;
+        text = remote_child_explain(child, b, c->up->name, c->established);
+        if (c->n_pending > 0 && text)
+                log_warning("%s", text);
+        upconn_fail_all(c, text ?: "lost the connection to a remote backend");
+}
+
 static void upconn_drain(UpConn *c) {
         Upstream *u = c->up;
 
@@ -137,7 +160,10 @@ static void upconn_handle_response(UpConn *c, const Message *m) {
         Pending *p;
 
         if (cJSON_IsString(m->id) && streq(m->id->valuestring, UPSTREAM_INIT_ID)) {
-                const cJSON *err = cJSON_GetObjectItemCaseSensitive(m->json, "error");
+                const cJSON *err;
+
+                c->established = true;
+                err = cJSON_GetObjectItemCaseSensitive(m->json, "error");
                 if (err)
                         log_warning("Backend '%s' refused initialize: %s", up_name(c->up),
                                     cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(err, "message")) ?: "?");
@@ -305,6 +331,14 @@ static void on_upconn(Channel *ch, ChannelEvent ev, const char *line, size_t len
         case CHANNEL_EOF:
         case CHANNEL_WRITE_ERROR:
         case CHANNEL_CLOSED:
+                if (c->child) {
+                        /* ssh's exit status and stderr say what happened: wait for them. */
+                        if (!c->ending) {
+                                c->ending = true;
+                                remote_child_wait(c->child, upconn_remote_ended, c);
+                        }
+                        break;
+                }
                 if (error < 0)
                         snprintf(why, sizeof why, "%s", strerror(-error));
                 else
@@ -349,10 +383,48 @@ static int upconn_handshake(UpConn *c) {
         return r;
 }
 
+/* A connection on in_fd/out_fd (one socket, or ssh's stdout/stdin with child its ssh): takes them. */
+static int upstream_attach_pair(Upstream *u, int in_fd, int out_fd, RemoteChild *child) {
+        Session *s = u->s;
+        _cleanup_free_ UpConn *c = NULL;
+        int r;
+
+        c = calloc(1, sizeof *c);
+        if (!c) {
+                safe_close(in_fd);
+                if (out_fd != in_fd)
+                        safe_close(out_fd);
+                remote_child_free(child);
+                return -ENOMEM;
+        }
+        c->up = u;
+        c->child = child;
+        /* The channel owns the fds from here on, also when it fails. */
+        r = channel_new(s->event, in_fd, out_fd, s->options->max_line, on_upconn, c, &c->ch);
+        if (r < 0) {
+                remote_child_free(child);
+                return r;
+        }
+        channel_set_backpressure(c->ch, false);
+        r = upconn_handshake(c);
+        if (r < 0) {
+                channel_free(c->ch);
+                remote_child_free(child);
+                return r;
+        }
+        u->current = TAKE_PTR(c);
+        return 0;
+}
+
+int upstream_attach(Upstream *u, int fd) {
+        return upstream_attach_pair(u, fd, fd, NULL);
+}
+
 static int upstream_connect(Upstream *u, char **ret_text) {
         Session *s = u->s;
         const Backend *b = manifest_find_backend(s->manifest, u->name);
-        _cleanup_close_ int fd = -EBADF;
+        _cleanup_close_ int fd = -EBADF, out_fd = -EBADF;
+        RemoteChild *child = NULL;
         int r;
 
         if (!b) {
@@ -360,35 +432,16 @@ static int upstream_connect(Upstream *u, char **ret_text) {
                         *ret_text = NULL;
                 return -ENOENT;
         }
+        if (b->remote.kind == REMOTE_SSH) {
+                r = remote_spawn(b, s->event, &child, &fd, &out_fd, ret_text);
+                if (r < 0)
+                        return r;
+                return upstream_attach_pair(u, TAKE_FD(fd), TAKE_FD(out_fd), child);
+        }
         r = activation_connect(s->options, b, s->event, &fd, ret_text);
         if (r < 0)
                 return r;
         return upstream_attach(u, TAKE_FD(fd));
-}
-
-int upstream_attach(Upstream *u, int fd) {
-        Session *s = u->s;
-        _cleanup_free_ UpConn *c = NULL;
-        int r;
-
-        c = calloc(1, sizeof *c);
-        if (!c) {
-                safe_close(fd);
-                return -ENOMEM;
-        }
-        c->up = u;
-        /* The channel owns the fd from here on, also when it fails. */
-        r = channel_new(s->event, fd, fd, s->options->max_line, on_upconn, c, &c->ch);
-        if (r < 0)
-                return r;
-        channel_set_backpressure(c->ch, false);
-        r = upconn_handshake(c);
-        if (r < 0) {
-                channel_free(c->ch);
-                return r;
-        }
-        u->current = TAKE_PTR(c);
-        return 0;
 }
 
 void upstream_forward(Upstream *u, Pending *p) {

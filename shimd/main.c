@@ -236,6 +236,9 @@ static int run(const char *manifest_path, const char *name_arg, size_t max_line)
         s.backend = manifest_find_backend(m, name);
         if (!s.backend)
                 return log_error_errno(-ENOENT, "Backend '%s' is not in %s.", name, manifest_path);
+        if (!s.backend->command)
+                return log_error_errno(-EMEDIUMTYPE, "Backend '%s' lives on %s by %s: this host has no command to run.",
+                                       name, s.backend->remote.host, manifest_path);
 
         r = event_new(on_terminate, &s, &e);
         if (r < 0)

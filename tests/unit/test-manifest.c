@@ -261,6 +261,25 @@ static void test_cache(void) {
         setenv("MCP_LAZY_CACHE_DIR", "", 1);
 }
 
+static void test_remote(void) {
+        _cleanup_(manifest_freep) Manifest *m = NULL;
+        _cleanup_free_ char *err = NULL;
+        const Backend *b;
+
+        CHECK(manifest_load_file("manifests/good-remote.yaml", &m, &err) == 0);
+        if (!m)
+                return;
+        b = manifest_find_backend(m, "database");
+        CHECK(b && b->remote.kind == REMOTE_SSH && !b->command);
+        CHECK(b && streq(b->remote.ssh_user, "alice") && streq(b->remote.ssh_host, "db.example.com"));
+        CHECK(b && b->remote.port == 2222 && streq(b->remote.remote_name, "postgres"));
+        b = manifest_find_backend(m, "files");
+        CHECK(b && !b->remote.ssh_user && streq(b->remote.ssh_host, "2001:db8::1") && b->remote.port == 0);
+        CHECK(b && streq(b->remote.remote_name, "files"));
+        b = manifest_find_backend(m, "vm");
+        CHECK(b && b->remote.kind == REMOTE_VSOCK && b->remote.cid == 3 && b->remote.port == 5000);
+}
+
 int main(void) {
         DIR *d = opendir("manifests");
         struct dirent *de;
@@ -285,6 +304,7 @@ int main(void) {
                 closedir(d);
         CHECK(n >= 10);
         test_details();
+        test_remote();
         test_options();
         test_identity();
         test_many_keys();
