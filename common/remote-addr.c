@@ -123,5 +123,5 @@ void remote_done(Remote *r) {
         free(r->ssh_user);
         free(r->ssh_host);
         free(r->remote_name);
-        *r = (Remote) {};
+        *r = (Remote){};
 }

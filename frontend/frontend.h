@@ -132,6 +132,8 @@ void remote_child_wait(RemoteChild *c, remote_done_t done, void *userdata);
 /* Why it ended, for the user: b may be NULL when the backend left the manifest. */
 char *remote_child_explain(const RemoteChild *c, const Backend *b, const char *name, bool established);
 RemoteChild *remote_child_free(RemoteChild *c);
+/* The remote answered: a master this ssh opened is up, and others may share it. */
+void remote_child_established(RemoteChild *c);
 
 /* connect.c */
 int connect_main(int argc, char *argv[]);

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -21,15 +23,24 @@
 #define STDERR_KEEP      4096U
 /* After ssh closed its output, how long it may take to exit before it is killed. */
 #define EXIT_WAIT_USEC (5ULL * USEC_PER_SEC)
+/* While another frontend opens the master we would share, we look again this often, and this long at most. */
+#define MASTER_POLL_USEC (50ULL * USEC_PER_MSEC)
+#define MASTER_WAIT_USEC (15ULL * USEC_PER_SEC)
 
 struct RemoteChild {
-        pid_t pid;
+        pid_t pid; /* 0 until ssh runs */
         sd_event *event;
-        sd_event_source *child_source, *stderr_source, *timer;
-        int seat_fd; /* a flock on one seat of one master, held while this ssh runs */
+        sd_event_source *child_source, *stderr_source, *timer, *retry;
+        int seat_fd;        /* a flock on one seat of one master, held while this ssh runs */
+        int master_lock_fd; /* held while our ssh may be the one becoming that master */
+        char *control_path; /* NULL: a connection of its own */
+        char **argv;
+        int child_fds[3]; /* its stdin, stdout, stderr until it runs */
+        int stderr_fd;    /* our end */
+        uint64_t wait_start;
         char err[STDERR_KEEP + 1];
         size_t err_len;
-        bool exited, stderr_done, waiting;
+        bool exited, stderr_done, waiting, stderr_eagain;
         int exit_code, exit_status; /* siginfo_t si_code, si_status */
         remote_done_t done;
         void *userdata;
@@ -114,23 +125,6 @@ static void remote_child_check_done(RemoteChild *c) {
         done(c, c->userdata); /* may free c */
 }
 
-static int on_ssh_exit(sd_event_source *s, const siginfo_t *si, void *userdata) {
-        RemoteChild *c = userdata;
-
-        if (!c) {
-                /* Its owner is gone: we only reap it. */
-                sd_event_source_unref(s);
-                return 0;
-        }
-        c->exited = true;
-        c->exit_code = si->si_code;
-        c->exit_status = si->si_status;
-        c->seat_fd = safe_close(c->seat_fd);
-        c->child_source = sd_event_source_unref(c->child_source);
-        remote_child_check_done(c);
-        return 0;
-}
-
 static int on_ssh_stderr(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
         RemoteChild *c = userdata;
         char buf[4096];
@@ -138,6 +132,7 @@ static int on_ssh_stderr(sd_event_source *s, int fd, uint32_t revents, void *use
 
         (void) s;
         (void) revents;
+        c->stderr_eagain = n < 0 && errno == EAGAIN;
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
                 return 0;
         if (n <= 0) {
@@ -164,13 +159,37 @@ static int on_ssh_stderr(sd_event_source *s, int fd, uint32_t revents, void *use
         return 0;
 }
 
+static int on_ssh_exit(sd_event_source *s, const siginfo_t *si, void *userdata) {
+        RemoteChild *c = userdata;
+
+        if (!c) {
+                /* Its owner is gone: we only reap it. */
+                sd_event_source_unref(s);
+                return 0;
+        }
+        c->exited = true;
+        c->exit_code = si->si_code;
+        c->exit_status = si->si_status;
+        c->seat_fd = safe_close(c->seat_fd);
+        c->master_lock_fd = safe_close(c->master_lock_fd);
+        c->child_source = sd_event_source_unref(c->child_source);
+        /* The master it may have forked keeps its stderr open: take what is there and stop reading. */
+        while (c->stderr_source && on_ssh_stderr(c->stderr_source, c->stderr_fd, EPOLLIN, c) == 0 && c->stderr_source &&
+               !c->stderr_eagain)
+                ;
+        c->stderr_done = true;
+        c->stderr_source = sd_event_source_disable_unref(c->stderr_source);
+        remote_child_check_done(c);
+        return 0;
+}
+
 static int on_exit_timeout(sd_event_source *s, uint64_t usec, void *userdata) {
         RemoteChild *c = userdata;
 
         (void) s;
         (void) usec;
         c->timer = sd_event_source_disable_unref(c->timer);
-        if (!c->exited)
+        if (!c->exited && c->pid > 0)
                 (void) kill(c->pid, SIGKILL);
         /* A grandchild may still hold its stderr: what we have is what we get. */
         c->stderr_done = true;
@@ -182,7 +201,7 @@ static int on_exit_timeout(sd_event_source *s, uint64_t usec, void *userdata) {
 RemoteChild *remote_child_free(RemoteChild *c) {
         if (!c)
                 return NULL;
-        if (c->child_source) {
+        if (c->child_source && c->pid > 0) {
                 /* Still running: ask it to go, and leave a reaper behind. */
                 (void) kill(c->pid, SIGTERM);
                 (void) sd_event_source_set_userdata(c->child_source, NULL);
@@ -191,7 +210,15 @@ RemoteChild *remote_child_free(RemoteChild *c) {
         }
         sd_event_source_disable_unref(c->stderr_source);
         sd_event_source_disable_unref(c->timer);
+        sd_event_source_disable_unref(c->retry);
         safe_close(c->seat_fd);
+        safe_close(c->master_lock_fd);
+        for (int i = 0; i < 3; i++)
+                safe_close(c->child_fds[i]);
+        if (!c->stderr_source)
+                safe_close(c->stderr_fd);
+        strv_free(c->argv);
+        free(c->control_path);
         sd_event_unref(c->event);
         free(c);
         return NULL;
@@ -265,91 +292,162 @@ static int ssh_argv(const Backend *b, const char *control_path, char ***ret) {
         return 0;
 }
 
-int remote_spawn(const Backend *b, sd_event *e, RemoteChild **ret_child, int *ret_in_fd, int *ret_out_fd,
-                 char **ret_text) {
-        _cleanup_free_ char *dir = NULL, *control_path = NULL;
-        _cleanup_strv_free_ char **argv = NULL;
-        _cleanup_close_ int seat = -EBADF;
-        int in[2] = {-EBADF, -EBADF}, out[2] = {-EBADF, -EBADF}, err[2] = {-EBADF, -EBADF};
-        RemoteChild *c = NULL;
+/* Runs ssh now, on the pipes made by remote_spawn(). */
+static int remote_exec(RemoteChild *c) {
         pid_t pid;
         int r;
 
+        c->retry = sd_event_source_disable_unref(c->retry);
+        pid = fork();
+        if (pid < 0)
+                return -errno;
+        if (pid == 0) {
+                sigset_t all;
+
+                if (dup2(c->child_fds[0], STDIN_FILENO) < 0 || dup2(c->child_fds[1], STDOUT_FILENO) < 0 ||
+                    dup2(c->child_fds[2], STDERR_FILENO) < 0)
+                        _exit(127);
+                sigemptyset(&all);
+                sigprocmask(SIG_SETMASK, &all, NULL);
+                execvp(c->argv[0], c->argv);
+                fprintf(stderr, "mcp-lazy: cannot execute %s: %m\n", c->argv[0]);
+                _exit(126);
+        }
+        c->pid = pid;
+        for (int i = 0; i < 3; i++)
+                c->child_fds[i] = safe_close(c->child_fds[i]);
+        r = sd_event_add_child(c->event, &c->child_source, pid, WEXITED, on_ssh_exit, c);
+        if (r < 0) {
+                (void) kill(pid, SIGKILL);
+                return r;
+        }
+        r = sd_event_add_io(c->event, &c->stderr_source, c->stderr_fd, EPOLLIN, on_ssh_stderr, c);
+        if (r >= 0)
+                r = sd_event_source_set_io_fd_own(c->stderr_source, true);
+        if (r < 0)
+                return r;
+        log_debug("Started ssh (pid %d): %s ... %s", (int) pid, c->argv[0], c->control_path ?: "(own connection)");
+        return 0;
+}
+
+/* Is a master listening there? A unix connect answers at once. */
+static bool master_alive(const char *path) {
+        _cleanup_close_ int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+
+        if (fd < 0 || strlen(path) >= sizeof sa.sun_path)
+                return false;
+        memcpy(sa.sun_path, path, strlen(path));
+        return connect(fd, (struct sockaddr *) &sa, sizeof sa) == 0;
+}
+
+static int on_retry(sd_event_source *s, uint64_t usec, void *userdata);
+
+/* Starts ssh once it can share a master: one frontend at a time opens a master (under an flock),
+ * the others wait until it listens, so that fifty sessions starting together make a few
+ * connections, not fifty (sshd also drops unauthenticated connections past MaxStartups). */
+static int remote_start(RemoteChild *c) {
+        _cleanup_free_ char *lock = NULL;
+        uint64_t now;
+        int fd, r;
+
+        if (!c->control_path || master_alive(c->control_path))
+                return remote_exec(c);
+        (void) sd_event_now(c->event, CLOCK_MONOTONIC, &now);
+        if (asprintf(&lock, "%s.master", c->control_path) < 0)
+                return -ENOMEM;
+        fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+        if (fd < 0)
+                return remote_exec(c);
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+                if (c->wait_start == 0) {
+                        /* Ours to open: the lock goes when our ssh is through (remote_child_established). */
+                        c->master_lock_fd = fd;
+                        return remote_exec(c);
+                }
+                /* Whoever opened it gave up without a master: do not queue up behind each other. */
+                safe_close(fd);
+                return remote_exec(c);
+        }
+        safe_close(fd);
+        if (c->wait_start == 0)
+                c->wait_start = now;
+        if (now - c->wait_start > MASTER_WAIT_USEC)
+                return remote_exec(c);
+        r = c->retry ? sd_event_source_set_time_relative(c->retry, MASTER_POLL_USEC)
+                     : sd_event_add_time_relative(c->event, &c->retry, CLOCK_MONOTONIC, MASTER_POLL_USEC, 0, on_retry,
+                                                  c);
+        if (r >= 0)
+                r = sd_event_source_set_enabled(c->retry, SD_EVENT_ONESHOT);
+        return r < 0 ? remote_exec(c) : 0;
+}
+
+static int on_retry(sd_event_source *s, uint64_t usec, void *userdata) {
+        RemoteChild *c = userdata;
+        int r;
+
+        (void) s;
+        (void) usec;
+        r = remote_start(c);
+        if (r < 0) {
+                /* As if ssh had failed at once: the connection ends, its calls get this error. */
+                log_warning_errno(r, "Cannot start ssh: %m");
+                for (int i = 0; i < 3; i++)
+                        c->child_fds[i] = safe_close(c->child_fds[i]);
+                c->exited = c->stderr_done = true;
+                c->exit_code = CLD_EXITED;
+                c->exit_status = 126;
+        }
+        return 0;
+}
+
+void remote_child_established(RemoteChild *c) {
+        if (c)
+                c->master_lock_fd = safe_close(c->master_lock_fd);
+}
+
+int remote_spawn(const Backend *b, sd_event *e, RemoteChild **ret_child, int *ret_in_fd, int *ret_out_fd,
+                 char **ret_text) {
+        _cleanup_free_ char *dir = NULL;
+        int in[2] = {-EBADF, -EBADF}, out[2] = {-EBADF, -EBADF}, err[2] = {-EBADF, -EBADF};
+        RemoteChild *c = calloc(1, sizeof *c);
         const char *rt = runtime_dir();
+        int r;
+
+        if (!c)
+                return -ENOMEM;
+        c->seat_fd = c->master_lock_fd = c->stderr_fd = -EBADF;
+        for (int i = 0; i < 3; i++)
+                c->child_fds[i] = -EBADF;
+        c->event = sd_event_ref(e);
         if (rt && asprintf(&dir, "%s/mcp-lazy/ssh", rt) >= 0 && mkdir_parents(dir, 0700) >= 0) {
-                r = seat_take(dir, &b->remote, &seat, &control_path);
+                r = seat_take(dir, &b->remote, &c->seat_fd, &c->control_path);
                 if (r < 0)
                         log_debug("No shared ssh connection for '%s' (%s); using one of its own.", b->name,
                                   strerror(-r));
         }
-        r = ssh_argv(b, control_path, &argv);
-        if (r < 0)
-                return r;
-        if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC | O_NONBLOCK) < 0) {
+        r = ssh_argv(b, c->control_path, &c->argv);
+        if (r >= 0 && (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC | O_NONBLOCK) < 0))
                 r = -errno;
-                goto fail;
-        }
-        c = calloc(1, sizeof *c);
-        if (!c) {
-                r = -ENOMEM;
-                goto fail;
-        }
-        c->seat_fd = -EBADF;
-        pid = fork();
-        if (pid < 0) {
-                r = -errno;
-                goto fail;
-        }
-        if (pid == 0) {
-                sigset_t all;
-
-                if (dup2(in[0], STDIN_FILENO) < 0 || dup2(out[1], STDOUT_FILENO) < 0 ||
-                    dup2(err[1], STDERR_FILENO) < 0)
-                        _exit(127);
-                sigemptyset(&all);
-                sigprocmask(SIG_SETMASK, &all, NULL);
-                signal(SIGPIPE, SIG_DFL);
-                execvp(argv[0], argv);
-                fprintf(stderr, "mcp-lazy: cannot execute %s: %m\n", argv[0]);
-                _exit(126);
-        }
-        c->pid = pid;
-        c->event = sd_event_ref(e);
-        c->seat_fd = TAKE_FD(seat);
-        safe_close(in[0]);
-        safe_close(out[1]);
-        safe_close(err[1]);
-        r = sd_event_add_child(e, &c->child_source, pid, WEXITED, on_ssh_exit, c);
+        c->child_fds[0] = in[0];
+        c->child_fds[1] = out[1];
+        c->child_fds[2] = err[1];
+        c->stderr_fd = err[0];
         if (r >= 0)
-                r = sd_event_add_io(e, &c->stderr_source, err[0], EPOLLIN, on_ssh_stderr, c);
-        if (r >= 0)
-                r = sd_event_source_set_io_fd_own(c->stderr_source, true);
+                r = remote_start(c);
         if (r < 0) {
-                if (!c->stderr_source)
-                        safe_close(err[0]);
                 safe_close(in[1]);
                 safe_close(out[0]);
-                if (!c->child_source)
-                        (void) kill(pid, SIGKILL); /* and reaped by nobody: at worst a zombie till we exit */
                 remote_child_free(c);
+                if (asprintf(ret_text, "backend '%s' on %s: cannot start ssh: %s", b->name, b->remote.host,
+                             strerror(-r)) < 0)
+                        *ret_text = NULL;
                 return r;
         }
-        log_debug("Started ssh (pid %d) to %s for backend '%s'.", (int) pid, b->remote.host, b->name);
         *ret_child = c;
         *ret_in_fd = out[0];
         *ret_out_fd = in[1];
         return 0;
-fail:
-        for (int i = 0; i < 2; i++) {
-                safe_close(in[i]);
-                safe_close(out[i]);
-                safe_close(err[i]);
-        }
-        free(c);
-        if (asprintf(ret_text, "backend '%s' on %s: cannot start ssh: %s", b->name, b->remote.host,
-                     strerror(-r)) < 0)
-                *ret_text = NULL;
-        return r;
 }
 
 /* ssh's last words, on one line, for a message. */

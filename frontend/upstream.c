@@ -163,6 +163,7 @@ static void upconn_handle_response(UpConn *c, const Message *m) {
                 const cJSON *err;
 
                 c->established = true;
+                remote_child_established(c->child);
                 err = cJSON_GetObjectItemCaseSensitive(m->json, "error");
                 if (err)
                         log_warning("Backend '%s' refused initialize: %s", up_name(c->up),

@@ -1,0 +1,211 @@
+// Backends on another host, through OpenSSH: frontends in the box's network namespace call pooled
+// backends of the "far" host (a network namespace of its own with a real sshd) and get what a
+// direct call gets; every way of failing is a specific tool error within 30 s, never a hang.
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { boxFleet, enableSockets } from "./lib/fleet.mjs";
+import { addFarHost, farLink, nearManifest } from "./lib/far.mjs";
+import { cmdline, descendants, sleep, waitFor } from "./lib/env.mjs";
+
+let fleet;
+const NEAR = "/etc/mcp-lazy/near.yaml";
+const DIRECT = "/etc/mcp-lazy/manifest.yaml";
+
+before(async () => {
+  fleet = await boxFleet();
+  await enableSockets(fleet, ["memory", "everything"]);
+  await addFarHost(fleet);
+  const w = await fleet.box.exec("bash", ["-c", `cat > ${NEAR}`], { input: nearManifest() });
+  assert.equal(w.code, 0, w.stderr);
+});
+after(async () => fleet && (await fleet.stop()));
+
+async function session(manifest = NEAR) {
+  fleet.manifestPath = manifest;
+  return fleet.session();
+}
+
+// Each process of this session's ssh to far (the frontend's children).
+function sshPids(client) {
+  return descendants(client.transportPid).filter((p) => /^ssh .*mcp-lazy connect/.test(cmdline(p)));
+}
+
+async function timed(p) {
+  const t0 = Date.now();
+  const r = await p;
+  return { r, ms: Date.now() - t0 };
+}
+
+test("a remote pooled backend answers exactly as a direct call does", async () => {
+  const far = await session();
+  const near = await session(DIRECT);
+  for (const [name, args] of [
+    ["echo", { message: "über ssh" }],
+    ["get-sum", { a: 2, b: 40 }],
+  ]) {
+    const viaSsh = await far.callTool({ name, arguments: args });
+    const direct = await near.callTool({ name, arguments: args });
+    assert.deepEqual(viaSsh, direct);
+  }
+  assert.deepEqual(await far.callTool({ name: "read_graph", arguments: {} }), await near.callTool({ name: "read_graph", arguments: {} }));
+  // Progress comes back through ssh, with the client's own token.
+  const progress = [];
+  const r = await far.callTool(
+    { name: "trigger-long-running-operation", arguments: { duration: 1, steps: 3 } },
+    undefined,
+    { onprogress: (p) => progress.push(p.progress) },
+  );
+  assert.match(r.content[0].text, /Long running operation completed/);
+  // The last one is racy (the server sends it as it answers), as in the direct transparency test.
+  assert.deepEqual(progress.filter((p) => p < 3), [1, 2]);
+  // Pipelined calls on one connection.
+  const many = await Promise.all(Array.from({ length: 20 }, (_, i) => far.callTool({ name: "get-sum", arguments: { a: i, b: 1 } })));
+  assert.deepEqual(many.map((x) => x.content[0].text), Array.from({ length: 20 }, (_, i) => `The sum of ${i} and 1 is ${i + 1}.`));
+  await far.close();
+  await near.close();
+});
+
+test("sessions of both hosts share one backend process on the far host, which idles out and comes back", async () => {
+  const a = await session();
+  const b = await session();
+  // A session of the far host itself (the units are the far host's): straight to the socket.
+  const local = await session(DIRECT);
+  await a.callTool({ name: "echo", arguments: { message: "a" } });
+  const pids = await fleet.backendPids("everything");
+  assert.equal(pids.length, 1);
+  // A call in flight keeps the backend from idling out while we look.
+  const busy = local.callTool({ name: "trigger-long-running-operation", arguments: { duration: 6, steps: 2 } });
+  await b.callTool({ name: "echo", arguments: { message: "b" } });
+  // A plain connect on the far host, in its own network namespace, reaches the same backend (as a
+  // client of the same version and capabilities as the SDK's: the pool is per client configuration).
+  const c = await fleet.sh(`printf '%s\\n' '{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}' \\
+      '{"jsonrpc":"2.0","method":"notifications/initialized"}' '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"message":"in far"}}}' \\
+      | ip netns exec far mcp-lazy connect everything`);
+  assert.match(c, /"text":"Echo: in far"/);
+  assert.deepEqual(await fleet.backendPids("everything"), pids);
+  // Three sessions on one shim (sessions of the tests before may take a moment to go).
+  const status = await waitFor(async () => {
+    const st = await fleet.sh("systemctl show -P StatusText mcp-lazy@everything.service");
+    return / 3 sessions,/.test(st) && st;
+  }, 4000);
+  assert.ok(status, await fleet.sh("systemctl show -P StatusText mcp-lazy@everything.service"));
+  assert.match((await busy).content[0].text, /Long running operation completed/);
+  assert.deepEqual(await fleet.backendPids("everything"), pids);
+  // Idle: the backend stops there; the ssh sessions are told (drain) and the next call reconnects.
+  assert.ok(await waitFor(async () => (await fleet.active("everything")) !== "active", 15000), "backend did not idle out");
+  assert.ok(await waitFor(() => sshPids(a).length === 0, 5000), "ssh of an idle session stayed");
+  const r = await a.callTool({ name: "echo", arguments: { message: "again" } });
+  assert.equal(r.content[0].text, "Echo: again");
+  assert.notDeepEqual(await fleet.backendPids("everything"), pids);
+  for (const s of [a, b, local]) await s.close();
+});
+
+test("ssh killed mid-call: that call fails saying so, the next call reconnects", async () => {
+  const s = await session();
+  await s.callTool({ name: "echo", arguments: { message: "warm" } });
+  const call = s.callTool({ name: "trigger-long-running-operation", arguments: { duration: 30, steps: 30 } });
+  await sleep(1000);
+  const ssh = sshPids(s);
+  assert.equal(ssh.length, 1);
+  process.kill(ssh[0], "SIGKILL");
+  const { r, ms } = await timed(call);
+  assert.ok(ms < 5000, `took ${ms} ms`);
+  assert.equal(r.isError, true);
+  assert.equal(
+    r.content[0].text,
+    "backend 'reverything' on ssh://root@far (backend 'everything' there): ssh was killed by signal KILL; the call may or may not have run, the next call connects again",
+  );
+  const again = await s.callTool({ name: "echo", arguments: { message: "back" } });
+  assert.equal(again.content[0].text, "Echo: back");
+  await s.close();
+});
+
+test("host keys: an unknown one and a changed one are refused, each with what to do", async () => {
+  const s = await session();
+  const u = await s.callTool({ name: "t_unknownkey", arguments: {} });
+  assert.equal(u.isError, true);
+  assert.match(
+    u.content[0].text,
+    /^backend 'unknownkey' on ssh:\/\/root@far-unknown \(backend 'everything' there\): the host key of far-unknown is not known, and mcp-lazy never accepts one by itself: check it and accept it by running 'ssh root@far-unknown' once \(or add it to ~\/\.ssh\/known_hosts\) \(ssh said: .*Host key verification failed\.\)$/,
+  );
+  const c = await s.callTool({ name: "t_changedkey", arguments: {} });
+  assert.equal(c.isError, true);
+  assert.match(
+    c.content[0].text,
+    /^backend 'changedkey' on ssh:\/\/root@far-changed \(backend 'everything' there\): the host key of far-changed has changed, and ssh refused to connect: if the change is expected, run 'ssh-keygen -R far-changed' and check the new key by running 'ssh root@far-changed' once \(ssh said: .*Host key for far-changed has changed and you have requested strict checking\.  Host key verification failed\.\)$/,
+  );
+  // Nothing was accepted on the way.
+  const known = await fleet.sh("cat /root/.ssh/known_hosts");
+  assert.doesNotMatch(known, /far-unknown/);
+  assert.equal(known.match(/far-changed/g).length, 1);
+  await s.close();
+});
+
+test("authentication refused, mcp-lazy missing there, a backend not enabled there", async () => {
+  const s = await session();
+  const n = await s.callTool({ name: "t_notenabled", arguments: {} });
+  assert.equal(
+    n.content[0].text,
+    "backend 'notenabled' on ssh://root@far (backend 'disabled' there): there, backend 'disabled' is not enabled: run 'systemctl enable --now mcp-lazy@disabled.socket'",
+  );
+  await fleet.sh("mv /usr/local/bin/mcp-lazy /usr/local/bin/mcp-lazy.away");
+  try {
+    const m = await s.callTool({ name: "t_notenabled", arguments: {} });
+    assert.match(
+      m.content[0].text,
+      /^backend 'notenabled' on ssh:\/\/root@far \(backend 'disabled' there\): mcp-lazy is not installed on far \(the remote shell found no 'mcp-lazy'\): install it there so that 'ssh root@far mcp-lazy --version' works \(ssh said: .*mcp-lazy: command not found\)$/,
+    );
+  } finally {
+    await fleet.sh("mv /usr/local/bin/mcp-lazy.away /usr/local/bin/mcp-lazy");
+  }
+  await fleet.sh("mv /root/.ssh/authorized_keys /root/.ssh/authorized_keys.away");
+  try {
+    // The shared connection would still let us in: a new master is needed to see the refusal.
+    await fleet.sh("for s in /run/mcp-lazy/ssh/*[0-9]; do [ -S $s ] && ssh -o ControlPath=$s -O exit far 2>/dev/null; done; true");
+    const a = await s.callTool({ name: "t_notenabled", arguments: {} });
+    assert.match(
+      a.content[0].text,
+      /^backend 'notenabled' on ssh:\/\/root@far \(backend 'disabled' there\): far refused authentication: mcp-lazy runs ssh with BatchMode=yes \(no password prompts\); set up key authentication \(ssh-copy-id\) so that 'ssh root@far -o BatchMode=yes true' works \(ssh said: .*Permission denied \(publickey\)\.\)$/,
+    );
+  } finally {
+    await fleet.sh("mv /root/.ssh/authorized_keys.away /root/.ssh/authorized_keys");
+  }
+  await s.close();
+});
+
+test("the far host unreachable: calls in flight and new sessions fail within 30 s; calls work once it is back", async () => {
+  const open = await session();
+  await open.callTool({ name: "echo", arguments: { message: "before" } });
+  const inFlight = timed(open.callTool({ name: "trigger-long-running-operation", arguments: { duration: 60, steps: 60 } }, undefined, { timeout: 120000 }));
+  await sleep(500);
+  await farLink(fleet, false);
+  try {
+    const fresh = await session();
+    const [a, b] = await Promise.all([inFlight, timed(fresh.callTool({ name: "echo", arguments: { message: "x" } }, undefined, { timeout: 120000 }))]);
+    for (const { r, ms } of [a, b]) {
+      assert.equal(r.isError, true, JSON.stringify(r));
+      assert.ok(ms < 30000, `took ${ms} ms: ${r.content[0].text}`);
+      assert.match(r.content[0].text, /^backend 'reverything' on ssh:\/\/root@far \(backend 'everything' there\): /);
+    }
+    assert.match(a.r.content[0].text, /far is unreachable \(the connection was lost\); the call may or may not have run|ssh/);
+    await fresh.close();
+  } finally {
+    await farLink(fleet, true);
+  }
+  const r = await open.callTool({ name: "echo", arguments: { message: "after" } });
+  assert.equal(r.content[0].text, "Echo: after");
+  await open.close();
+});
+
+test("fifty sessions on one host call one remote host (sshd's MaxSessions 10 untouched)", async () => {
+  const sessions = [];
+  for (let i = 0; i < 50; i++) sessions.push(await session());
+  const results = await Promise.all(sessions.map((s, i) => s.callTool({ name: "echo", arguments: { message: `s${i}` } }, undefined, { timeout: 120000 })));
+  assert.deepEqual(results.map((r) => r.content[0].text), sessions.map((_, i) => `Echo: s${i}`));
+  // At most 8 sessions on each shared connection: at least 7 connections to far, not 50.
+  const conns = Number((await fleet.sh("ip netns exec far ss -Htn state established '( sport = :22 )' | wc -l")).trim());
+  assert.ok(conns >= 7 && conns <= 12, `${conns} ssh connections`);
+  const pids = await fleet.backendPids("everything");
+  assert.equal(pids.length, 1, (await fleet.sh(`ps -o pid,ppid,etime,args -p ${pids.join(",")}; systemctl show -P StatusText mcp-lazy@everything.service`)));
+  await Promise.all(sessions.map((s) => s.close()));
+});
