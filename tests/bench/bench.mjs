@@ -11,6 +11,8 @@
 //    vs mcp-lazy with pooled backends behind systemd sockets (in a throwaway systemd box);
 // 5. a frontend per backend vs one for the fleet, and 500 frontends of one user, inotify vs the
 //    stat() timer (frontends.mjs; `node bench/frontends.mjs 1000` for a thousand).
+// 6. a warm call to a backend on another host (a network namespace with sshd in the box) through
+//    mcp-lazy and ssh, beside the same call through a plain `ssh HOST socat` relay (the floor).
 //
 // Targets are printed beside the figures; missing one never fails the run. A section that cannot
 // run prints FAILED with the reason, and the run then exits 1. Nothing is left running.
@@ -24,6 +26,7 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport, getDefaultEnvironment } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { startBox } from "../integration/lib/box.mjs";
 import { sectionFrontends } from "./frontends.mjs";
+import { addFarHost } from "../integration/lib/far.mjs";
 import {
   Peer, alive, cmdline, descendants, leftovers, demoTools, generateManifest, heading, initialize, initialized, killAllTracked, median,
   mib, ms, now, p90, p99, procCpuMs, procPss, procStatus, processesMatching, ratio, reapTree, table, toolsCall, toolsList,
@@ -58,7 +61,7 @@ const RUNS = {
   cold: QUICK ? 3 : 8,
   sessions: 10,
 };
-const DEADLINE_MS = 280_000;
+const DEADLINE_MS = 330_000;
 
 const WORK = mkdtempSync(join(tmpdir(), "mcp-lazy-bench-"));
 const failures = [];
@@ -610,6 +613,51 @@ async function sectionFleet() {
   }
 }
 
+// ---- 6. a backend on another host ----------------------------------------------------------
+
+async function sectionRemote() {
+  heading("6. Warm call to a backend on another host: mcp-lazy through ssh vs a plain `ssh HOST socat` relay");
+  const binds = [ROOT];
+  if (relative(ROOT, BUILD).startsWith("..")) binds.push(BUILD);
+  const box = await startBox({ bind: binds });
+  const peers = [];
+  try {
+    await boxOk(box, "make", ["-C", ROOT, "-o", "all", "install", "DESTDIR=", "PREFIX=/usr/local", `B=${BUILD}`, "SYSTEMUNITDIR=/etc/systemd/system"], { cwd: ROOT });
+    await boxOk(box, "systemd-sysusers", []);
+    await boxOk(box, "mkdir", ["-p", "/etc/mcp-lazy"]);
+    await boxOk(box, "tee", ["/etc/mcp-lazy/manifest.yaml"], { input: boxManifest() });
+    await boxOk(box, "systemctl", ["daemon-reload"]);
+    await boxOk(box, "systemctl", ["enable", "--now", "mcp-lazy@memory.socket"]);
+    await addFarHost({ sh: (script) => boxOk(box, "bash", ["-c", script]) });
+    const [tool, args] = BACKENDS.memory.call;
+    await boxOk(box, "tee", ["/etc/mcp-lazy/near.yaml"], {
+      input: `backends:
+  rmem:
+    host: ssh://root@far
+    remote_name: memory
+tools:
+  - {name: ${tool}, backend: rmem, input_schema: {type: object}}
+`,
+    });
+    const [nsenter, ...prefix] = box.nsenterArgs();
+    const env = getDefaultEnvironment();
+    // The floor: ssh's own connection, socat on the far host relaying to the same pooled shim.
+    const floor = new Peer(nsenter, [...prefix, "ssh", "-T", "-o", "BatchMode=yes", "root@far", "socat", "STDIO", "UNIX-CONNECT:/run/mcp-lazy/memory.sock"], { env, stderr: true });
+    const lazy = new Peer(nsenter, [...prefix, MCP_LAZY, "--manifest", "/etc/mcp-lazy/near.yaml"], { env, stderr: true });
+    peers.push(floor, lazy);
+    await handshake(floor);
+    await handshake(lazy);
+    const { d, l } = await interleavedCalls(floor, lazy, tool, args);
+    table(LATENCY_HEADERS, latencyRows("memory read_graph", d, l, " + connect").map((r) => [r[0].replace("direct", "ssh + socat"), ...r.slice(1)]));
+    console.log("  (both over ssh to a network namespace of the same machine, so the network costs nothing: the figures are");
+    console.log("   the relays' own cost; mcp-lazy's path: frontend -> ssh mux client -> ControlMaster -> sshd -> mcp-lazy connect)");
+    console.log(`  target: <1.15x per call -> ${ratio(median(l), median(d))} ${median(l) / median(d) < 1.15 ? "met" : "NOT met"}`);
+  } finally {
+    await Promise.all(peers.map((p) => p.close().catch(() => {})));
+    await box.stop();
+  }
+}
+
 const oneLine = (text) => {
   const t = text.replace(/\s+/g, " ");
   return t.length > 300 ? `${t.slice(0, 300)}...` : t;
@@ -662,6 +710,7 @@ async function main() {
   if (want(3)) await section("section 3", () => sectionCold(direct));
   if (want(4)) await section("section 4", sectionFleet);
   if (want(5)) await section("section 5", () => sectionFrontends({ mcpLazy: MCP_LAZY, work: WORK, runs: QUICK ? 3 : 10, n: QUICK ? 200 : 500 }));
+  if (want(6)) await section("section 6", sectionRemote);
 
   // Anything of ours still running is a bug in the bench or in mcp-lazy's shutdown.
   await new Promise((r) => setTimeout(r, 200));

@@ -173,7 +173,7 @@ test("authentication refused, mcp-lazy missing there, a backend not enabled ther
   await s.close();
 });
 
-test("the far host unreachable: calls in flight and new sessions fail within 30 s; calls work once it is back", async () => {
+test("the far host unreachable: calls in flight and new sessions fail within 30 s; calls work once it is back", async (t) => {
   const open = await session();
   await open.callTool({ name: "echo", arguments: { message: "before" } });
   const inFlight = timed(open.callTool({ name: "trigger-long-running-operation", arguments: { duration: 60, steps: 60 } }, undefined, { timeout: 120000 }));
@@ -182,6 +182,7 @@ test("the far host unreachable: calls in flight and new sessions fail within 30 
   try {
     const fresh = await session();
     const [a, b] = await Promise.all([inFlight, timed(fresh.callTool({ name: "echo", arguments: { message: "x" } }, undefined, { timeout: 120000 }))]);
+    t.diagnostic(`link down: the call in flight failed after ${a.ms} ms, the new session's call after ${b.ms} ms`);
     for (const { r, ms } of [a, b]) {
       assert.equal(r.isError, true, JSON.stringify(r));
       assert.ok(ms < 30000, `took ${ms} ms: ${r.content[0].text}`);
@@ -197,13 +198,15 @@ test("the far host unreachable: calls in flight and new sessions fail within 30 
   await open.close();
 });
 
-test("fifty sessions on one host call one remote host (sshd's MaxSessions 10 untouched)", async () => {
+test("fifty sessions on one host call one remote host (sshd's MaxSessions 10 untouched)", async (t) => {
   const sessions = [];
   for (let i = 0; i < 50; i++) sessions.push(await session());
+  const t0 = Date.now();
   const results = await Promise.all(sessions.map((s, i) => s.callTool({ name: "echo", arguments: { message: `s${i}` } }, undefined, { timeout: 120000 })));
   assert.deepEqual(results.map((r) => r.content[0].text), sessions.map((_, i) => `Echo: s${i}`));
   // At most 8 sessions on each shared connection: at least 7 connections to far, not 50.
   const conns = Number((await fleet.sh("ip netns exec far ss -Htn state established '( sport = :22 )' | wc -l")).trim());
+  t.diagnostic(`50 sessions: first calls all answered after ${Date.now() - t0} ms over ${conns} ssh connections`);
   assert.ok(conns >= 7 && conns <= 12, `${conns} ssh connections`);
   const pids = await fleet.backendPids("everything");
   assert.equal(pids.length, 1, (await fleet.sh(`ps -o pid,ppid,etime,args -p ${pids.join(",")}; systemctl show -P StatusText mcp-lazy@everything.service`)));
