@@ -125,6 +125,15 @@ static void remote_child_check_done(RemoteChild *c) {
         done(c, c->userdata); /* may free c */
 }
 
+/* Stops reading ssh's stderr and closes our end (the source owns it once it exists). */
+static void stderr_stop(RemoteChild *c) {
+        if (c->stderr_source)
+                c->stderr_source = sd_event_source_disable_unref(c->stderr_source);
+        else
+                safe_close(c->stderr_fd);
+        c->stderr_fd = -EBADF;
+}
+
 static int on_ssh_stderr(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
         RemoteChild *c = userdata;
         char buf[4096];
@@ -137,7 +146,7 @@ static int on_ssh_stderr(sd_event_source *s, int fd, uint32_t revents, void *use
                 return 0;
         if (n <= 0) {
                 c->stderr_done = true;
-                c->stderr_source = sd_event_source_disable_unref(c->stderr_source);
+                stderr_stop(c);
                 remote_child_check_done(c);
                 return 0;
         }
@@ -178,7 +187,7 @@ static int on_ssh_exit(sd_event_source *s, const siginfo_t *si, void *userdata) 
                !c->stderr_eagain)
                 ;
         c->stderr_done = true;
-        c->stderr_source = sd_event_source_disable_unref(c->stderr_source);
+        stderr_stop(c);
         remote_child_check_done(c);
         return 0;
 }
@@ -193,7 +202,7 @@ static int on_exit_timeout(sd_event_source *s, uint64_t usec, void *userdata) {
                 (void) kill(c->pid, SIGKILL);
         /* A grandchild may still hold its stderr: what we have is what we get. */
         c->stderr_done = true;
-        c->stderr_source = sd_event_source_disable_unref(c->stderr_source);
+        stderr_stop(c);
         remote_child_check_done(c);
         return 0;
 }
@@ -208,15 +217,13 @@ RemoteChild *remote_child_free(RemoteChild *c) {
                 (void) sd_event_source_set_floating(c->child_source, true);
                 sd_event_source_unref(c->child_source);
         }
-        sd_event_source_disable_unref(c->stderr_source);
+        stderr_stop(c);
         sd_event_source_disable_unref(c->timer);
         sd_event_source_disable_unref(c->retry);
         safe_close(c->seat_fd);
         safe_close(c->master_lock_fd);
         for (int i = 0; i < 3; i++)
                 safe_close(c->child_fds[i]);
-        if (!c->stderr_source)
-                safe_close(c->stderr_fd);
         strv_free(c->argv);
         free(c->control_path);
         sd_event_unref(c->event);
