@@ -58,6 +58,12 @@ test("a remote pooled backend answers exactly as a direct call does", async () =
   assert.match(r.content[0].text, /Long running operation completed/);
   // The last one is racy (the server sends it as it answers), as in the direct transparency test.
   assert.deepEqual(progress.filter((p) => p < 3), [1, 2]);
+  // Cancellation goes through: the aborted call ends at once, the backend goes on serving.
+  const ac = new AbortController();
+  const cancelled = far.callTool({ name: "trigger-long-running-operation", arguments: { duration: 5, steps: 5 } }, undefined, { signal: ac.signal });
+  setTimeout(() => ac.abort("enough"), 300);
+  await assert.rejects(cancelled);
+  assert.equal((await far.callTool({ name: "echo", arguments: { message: "after" } })).content[0].text, "Echo: after");
   // Pipelined calls on one connection.
   const many = await Promise.all(Array.from({ length: 20 }, (_, i) => far.callTool({ name: "get-sum", arguments: { a: i, b: 1 } })));
   assert.deepEqual(many.map((x) => x.content[0].text), Array.from({ length: 20 }, (_, i) => `The sum of ${i} and 1 is ${i + 1}.`));
@@ -141,8 +147,18 @@ test("host keys: an unknown one and a changed one are refused, each with what to
   await s.close();
 });
 
-test("authentication refused, mcp-lazy missing there, a backend not enabled there", async () => {
+test("authentication refused, mcp-lazy missing there, a backend not enabled there, no sshd, no such host", async () => {
   const s = await session();
+  const p = await s.callTool({ name: "t_noport", arguments: {} });
+  assert.match(
+    p.content[0].text,
+    /^backend 'noport' on ssh:\/\/root@far:2222 \(backend 'everything' there\): far refused the connection: is sshd running there\? \(ssh said: .*Connection refused\)$/,
+  );
+  const h = await s.callTool({ name: "t_noname", arguments: {} });
+  assert.match(
+    h.content[0].text,
+    /^backend 'noname' on ssh:\/\/root@nosuch\.invalid \(backend 'everything' there\): the host name nosuch\.invalid does not resolve \(ssh said: .*Could not resolve hostname.*\)$/,
+  );
   const n = await s.callTool({ name: "t_notenabled", arguments: {} });
   assert.equal(
     n.content[0].text,

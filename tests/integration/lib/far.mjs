@@ -60,6 +60,12 @@ export function nearManifest() {
   notenabled:
     host: ssh://root@far
     remote_name: disabled
+  noport:
+    host: ssh://root@far:2222
+    remote_name: everything
+  noname:
+    host: ssh://root@nosuch.invalid
+    remote_name: everything
 tools:
-${t("read_graph", "rmem")}${t("create_entities", "rmem", { entities: { type: "array" } })}${t("echo", "reverything", { message: { type: "string" } })}${t("get-sum", "reverything", { a: { type: "number" }, b: { type: "number" } })}${t("trigger-long-running-operation", "reverything", { duration: { type: "number" }, steps: { type: "number" } })}${t("t_unknownkey", "unknownkey")}${t("t_changedkey", "changedkey")}${t("t_notenabled", "notenabled")}`;
+${t("read_graph", "rmem")}${t("create_entities", "rmem", { entities: { type: "array" } })}${t("echo", "reverything", { message: { type: "string" } })}${t("get-sum", "reverything", { a: { type: "number" }, b: { type: "number" } })}${t("trigger-long-running-operation", "reverything", { duration: { type: "number" }, steps: { type: "number" } })}${t("t_unknownkey", "unknownkey")}${t("t_changedkey", "changedkey")}${t("t_notenabled", "notenabled")}${t("t_noport", "noport")}${t("t_noname", "noname")}`;
 }
