@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "client-config.h"
+#include "frontend.h"
 #include "import.h"
 #include "macros.h"
 #include "manifest.h"
@@ -237,6 +238,7 @@ int refresh_main(int argc, char *argv[]) {
                 _cleanup_(mcp_discovery_freep) McpDiscovery *d = NULL;
                 _cleanup_json_ cJSON *caps = NULL, *tools_now = NULL;
                 _cleanup_free_ char *derr = NULL;
+                _cleanup_strv_free_ char **remote_argv = NULL;
                 McpServerCommand cmd = {.argv = b->command, .env = b->env, .cwd = b->cwd};
                 bool wanted = optind == argc;
                 unsigned n;
@@ -251,6 +253,18 @@ int refresh_main(int argc, char *argv[]) {
                         caps = cJSON_Parse(client_info_find("claude-code")->capabilities);
                 printf("%s:\n", b->name);
                 fflush(stdout);
+                /* A backend on another host: the pooled backend there, through ssh as the frontend reaches it. */
+                if (b->remote.kind == REMOTE_VSOCK) {
+                        printf("  FAILED: %s is a vsock address: refresh it on that host\n", b->remote.host);
+                        failures++;
+                        continue;
+                }
+                if (b->remote.kind == REMOTE_SSH) {
+                        r = remote_ssh_argv(b, &remote_argv);
+                        if (r < 0)
+                                return (fprintf(stderr, "mcp-lazy: out of memory\n"), 1);
+                        cmd.argv = remote_argv;
+                }
                 r = mcp_discover(&cmd, caps, timeout, &d, &derr);
                 if (r < 0) {
                         printf("  FAILED: %s\n", derr ?: strerror(-r));

@@ -299,6 +299,10 @@ static int ssh_argv(const Backend *b, const char *control_path, char ***ret) {
         return 0;
 }
 
+int remote_ssh_argv(const Backend *b, char ***ret) {
+        return ssh_argv(b, NULL, ret);
+}
+
 /* Runs ssh now, on the pipes made by remote_spawn(). */
 static int remote_exec(RemoteChild *c) {
         pid_t pid;

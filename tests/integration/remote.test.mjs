@@ -5,7 +5,7 @@ import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { boxFleet, enableSockets } from "./lib/fleet.mjs";
 import { addFarHost, farLink, nearManifest } from "./lib/far.mjs";
-import { cmdline, descendants, sleep, waitFor } from "./lib/env.mjs";
+import { MCP_LAZY, cmdline, descendants, sleep, waitFor } from "./lib/env.mjs";
 
 let fleet;
 const NEAR = "/etc/mcp-lazy/near.yaml";
@@ -212,6 +212,14 @@ test("the far host unreachable: calls in flight and new sessions fail within 30 
   const r = await open.callTool({ name: "echo", arguments: { message: "after" } });
   assert.equal(r.content[0].text, "Echo: after");
   await open.close();
+});
+
+test("mcp-lazy refresh asks the pooled backend on the far host, through ssh", async () => {
+  const r = await fleet.try(`${MCP_LAZY} refresh --check --manifest ${NEAR} rmem`);
+  // The near manifest declares two of server-memory's nine tools, with schemas of its own.
+  assert.equal(r.code, 1, r.stdout + r.stderr);
+  assert.doesNotMatch(r.stdout, /FAILED/);
+  assert.match(r.stdout, /^rmem:\n  tools: 7 added, 0 removed, 2 changed: /m);
 });
 
 test("fifty sessions on one host call one remote host (sshd's MaxSessions 10 untouched)", async (t) => {
