@@ -55,13 +55,16 @@ static int check(const char *path) {
                 const Backend *b = &m->backends[i];
                 char idle[32];
 
+                if (b->remote.kind != REMOTE_NONE) {
+                        printf("  %-20s %zu tool%s, on %s as '%s'\n", b->name, b->n_tools, b->n_tools == 1 ? "" : "s",
+                               b->remote.host, b->remote.remote_name);
+                        continue;
+                }
                 printf("  %-20s %zu tool%s, idle_timeout %s, sharing %s, command:", b->name, b->n_tools,
                        b->n_tools == 1 ? "" : "s", duration_format(b->idle_timeout_usec, idle, sizeof idle),
                        b->sharing == SHARING_POOLED ? "pooled" : "session");
                 for (char **a = b->command; a && *a; a++)
                         printf(" %s", *a);
-                if (b->remote.kind != REMOTE_NONE)
-                        printf(" (on %s as '%s')", b->remote.host, b->remote.remote_name);
                 printf("\n");
         }
         return 0;
