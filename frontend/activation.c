@@ -137,6 +137,27 @@ static int on_shim_exit(sd_event_source *s, const siginfo_t *si, void *userdata)
         return 0;
 }
 
+/* The shim next to our own binary wins (a build tree, or an install), then PATH. */
+char *find_shimd(void) {
+        char self[PATH_MAX], *p = NULL;
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+
+        if (n > 0) {
+                char *slash;
+                self[n] = 0;
+                slash = strrchr(self, '/');
+                if (slash) {
+                        *slash = 0;
+                        if (asprintf(&p, "%s/mcp-lazy-shimd", self) < 0)
+                                return NULL;
+                        if (access(p, X_OK) == 0)
+                                return p;
+                        free(p);
+                }
+        }
+        return strdup("mcp-lazy-shimd");
+}
+
 /* Like systemd's Accept=yes: the shim gets one connected socket as fd 3, with LISTEN_FDS=1. */
 static int direct_spawn(const Options *o, const Backend *b, sd_event *e, int *ret_fd) {
         _cleanup_close_ int ours = -EBADF, theirs = -EBADF;

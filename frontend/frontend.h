@@ -139,5 +139,5 @@ void remote_child_established(RemoteChild *c);
 
 /* connect.c */
 int connect_main(int argc, char *argv[]);
-/* main.c: the mcp-lazy-shimd next to our binary, else "mcp-lazy-shimd" (from PATH). */
+/* activation.c: the mcp-lazy-shimd next to our binary, else "mcp-lazy-shimd" (from PATH). */
 char *find_shimd(void);

@@ -70,27 +70,6 @@ static int check(const char *path) {
         return 0;
 }
 
-/* The shim next to our own binary wins (a build tree, or an install), then PATH. */
-char *find_shimd(void) {
-        char self[PATH_MAX], *p = NULL;
-        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-
-        if (n > 0) {
-                char *slash;
-                self[n] = 0;
-                slash = strrchr(self, '/');
-                if (slash) {
-                        *slash = 0;
-                        if (asprintf(&p, "%s/mcp-lazy-shimd", self) < 0)
-                                return NULL;
-                        if (access(p, X_OK) == 0)
-                                return p;
-                        free(p);
-                }
-        }
-        return strdup("mcp-lazy-shimd");
-}
-
 static int run(Options *o) {
         _cleanup_(manifest_freep) Manifest *m = NULL;
         _cleanup_(sd_event_unrefp) sd_event *e = NULL;
