@@ -11,6 +11,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "event-util.h"
+#include "framing.h"
 #include "frontend.h"
 #include "log.h"
 #include "macros.h"
@@ -186,7 +187,7 @@ int connect_main(int argc, char *argv[]) {
         _cleanup_(sd_event_unrefp) sd_event *e = NULL;
         _cleanup_free_ char *manifest = NULL, *abs = NULL, *err = NULL, *text = NULL, *shimd = NULL;
         int fd = -EBADF;
-        Options o = {.max_line = 0, .activation = ACTIVATION_AUTO};
+        Options o = {.max_line = FRAMING_DEFAULT_MAX_LINE, .activation = ACTIVATION_AUTO};
         Backend stub = {};
         const Backend *b;
         const char *name;
