@@ -10,6 +10,7 @@ SYSTEMUNITDIR ?= $(shell $(PKG_CONFIG) --variable=systemdsystemunitdir systemd 2
 USERUNITDIR ?= $(shell $(PKG_CONFIG) --variable=systemduserunitdir systemd 2>/dev/null || echo /usr/lib/systemd/user)
 SYSUSERSDIR ?= $(shell $(PKG_CONFIG) --variable=sysusersdir systemd 2>/dev/null || echo /usr/lib/sysusers.d)
 DOCDIR ?= $(PREFIX)/share/doc/mcp-lazy
+MANDIR ?= $(PREFIX)/share/man
 # Who may connect to a system manager's socket: members of this group (a user manager's: only its user).
 SOCKET_GROUP ?= mcp-lazy
 
@@ -100,6 +101,9 @@ install: all
 	install -Dm755 $(B)/mcp-lazy $(DESTDIR)$(BINDIR)/mcp-lazy
 	install -Dm755 $(B)/mcp-lazy-shimd $(DESTDIR)$(BINDIR)/mcp-lazy-shimd
 	install -Dm644 README.md $(DESTDIR)$(DOCDIR)/README.md
+	install -Dm644 man/mcp-lazy.1 $(DESTDIR)$(MANDIR)/man1/mcp-lazy.1
+	install -Dm644 man/mcp-lazy-shimd.8 $(DESTDIR)$(MANDIR)/man8/mcp-lazy-shimd.8
+	install -Dm644 man/mcp-lazy.manifest.5 $(DESTDIR)$(MANDIR)/man5/mcp-lazy.manifest.5
 	install -Dm644 units/mcp-lazy.sysusers $(DESTDIR)$(SYSUSERSDIR)/mcp-lazy.conf
 	$(call install_units,$(SYSTEMUNITDIR),0660,SocketGroup=$(SOCKET_GROUP))
 	$(call install_units,$(USERUNITDIR),0600,)
@@ -108,6 +112,7 @@ uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/mcp-lazy $(DESTDIR)$(BINDIR)/mcp-lazy-shimd
 	for d in $(SYSTEMUNITDIR) $(USERUNITDIR); do rm -f $(DESTDIR)$$d/mcp-lazy@.socket $(DESTDIR)$$d/mcp-lazy@.service; done
 	rm -f $(DESTDIR)$(SYSUSERSDIR)/mcp-lazy.conf
+	rm -f $(DESTDIR)$(MANDIR)/man1/mcp-lazy.1 $(DESTDIR)$(MANDIR)/man8/mcp-lazy-shimd.8 $(DESTDIR)$(MANDIR)/man5/mcp-lazy.manifest.5
 
 clean:
 	rm -rf build
