@@ -219,7 +219,7 @@ static int parse_path(Loader *l, const YNode *n, const char *what, bool relative
 
 static const char *const backend_keys[] = {
         "command", "env", "cwd", "idle_timeout", "init_timeout", "sharing", "socket", "resources", "resource_templates",
-        "prompts", "server_info", "instructions", "capabilities", "client_capabilities", "host", "remote_name", NULL,
+        "prompts", "server_info", "instructions", "capabilities", "client_capabilities", "host", "remote_name", "lifecycle", NULL,
 };
 
 /* resources, resource_templates, prompts: lists of objects, passed to the client as they are,
@@ -339,6 +339,28 @@ static int parse_remote(Loader *l, const YNode *n, Backend *b) {
         return b->remote.remote_name ? 0 : -ENOMEM;
 }
 
+static const char *const lifecycle_names[] = {
+        [LIFECYCLE_LAZY] = "lazy",
+        [LIFECYCLE_WARM] = "warm",
+        [LIFECYCLE_RESIDENT] = "resident",
+};
+
+const char *lifecycle_to_string(Lifecycle l) {
+        return (size_t) l < ELEMENTSOF(lifecycle_names) ? lifecycle_names[l] : "?";
+}
+
+static void parse_lifecycle(Loader *l, const YNode *n, Backend *b) {
+        if (!expect_kind(l, n, YNODE_SCALAR, "lifecycle"))
+                return;
+        for (size_t i = 0; i < ELEMENTSOF(lifecycle_names); i++)
+                if (streq(n->value, lifecycle_names[i])) {
+                        b->lifecycle = (Lifecycle) i;
+                        return;
+                }
+        loader_error(l, n, "lifecycle of backend '%s' must be 'lazy', 'warm' or 'resident', not '%s'", b->name,
+                     n->value);
+}
+
 static int parse_backend(Loader *l, const YNode *key, const YNode *n, Backend *b) {
         const YNode *v;
         int r;
@@ -418,6 +440,8 @@ static int parse_backend(Loader *l, const YNode *key, const YNode *n, Backend *b
                         loader_error(l, v, "sharing of backend '%s' must be 'pooled' or 'session', not '%s'", b->name,
                                      v->value);
         }
+        if ((v = ynode_get(n, "lifecycle")))
+                parse_lifecycle(l, v, b);
         return 0;
 }
 

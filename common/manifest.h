@@ -33,6 +33,12 @@ typedef struct Remote {
         char *remote_name; /* the backend's name there (default: the same name) */
 } Remote;
 
+typedef enum Lifecycle {
+        LIFECYCLE_LAZY,     /* started by the first call, stopped after idle_timeout */
+        LIFECYCLE_WARM,     /* started with the shim, stopped after idle_timeout */
+        LIFECYCLE_RESIDENT, /* started with the shim, never idle, restarted after a crash */
+} Lifecycle;
+
 typedef struct Backend {
         char *name;
         char **command;             /* argv, NULL-terminated, never empty; NULL for a remote backend */
@@ -42,6 +48,7 @@ typedef struct Backend {
         uint64_t idle_timeout_usec; /* UINT64_MAX: never */
         uint64_t init_timeout_usec; /* UINT64_MAX: never */
         Sharing sharing;
+        Lifecycle lifecycle;
         size_t n_tools;
         cJSON *resources;          /* resources/list entries, or NULL */
         cJSON *resource_templates; /* resources/templates/list entries, or NULL */
@@ -103,3 +110,4 @@ bool backend_name_valid(const char *s);
  * with *ret_why saying what is wrong (a static string). */
 int remote_parse(const char *text, Remote *r, const char **ret_why);
 void remote_done(Remote *r);
+const char *lifecycle_to_string(Lifecycle l);

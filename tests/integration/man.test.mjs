@@ -26,7 +26,7 @@ for (const page of PAGES) {
 function manifestKeys() {
   const src = readFileSync(join(ROOT, "common/manifest.c"), "utf8");
   const keys = new Set();
-  for (const m of src.matchAll(/static const char \*const (\w+)\[\] = \{([^}]*)\}/g))
+  for (const m of src.matchAll(/static const char \*const (\w*keys|\w*key_names)\[\] = \{([^}]*)\}/g))
     for (const k of m[2].matchAll(/"([^"]+)"/g)) keys.add(k[1]);
   return keys;
 }

@@ -89,7 +89,8 @@ static void test_options(void) {
         _cleanup_free_ char *err = NULL;
         const char *text = "server: {name: fleet, version: '2.0', instructions: Use the tools., page_size: 2}\n"
                            "backends:\n  b:\n    command: [x]\n    idle_timeout: 0\n    cwd: rel/dir\n"
-                           "    env: {A: 1, B: 'two'}\n    sharing: session\n    socket: /run/x.sock\n";
+                           "    env: {A: 1, B: 'two'}\n    sharing: session\n    socket: /run/x.sock\n"
+                           "  c:\n    command: [y]\n    lifecycle: resident\n  d:\n    command: [z]\n    lifecycle: warm\n";
         const Backend *b;
 
         CHECK(manifest_load_string(text, strlen(text), "inline", "/base", &m, &err) == 0);
@@ -102,6 +103,10 @@ static void test_options(void) {
         CHECK_STREQ(b->env[1], "B=two");
         CHECK(b->sharing == SHARING_SESSION);
         CHECK_STREQ(b->socket, "/run/x.sock");
+        CHECK(b->lifecycle == LIFECYCLE_LAZY);
+        CHECK(m->backends[1].lifecycle == LIFECYCLE_RESIDENT);
+        CHECK(m->backends[2].lifecycle == LIFECYCLE_WARM);
+        CHECK_STREQ(lifecycle_to_string(m->backends[2].lifecycle), "warm");
         CHECK(m->page_size == 2);
         CHECK_STREQ(m->instructions, "Use the tools.");
         CHECK_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(m->server_info, "version")), "2.0");
