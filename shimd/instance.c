@@ -15,6 +15,10 @@
 #include "process.h"
 #include "shimd.h"
 
+#ifndef MCP_LAZY_VERSION
+#define MCP_LAZY_VERSION "0"
+#endif
+
 struct QueueItem {
         Client *client;
         Message *message;
@@ -27,6 +31,12 @@ static uint64_t now_usec(void) {
         return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
 }
 
+static uint64_t realtime_usec(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
+}
+
 const char *shim_backend_name(const Shim *s) {
         return s->backend->name;
 }
@@ -35,10 +45,10 @@ static const char *iname(const Instance *i) {
         return i->shim->backend->name;
 }
 
-static char *pool_key(const Client *c) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(c->init_params, "protocolVersion");
+static char *pool_key(const cJSON *init_params) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(init_params, "protocolVersion");
         _cleanup_free_ char *caps =
-                cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(c->init_params, "capabilities"));
+                cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(init_params, "capabilities"));
         char *k = NULL;
 
         if (asprintf(&k, "%s %s", cJSON_GetStringValue(v) ?: "", caps ?: "{}") < 0)
@@ -63,8 +73,31 @@ static bool make_room(Shim *s) {
         return false;
 }
 
+static Instance *instance_new(Shim *s, char *key) {
+        Instance *i = calloc(1, sizeof *i);
+
+        if (!i)
+                return NULL;
+        i->routes = hashmap_new();
+        i->tokens = hashmap_new();
+        i->tasks = hashmap_new();
+        if (!i->routes || !i->tokens || !i->tasks) {
+                hashmap_free(i->routes);
+                hashmap_free(i->tokens);
+                hashmap_free(i->tasks);
+                free(i);
+                return NULL;
+        }
+        i->shim = s;
+        i->key = key;
+        i->next_id = INIT_REQUEST_ID + 1;
+        i->next = s->instances;
+        s->instances = i;
+        return i;
+}
+
 int instance_get(Shim *s, Client *c, Instance **ret) {
-        _cleanup_free_ char *key = pool_key(c);
+        _cleanup_free_ char *key = pool_key(c->init_params);
         Instance *i;
 
         if (!key)
@@ -75,31 +108,33 @@ int instance_get(Shim *s, Client *c, Instance **ret) {
                 for (i = s->instances; i; i = i->next)
                         if (!i->session_owned && streq(i->key, key)) {
                                 i->n_clients++;
+                                i->unclaimed = false;
                                 *ret = i;
                                 return 0;
                         }
+        /* A backend started ahead of any call (lifecycle warm or resident) goes to the first session,
+         * whatever its client declared: it was shown no client's capabilities, so it can use none of
+         * them, and it shows this session nothing of another's. */
+        for (i = s->instances; i; i = i->next)
+                if (i->unclaimed) {
+                        free(i->key);
+                        i->key = TAKE_PTR(key);
+                        i->unclaimed = false;
+                        i->n_clients = 1;
+                        i->session_owned = s->backend->sharing == SHARING_SESSION;
+                        log_info("Backend '%s' (pid %d), started ahead, serves its first session.", iname(i),
+                                 (int) i->pid);
+                        *ret = i;
+                        return 0;
+                }
         if (!make_room(s))
                 return -EUSERS;
-        i = calloc(1, sizeof *i);
+        i = instance_new(s, key);
         if (!i)
                 return -ENOMEM;
-        i->routes = hashmap_new();
-        i->tokens = hashmap_new();
-        i->tasks = hashmap_new();
-        if (!i->routes || !i->tokens || !i->tasks) {
-                hashmap_free(i->routes);
-                hashmap_free(i->tokens);
-                hashmap_free(i->tasks);
-                free(i);
-                return -ENOMEM;
-        }
-        i->shim = s;
-        i->key = TAKE_PTR(key);
-        i->next_id = INIT_REQUEST_ID + 1;
+        key = NULL;
         i->n_clients = 1;
         i->session_owned = s->backend->sharing == SHARING_SESSION;
-        i->next = s->instances;
-        s->instances = i;
         *ret = i;
         return 0;
 }
@@ -263,6 +298,7 @@ Instance *instance_free(Instance *i) {
         hashmap_free(i->tokens);
         hashmap_free(i->tasks);
         cJSON_Delete(i->init_result);
+        cJSON_Delete(i->init_params);
         free(i->last_exit);
         free(i->key);
         free(i);
@@ -517,6 +553,7 @@ static uint64_t backoff_usec(unsigned crashes) {
 
 static int arm_timer(Instance *i, uint64_t usec);
 static void instance_terminate(Instance *i, bool close_stdin);
+static int instance_spawn(Instance *i, const cJSON *init_params, char *text, size_t size);
 
 static void handle_init_response(Instance *i, const Message *m) {
         const cJSON *msg = m->json;
@@ -628,6 +665,7 @@ static void handle_backend_response(Instance *i, const Message *m) {
         send_to_client(i, r, m);
         i->answered = true;
         i->shim->calls_served++;
+        i->shim->last_call_realtime_usec = realtime_usec();
         route_remove(i, r);
         shim_update(i->shim);
 }
@@ -764,8 +802,6 @@ static void on_backend(Channel *ch, ChannelEvent ev, const char *line, size_t le
         }
 }
 
-static int instance_spawn(Instance *i, Client *c, char *text, size_t size);
-
 /* A stop is not a refusal: calls that arrived while the backend stopped, calls it died before
  * reading, and calls that waited for a start that failed start the next one at once. When it cannot
  * start (the crash-loop backoff, or an error), they fail saying why: with failed_start, the text of
@@ -784,9 +820,41 @@ static void instance_restart_for_held_work(Instance *i, const char *failed_start
                         c = ((Route *) v)->client;
         if (!c)
                 return fail_everything(i, failed_start ?: "the backend stopped");
-        r = instance_spawn(i, c, text, sizeof text);
+        r = instance_spawn(i, c->init_params, text, sizeof text);
         if (r < 0)
                 fail_everything(i, r == -EAGAIN && failed_start ? failed_start : text);
+}
+
+/* lifecycle: resident: a crashed backend starts again without waiting for a call, after the same
+ * backoff a call would meet. */
+static void schedule_restart(Instance *i) {
+        uint64_t now = now_usec();
+
+        if (i->shim->backend->lifecycle != LIFECYCLE_RESIDENT || i->shim->draining || !i->init_params)
+                return;
+        if (arm_timer(i, i->retry_after_usec > now ? i->retry_after_usec - now : 0) < 0)
+                log_warning("Cannot schedule a restart of backend '%s'; the next call starts it.", iname(i));
+}
+
+static void instance_restart(Instance *i) {
+        _cleanup_json_ cJSON *params = cJSON_Duplicate(i->init_params, true);
+        char text[512];
+        int r;
+
+        if (!params || i->shim->draining)
+                return;
+        log_info("Starting backend '%s' again (lifecycle: resident).", iname(i));
+        r = instance_spawn(i, params, text, sizeof text);
+        if (r < 0) {
+                uint64_t now = now_usec();
+                if (r != -EAGAIN) {
+                        i->crashes++;
+                        i->retry_after_usec = now + backoff_usec(i->crashes < 2 ? 2 : i->crashes);
+                }
+                log_warning("%s; trying again in %.1f s.", text, (double) (i->retry_after_usec - now) / USEC_PER_SEC);
+                schedule_restart(i);
+        }
+        shim_update(i->shim);
 }
 
 static int on_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
@@ -834,8 +902,11 @@ static int on_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
         i->state = INSTANCE_DOWN;
         if (i->session_owned && i->n_clients == 0)
                 instance_free(i);
-        else
+        else {
                 instance_restart_for_held_work(i, failed_start ? text : NULL);
+                if (unexpected && i->state == INSTANCE_DOWN)
+                        schedule_restart(i);
+        }
         shim_update(shim);
         return 0;
 }
@@ -845,7 +916,9 @@ static int on_timer(sd_event_source *s, uint64_t usec, void *userdata) {
         char text[512], d[32];
 
         (void) s, (void) usec;
-        if (i->state == INSTANCE_STARTING) {
+        if (i->state == INSTANCE_DOWN)
+                instance_restart(i);
+        else if (i->state == INSTANCE_STARTING) {
                 snprintf(text, sizeof text,
                          "backend '%s' did not answer initialize within %s (init_timeout); stopped it", iname(i),
                          duration_format(i->shim->backend->init_timeout_usec, d, sizeof d));
@@ -877,9 +950,12 @@ static int arm_timer(Instance *i, uint64_t usec) {
         return r;
 }
 
-static int instance_spawn(Instance *i, Client *c, char *text, size_t size) {
+/* Starts the backend and sends it initialize with these params (a client's, or our own for a start
+ * ahead of any call); they are kept for a resident backend's restart. */
+static int instance_spawn(Instance *i, const cJSON *init_params, char *text, size_t size) {
         const Backend *b = i->shim->backend;
         _cleanup_json_ cJSON *id = cJSON_CreateNumber(INIT_REQUEST_ID), *init = NULL;
+        cJSON *params = cJSON_Duplicate(init_params, true);
         int in_fd = -EBADF, out_fd = -EBADF, r;
         uint64_t now = now_usec();
 
@@ -888,8 +964,17 @@ static int instance_spawn(Instance *i, Client *c, char *text, size_t size) {
                          "backend '%s' crashed %u times in a row (last: it %s); not restarting it for another %.1f s",
                          b->name, i->crashes, i->last_exit ?: "exited",
                          (double) (i->retry_after_usec - now) / USEC_PER_SEC);
+                cJSON_Delete(params);
                 return -EAGAIN;
         }
+        if (!params) {
+                snprintf(text, size, "cannot start backend '%s': out of memory", b->name);
+                return -ENOMEM;
+        }
+        cJSON_Delete(i->init_params);
+        i->init_params = params;
+        /* A restart planned for later (resident) is superseded by this start. */
+        (void) sd_event_source_set_enabled(i->timer_source, SD_EVENT_OFF);
         r = process_spawn(b, &i->pid, &in_fd, &out_fd, text, size);
         if (r < 0) {
                 log_error("%s", text);
@@ -904,7 +989,7 @@ static int instance_spawn(Instance *i, Client *c, char *text, size_t size) {
         }
         if (r >= 0 && b->init_timeout_usec != USEC_INFINITY)
                 r = arm_timer(i, b->init_timeout_usec);
-        init = jsonrpc_request_new(id, "initialize", cJSON_Duplicate(c->init_params, true));
+        init = jsonrpc_request_new(id, "initialize", cJSON_Duplicate(i->init_params, true));
         if (r >= 0 && (!init || instance_send(i, init) < 0))
                 r = -ENOMEM;
         if (r < 0) {
@@ -962,7 +1047,7 @@ void instance_submit(Instance *i, Client *c, Message *m) {
                 deliver(i, c, m);
                 break;
         case INSTANCE_DOWN:
-                r = instance_spawn(i, c, text, sizeof text);
+                r = instance_spawn(i, c->init_params, text, sizeof text);
                 if (r < 0)
                         return client_fail_request(c, m, text);
                 _fallthrough_;
@@ -1038,4 +1123,38 @@ void instance_forget_client(Instance *i, Client *c) {
                 else
                         instance_stop(i);
         }
+}
+
+/* lifecycle: warm or resident: the backend starts with the shim, before any session, initialized
+ * as the newest protocol version's client with no capabilities. The first session takes it. */
+int instance_start_ahead(Shim *s) {
+        _cleanup_json_ cJSON *params = cJSON_CreateObject();
+        cJSON *info;
+        Instance *i;
+        char text[512];
+        int r;
+
+        if (!params || !cJSON_AddStringToObject(params, "protocolVersion", SHIM_AHEAD_PROTOCOL_VERSION) ||
+            !cJSON_AddObjectToObject(params, "capabilities") ||
+            !(info = cJSON_AddObjectToObject(params, "clientInfo")) ||
+            !cJSON_AddStringToObject(info, "name", "mcp-lazy-shimd") ||
+            !cJSON_AddStringToObject(info, "version", MCP_LAZY_VERSION))
+                return -ENOMEM;
+        i = instance_new(s, pool_key(params));
+        if (!i || !i->key) {
+                instance_free(i);
+                return -ENOMEM;
+        }
+        i->unclaimed = true;
+        log_info("Starting backend '%s' ahead of any call (lifecycle: %s).", iname(i),
+                 lifecycle_to_string(s->backend->lifecycle));
+        r = instance_spawn(i, params, text, sizeof text);
+        if (r < 0) {
+                log_warning("%s", text);
+                i->crashes = 2;
+                i->retry_after_usec = now_usec() + backoff_usec(i->crashes);
+                schedule_restart(i);
+        }
+        shim_update(s);
+        return 0;
 }

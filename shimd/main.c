@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <systemd/sd-daemon.h>
 #include <systemd/sd-event.h>
 
@@ -26,8 +27,18 @@ unsigned shim_in_flight(const Shim *s) {
         return n;
 }
 
+/* ", last call at 2026-11-22T07:01:02Z": mcp-lazy status reads it back from StatusText. */
+static void last_call_text(const Shim *s, char *buf, size_t size) {
+        time_t t = (time_t) (s->last_call_realtime_usec / USEC_PER_SEC);
+        struct tm tm;
+
+        buf[0] = 0;
+        if (s->last_call_realtime_usec > 0 && gmtime_r(&t, &tm))
+                (void) strftime(buf, size, ", last call at %Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
 static void shim_notify_status(Shim *s) {
-        char status[384], contract[200];
+        char status[384], contract[200], last[48];
         size_t off = 0;
 
         for (Instance *i = s->instances; i && off < sizeof status / 2; i = i->next)
@@ -38,9 +49,11 @@ static void shim_notify_status(Shim *s) {
                                                  : i->state == INSTANCE_STARTING ? "starting"
                                                                                  : "stopping");
         contract_summary(s, contract, sizeof contract);
-        snprintf(status + off, sizeof status - off, "%s%s, %u session%s, %u in flight, %llu call%s served%s",
+        last_call_text(s, last, sizeof last);
+        snprintf(status + off, sizeof status - off, "%s%s, %u session%s, %u in flight, %llu call%s served%s%s",
                  off ? "" : "backend idle", s->draining ? ", stopping" : "", s->n_clients, s->n_clients == 1 ? "" : "s",
-                 shim_in_flight(s), (unsigned long long) s->calls_served, s->calls_served == 1 ? "" : "s", contract);
+                 shim_in_flight(s), (unsigned long long) s->calls_served, s->calls_served == 1 ? "" : "s", last,
+                 contract);
         /* Every call changes the counts, but PID 1 only hears of it when the line really changes. */
         if (strcmp(status, s->last_status) != 0) {
                 (void) sd_notifyf(false, "STATUS=%s", status);
@@ -92,7 +105,8 @@ static int on_update(sd_event_source *src, void *userdata) {
                 (void) sd_event_source_get_enabled(s->idle_source, &enabled);
                 if (in_flight > 0)
                         (void) sd_event_source_set_enabled(s->idle_source, SD_EVENT_OFF);
-                else if (enabled == SD_EVENT_OFF && s->backend->idle_timeout_usec != USEC_INFINITY) {
+                else if (enabled == SD_EVENT_OFF && s->backend->idle_timeout_usec != USEC_INFINITY &&
+                         s->backend->lifecycle != LIFECYCLE_RESIDENT) {
                         (void) sd_event_source_set_time_relative(s->idle_source, s->backend->idle_timeout_usec);
                         (void) sd_event_source_set_enabled(s->idle_source, SD_EVENT_ONESHOT);
                 }
@@ -260,6 +274,10 @@ static int run(const char *manifest_path, const char *name_arg, size_t max_line)
         r = setup_fds(&s, n);
         if (r < 0)
                 return r;
+        /* lifecycle warm, resident: `systemctl start mcp-lazy@NAME.service` (or boot, once enabled)
+         * starts the backend too. A shim for one connection (Accept=yes, direct) waits for its client. */
+        if (s.backend->lifecycle != LIFECYCLE_LAZY && !s.inetd && instance_start_ahead(&s) < 0)
+                return log_oom();
         shim_update(&s);
         (void) sd_notify(false, "READY=1");
 

@@ -25,6 +25,8 @@
 #define INIT_REQUEST_ID       0
 #define PROGRESS_TOKEN_PREFIX "mcp-lazy-progress:" /* a token of ours, where a client's was taken */
 #define UPCALL_ID_PREFIX      "mcp-lazy-upcall:"
+/* initialize of a backend started ahead of any call (lifecycle warm, resident) */
+#define SHIM_AHEAD_PROTOCOL_VERSION "2025-11-25"
 
 typedef struct Shim Shim;
 typedef struct Client Client;
@@ -62,6 +64,7 @@ struct Instance {
         sd_event_source *child_source, *timer_source;
         Channel *ch;        /* backend stdout (in) and stdin (out) */
         cJSON *init_result; /* the backend's initialize result, handed to later sessions */
+        cJSON *init_params; /* the initialize params it was started with */
         QueueItem *queue;   /* requests waiting for READY, oldest first */
         Hashmap *routes;    /* backend id -> Route */
         Hashmap *tokens;    /* progress token text the backend got -> Route */
@@ -73,6 +76,7 @@ struct Instance {
         char *last_exit;     /* "exited with status 1", "killed by signal 9" */
         bool answered;       /* answered a call since it started: it works */
         bool session_owned;  /* sharing: session; ends with its client */
+        bool unclaimed;      /* started ahead of any call; the first session takes it */
         bool broken;         /* closed its stdout or spoke nonsense: its exit counts as a crash */
         unsigned stop_stage; /* 0: stdin closed, 1: SIGTERM sent, 2: SIGKILL sent */
         Instance *next;
@@ -108,6 +112,7 @@ struct Shim {
         bool draining, inetd;
         size_t max_line; /* --max-line-bytes */
         uint64_t calls_served, next_client_serial;
+        uint64_t last_call_realtime_usec; /* when the last call was answered (CLOCK_REALTIME), 0: none */
         char last_status[384];
         char contract[3][96]; /* per list: "" when it matches the manifest */
         bool contract_checked;
@@ -147,6 +152,8 @@ void client_detach(Client *c);
 /* The instance a client's requests go to, found (pooled) or made on its initialize; -EUSERS when
  * SHIM_MAX_INSTANCES backends already run for other client configurations. */
 int instance_get(Shim *s, Client *c, Instance **ret);
+/* lifecycle warm, resident: starts a backend before any session asks. */
+int instance_start_ahead(Shim *s);
 Instance *instance_free(Instance *i);
 /* Sends a client's message to the backend, starting it or queueing until it is ready (a reference
  * to m is kept while it waits). */

@@ -45,7 +45,7 @@ test("the shim reports READY and a STATUS= line that systemctl shows", async () 
     const st = await fleet.sh("systemctl show -P StatusText mcp-lazy@everything.service");
     return /manifest differs/.test(st) && st;
   }, 5000);
-  assert.match(status, /^backend pid \d+ \(ready\), 1 session, 0 in flight, 1 call served, manifest differs: tools: 0 missing, \d+ extra, \d+ changed$/m);
+  assert.match(status, /^backend pid \d+ \(ready\), 1 session, 0 in flight, 1 call served, last call at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ, manifest differs: tools: 0 missing, \d+ extra, \d+ changed$/m);
   const log = await fleet.sh("journalctl -q -o cat -u mcp-lazy@everything.service");
   assert.match(log, /Backend 'everything' lists the tool 'get-env', which the manifest does not declare\./);
   assert.match(log, /Backend 'everything' lists the tool 'echo' differently from the manifest\./);
