@@ -15,6 +15,7 @@
 #include "import.h"
 #include "log.h"
 #include "macros.h"
+#include "manager.h"
 #include "manifest.h"
 
 #ifndef MCP_LAZY_VERSION
@@ -27,7 +28,9 @@ static void help(void) {
                "       mcp-lazy check FILE\n"
                "       mcp-lazy import [--client NAME] [--from FILE] [--dry-run] [--undo] ...\n"
                "       mcp-lazy refresh [--check] [NAME...]\n"
-               "       mcp-lazy connect NAME     (stdio relay to backend NAME's socket on this host)\n\n"
+               "       mcp-lazy connect NAME     (stdio relay to backend NAME's socket on this host)\n"
+               "       mcp-lazy status [--manifest FILE] [--system] [--json]\n"
+               "       mcp-lazy warm [--manifest FILE] [--system] NAME...\n\n"
                "An MCP server on stdio that lists the manifest's tools without starting anything,\n"
                "and starts each backend (through its systemd socket) only when one of its tools is called.\n\n"
                "  --manifest FILE          the manifest (YAML or JSON); with --backend the default is\n"
@@ -60,9 +63,9 @@ static int check(const char *path) {
                                b->remote.host, b->remote.remote_name);
                         continue;
                 }
-                printf("  %-20s %zu tool%s, idle_timeout %s, sharing %s, command:", b->name, b->n_tools,
+                printf("  %-20s %zu tool%s, idle_timeout %s, sharing %s, lifecycle %s, command:", b->name, b->n_tools,
                        b->n_tools == 1 ? "" : "s", duration_format(b->idle_timeout_usec, idle, sizeof idle),
-                       b->sharing == SHARING_POOLED ? "pooled" : "session");
+                       b->sharing == SHARING_POOLED ? "pooled" : "session", lifecycle_to_string(b->lifecycle));
                 for (char **a = b->command; a && *a; a++)
                         printf(" %s", *a);
                 printf("\n");
@@ -135,6 +138,10 @@ int main(int argc, char *argv[]) {
                 return refresh_main(argc - 1, argv + 1);
         if (argc >= 2 && streq(argv[1], "connect"))
                 return connect_main(argc - 1, argv + 1);
+        if (argc >= 2 && streq(argv[1], "status"))
+                return status_main(argc - 1, argv + 1);
+        if (argc >= 2 && streq(argv[1], "warm"))
+                return warm_main(argc - 1, argv + 1);
         while ((c = getopt_long(argc, argv, "m:h", options, NULL)) >= 0)
                 switch (c) {
                 case 'm':

@@ -1,0 +1,27 @@
+/* The service manager as the status and warm subcommands see it: which one, its bus, the units of a backend. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <systemd/sd-bus.h>
+
+typedef enum ManagerScope {
+        MANAGER_USER,
+        MANAGER_SYSTEM,
+} ManagerScope;
+
+const char *manager_scope_name(ManagerScope scope);
+/* " --user" or "" for the systemctl commands we suggest. */
+const char *manager_systemctl_flag(ManagerScope scope);
+/* The manifest the scope's units read: $XDG_CONFIG_HOME/mcp-lazy/manifest.yaml or /etc/mcp-lazy/manifest.yaml. */
+int manager_default_manifest(ManagerScope scope, char **ret);
+/* 0 and a bus; -ENOMEDIUM when systemd does not run here; other -errno when the manager cannot be reached. */
+int manager_bus_open(ManagerScope scope, sd_bus **ret);
+/* The D-Bus object of mcp-lazy@NAME.SUFFIX ("socket", "service"). Reading its properties never starts it. */
+int manager_unit_path(const char *backend, const char *suffix, char **ret);
+int manager_unit_string(sd_bus *bus, const char *path, const char *iface, const char *prop, char **ret);
+int manager_unit_u64(sd_bus *bus, const char *path, const char *iface, const char *prop, uint64_t *ret);
+
+/* The subcommands: status.c, warm.c. Each returns the exit status. */
+int status_main(int argc, char *argv[]);
+int warm_main(int argc, char *argv[]);
