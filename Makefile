@@ -1,9 +1,18 @@
 # mcp-lazy: `make`, `make check`, `make bench`, `make install`, `make demo`, `make clean`.
 VERSION := 0.1.0
 
-PREFIX ?= /usr/local
-BINDIR ?= $(PREFIX)/bin
 DESTDIR ?=
+# Who installs: a packager (DESTDIR: files only), root (system and user units, then the socket group
+# through systemd-sysusers and a daemon-reload), or a user without root (binaries under ~/.local, user
+# units in ~/.local/share/systemd/user, nothing system-wide).
+INSTALL_MODE ?= $(if $(DESTDIR),package,$(if $(filter 0,$(shell id -u)),system,user))
+ifeq ($(INSTALL_MODE),user)
+PREFIX ?= $(HOME)/.local
+USERUNITDIR ?= $(or $(XDG_DATA_HOME),$(HOME)/.local/share)/systemd/user
+endif
+PREFIX ?= /usr/local
+override PREFIX := $(patsubst ~%,$(HOME)%,$(PREFIX))
+BINDIR ?= $(PREFIX)/bin
 PKG_CONFIG ?= pkg-config
 PKGS := libcjson libsystemd yaml-0.1
 SYSTEMUNITDIR ?= $(shell $(PKG_CONFIG) --variable=systemdsystemunitdir systemd 2>/dev/null || echo /lib/systemd/system)
@@ -104,12 +113,25 @@ install: all
 	install -Dm644 man/mcp-lazy.1 $(DESTDIR)$(MANDIR)/man1/mcp-lazy.1
 	install -Dm644 man/mcp-lazy-shimd.8 $(DESTDIR)$(MANDIR)/man8/mcp-lazy-shimd.8
 	install -Dm644 man/mcp-lazy.manifest.5 $(DESTDIR)$(MANDIR)/man5/mcp-lazy.manifest.5
+ifneq ($(INSTALL_MODE),user)
 	install -Dm644 units/mcp-lazy.sysusers $(DESTDIR)$(SYSUSERSDIR)/mcp-lazy.conf
 	$(call install_units,$(SYSTEMUNITDIR),0660,SocketGroup=$(SOCKET_GROUP))
+endif
 	$(call install_units,$(USERUNITDIR),0600,)
+ifeq ($(INSTALL_MODE),system)
+	@if command -v systemd-sysusers >/dev/null 2>&1; then \
+		echo "systemd-sysusers $(SYSUSERSDIR)/mcp-lazy.conf"; systemd-sysusers $(SYSUSERSDIR)/mcp-lazy.conf; \
+	else echo "make install: no systemd-sysusers: create the group $(SOCKET_GROUP) yourself" >&2; fi
+	@if [ -d /run/systemd/system ]; then echo "systemctl daemon-reload"; systemctl daemon-reload; fi
+endif
+ifeq ($(INSTALL_MODE),user)
+	@if [ -d /run/systemd/system ] && systemctl --user daemon-reload 2>/dev/null; then \
+		echo "systemctl --user daemon-reload"; fi
+endif
 
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/mcp-lazy $(DESTDIR)$(BINDIR)/mcp-lazy-shimd
+	rm -f $(DESTDIR)$(DOCDIR)/README.md
 	for d in $(SYSTEMUNITDIR) $(USERUNITDIR); do rm -f $(DESTDIR)$$d/mcp-lazy@.socket $(DESTDIR)$$d/mcp-lazy@.service; done
 	rm -f $(DESTDIR)$(SYSUSERSDIR)/mcp-lazy.conf
 	rm -f $(DESTDIR)$(MANDIR)/man1/mcp-lazy.1 $(DESTDIR)$(MANDIR)/man8/mcp-lazy-shimd.8 $(DESTDIR)$(MANDIR)/man5/mcp-lazy.manifest.5
