@@ -394,8 +394,9 @@ int status_main(int argc, char *argv[]) {
                 r = asprintf(&problem, "systemd is not running here: each session starts its own shims "
                                        "(direct activation), and there is no shared state to show");
         else if (r < 0)
-                r = asprintf(&problem, "cannot reach the %s service manager: %s", manager_scope_name(scope),
-                             strerror(-r));
+                r = asprintf(
+                        &problem, "cannot reach the %s service manager: %s%s", manager_scope_name(scope), strerror(-r),
+                        scope == MANAGER_USER && geteuid() == 0 ? " (for the system manager's units: --system)" : "");
         else
                 for (size_t i = 0; i < m->n_backends; i++)
                         row_read(bus, &rows[i]);

@@ -1158,3 +1158,14 @@ int instance_start_ahead(Shim *s) {
         shim_update(s);
         return 0;
 }
+
+bool instance_spare_needed(const Shim *s) {
+        unsigned n = 0;
+
+        for (const Instance *i = s->instances; i; i = i->next) {
+                if (i->unclaimed || !i->session_owned)
+                        return false;
+                n++;
+        }
+        return n < SHIM_MAX_INSTANCES;
+}

@@ -111,6 +111,11 @@ static int on_update(sd_event_source *src, void *userdata) {
                         (void) sd_event_source_set_enabled(s->idle_source, SD_EVENT_ONESHOT);
                 }
                 listeners_enable(s, s->n_clients < SHIM_MAX_CLIENTS);
+                /* resident: a backend for the next session runs whenever the shim does, also once
+                 * sessions of their own (sharing: session) took the one there was. */
+                if (s->backend->lifecycle == LIFECYCLE_RESIDENT && !s->inetd && instance_spare_needed(s) &&
+                    instance_start_ahead(s) < 0)
+                        log_warning("Cannot start backend '%s' ahead of a call: out of memory.", s->backend->name);
         } else if (s->n_clients == 0 && in_flight == 0) {
                 for (Instance *i = s->instances; i; i = i->next) {
                         instance_stop(i);
@@ -275,8 +280,9 @@ static int run(const char *manifest_path, const char *name_arg, size_t max_line)
         if (r < 0)
                 return r;
         /* lifecycle warm, resident: `systemctl start mcp-lazy@NAME.service` (or boot, once enabled)
-         * starts the backend too. A shim for one connection (Accept=yes, direct) waits for its client. */
-        if (s.backend->lifecycle != LIFECYCLE_LAZY && !s.inetd && instance_start_ahead(&s) < 0)
+         * starts the backend too (resident: in on_update()). A shim for one connection (Accept=yes,
+         * direct) waits for its client. */
+        if (s.backend->lifecycle == LIFECYCLE_WARM && !s.inetd && instance_start_ahead(&s) < 0)
                 return log_oom();
         shim_update(&s);
         (void) sd_notify(false, "READY=1");

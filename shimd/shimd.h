@@ -154,6 +154,8 @@ void client_detach(Client *c);
 int instance_get(Shim *s, Client *c, Instance **ret);
 /* lifecycle warm, resident: starts a backend before any session asks. */
 int instance_start_ahead(Shim *s);
+/* No backend could take a new session at once (none started ahead, no pooled one), and there is room. */
+bool instance_spare_needed(const Shim *s);
 Instance *instance_free(Instance *i);
 /* Sends a client's message to the backend, starting it or queueing until it is ready (a reference
  * to m is kept while it waits). */

@@ -28,12 +28,18 @@ const MANIFEST =
     idle_timeout: 2s
   off:
     command: [node, ${SERVER_SCRIPTS.memory}]
+  resess:
+    command: [node, ${SERVER_SCRIPTS.memory}]
+    env: {MEMORY_FILE_PATH: /tmp/mcp-lazy-resess.jsonl}
+    lifecycle: resident
+    sharing: session
 tools:
 ` +
   tool("echo", "warmone") +
   tool("read_graph", "resi") +
   tool("get-sum", "lazyone") +
-  tool("search_nodes", "off");
+  tool("search_nodes", "off") +
+  tool("open_nodes", "resess");
 
 let fleet;
 before(async () => {
@@ -139,6 +145,25 @@ test("resident: enabled, it starts with default.target, never idles out, and com
   await fleet.sh("systemctl disable mcp-lazy@resi.service");
 });
 
+test("resident with sharing: session: a session takes the running backend, and another starts for the next", async () => {
+  await fleet.sh("systemctl start mcp-lazy@resess.service");
+  assert.ok(await waitFor(async () => (await fleet.backendPids("resess")).length === 1, 20000), "started ahead");
+  const [first] = await fleet.backendPids("resess");
+  const s = await fleet.session();
+  const r = await s.callTool({ name: "open_nodes", arguments: { names: [] } });
+  assert.ok(!r.isError, JSON.stringify(r));
+  // The session has the first backend; a spare one starts for the next session.
+  const spare = await waitFor(async () => {
+    const p = await fleet.backendPids("resess");
+    return p.length === 2 && p.includes(first) && p.find((x) => x !== first);
+  }, 20000);
+  assert.ok(spare, JSON.stringify(await fleet.backendPids("resess")));
+  await s.close();
+  // The session's backend ends with it; the spare stays.
+  assert.ok(await waitFor(async () => JSON.stringify(await fleet.backendPids("resess")) === JSON.stringify([spare]), 20000));
+  await fleet.sh("systemctl stop mcp-lazy@resess.service");
+});
+
 test("mcp-lazy status: a row per backend from the units and the shim's status, never starting anything", async () => {
   await fleet.sh("systemctl start mcp-lazy@resi.service");
   assert.ok(await waitFor(async () => /\(ready\)/.test(await statusText("resi")), 20000));
@@ -184,7 +209,7 @@ test("mcp-lazy status: a row per backend from the units and the shim's status, n
   assert.match(lines[0], /^BACKEND +SOCKET +SERVICE +PID +UP +MEMORY +SESSIONS +CALLS +LAST CALL +MANIFEST$/);
   assert.match(table, new RegExp(`^resi +listening +active +${resi.pids[0]} +\\S+ +(-|[\\d.]+[KMG]) +1 +2 +\\d+s ago +differs: tools`, "m"));
   assert.match(table, /^off +not enabled +idle +- +- +- +- +- +- +-$/m);
-  assert.equal(lines.length, 5);
+  assert.equal(lines.length, 6);
   await s.close();
   await fleet.sh("systemctl stop mcp-lazy@resi.service");
 });
@@ -224,7 +249,7 @@ test("mcp-lazy status without systemd: says so, shows the manifest, exits 0", ()
   const st = JSON.parse(j.stdout);
   assert.equal(st.systemd, false);
   assert.equal(st.manager, null);
-  assert.deepEqual(st.backends.map((b) => b.name), ["warmone", "resi", "lazyone", "off"]);
+  assert.deepEqual(st.backends.map((b) => b.name), ["warmone", "resi", "lazyone", "off", "resess"]);
   // A manifest that cannot be read: exit 1.
   const bad = spawnSync(MCP_LAZY, ["status", "--manifest", join(dir, "missing.yaml")], { encoding: "utf8" });
   assert.equal(bad.status, 1);
