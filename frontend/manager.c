@@ -9,6 +9,10 @@
 #include "macros.h"
 #include "manager.h"
 
+ManagerScope manager_default_scope(void) {
+        return geteuid() == 0 ? MANAGER_SYSTEM : MANAGER_USER;
+}
+
 const char *manager_scope_name(ManagerScope scope) {
         return scope == MANAGER_SYSTEM ? "system" : "user";
 }

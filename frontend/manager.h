@@ -10,6 +10,8 @@ typedef enum ManagerScope {
         MANAGER_SYSTEM,
 } ManagerScope;
 
+/* The system manager for root, the user's own otherwise: as the frontend, the units and import have it. */
+ManagerScope manager_default_scope(void);
 const char *manager_scope_name(ManagerScope scope);
 /* " --user" or "" for the systemctl commands we suggest. */
 const char *manager_systemctl_flag(ManagerScope scope);

@@ -319,10 +319,11 @@ static int print_json(const char *manifest, const char *manager, const char *pro
 }
 
 static void status_help(void) {
-        printf("Usage: mcp-lazy status [--manifest FILE] [--system] [--json]\n\n"
+        printf("Usage: mcp-lazy status [--manifest FILE] [--user|--system] [--json]\n\n"
                "One row per backend of the manifest: its socket and service, the backend's pid, uptime and\n"
                "memory, sessions, calls, the last call, and whether it lists what the manifest says.\n"
-               "Read from the user's service manager (--system: the system manager); never starts anything.\n");
+               "Read from the user's service manager (root: the system manager; --user, --system choose);\n"
+               "never starts anything.\n");
 }
 
 int status_main(int argc, char *argv[]) {
@@ -336,7 +337,7 @@ int status_main(int argc, char *argv[]) {
         _cleanup_(manifest_freep) Manifest *m = NULL;
         _cleanup_free_ char *path = NULL, *err = NULL, *problem = NULL;
         _cleanup_free_ Row *rows = NULL;
-        ManagerScope scope = MANAGER_USER;
+        ManagerScope scope = manager_default_scope();
         bool json = false;
         int c, r;
 

@@ -91,7 +91,7 @@ int warm_main(int argc, char *argv[]) {
         _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
         _cleanup_(manifest_freep) Manifest *m = NULL;
         _cleanup_free_ char *path = NULL, *err = NULL;
-        ManagerScope scope = MANAGER_USER;
+        ManagerScope scope = manager_default_scope();
         int c, r, failed = 0;
 
         optind = 1;
@@ -110,7 +110,7 @@ int warm_main(int argc, char *argv[]) {
                         scope = MANAGER_USER;
                         break;
                 case 'h':
-                        printf("Usage: mcp-lazy warm [--manifest FILE] [--system] NAME...\n\n"
+                        printf("Usage: mcp-lazy warm [--manifest FILE] [--user|--system] NAME...\n\n"
                                "Starts mcp-lazy@NAME.service, so that a backend with lifecycle warm or resident\n"
                                "runs before the first call (like systemctl start).\n");
                         return 0;
