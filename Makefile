@@ -101,7 +101,7 @@ check-integration: all $(S)/mcp-lazy $(S)/mcp-lazy-shimd
 	cd tests && MCP_LAZY_BUILD=$(CURDIR)/$(S) node --test --test-concurrency=1 integration/
 
 bench: deps all
-	cd tests && MCP_LAZY_BUILD=$(CURDIR)/$(B) node bench/bench.mjs
+	cd tests && MCP_LAZY_BUILD=$(CURDIR)/$(B) BENCH_QUICK=$(QUICK) node bench/bench.mjs
 
 demo: deps all
 	cd tests && MCP_LAZY_BUILD=$(CURDIR)/$(B) node demo.mjs

@@ -1,0 +1,203 @@
+/* floor.c — the cheapest programs that could stand where mcp-lazy stands, for bench.mjs.
+ *
+ *   floor answer MANIFEST ANSWERS   reads MANIFEST whole (not parsed: the least any reader does),
+ *                                   then writes the Nth line of ANSWERS for the Nth request
+ *                                   read on stdin (a line with an "id"): the start floor.
+ *   floor backend                   an MCP server that answers every request at once (initialize,
+ *                                   tools/list with one tool "echo", anything else a text result
+ *                                   "ok"), with the request's id copied byte for byte, one write()
+ *                                   per read(): the throughput and warm-call floor.
+ *
+ * Built by bench.mjs with cc -O2; not part of mcp-lazy. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char *read_file(const char *path, size_t *ret_len) {
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        size_t len = 0, cap = 1 << 16;
+        char *buf = malloc(cap);
+
+        if (fd < 0 || !buf) {
+                perror(path);
+                exit(1);
+        }
+        for (;;) {
+                ssize_t n;
+                if (len == cap && !(buf = realloc(buf, cap *= 2)))
+                        exit(1);
+                n = read(fd, buf + len, cap - len);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0) {
+                        perror(path);
+                        exit(1);
+                }
+                if (n == 0)
+                        break;
+                len += (size_t) n;
+        }
+        close(fd);
+        *ret_len = len;
+        return buf;
+}
+
+static void write_all(const char *p, size_t len) {
+        while (len > 0) {
+                ssize_t n = write(STDOUT_FILENO, p, len);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        exit(1);
+                p += n;
+                len -= (size_t) n;
+        }
+}
+
+/* The raw text of the top-level "id" value of a line (a number or a simple string), or NULL. */
+static const char *find_id(const char *line, size_t len, size_t *ret_len) {
+        const char *p = memmem(line, len, "\"id\":", 5), *end = line + len, *q;
+
+        if (!p)
+                return NULL;
+        p += 5;
+        q = p;
+        if (q < end && *q == '"') {
+                for (q++; q < end && *q != '"'; q++)
+                        if (*q == '\\')
+                                q++;
+                q++;
+        } else
+                while (q < end && *q != ',' && *q != '}')
+                        q++;
+        if (q > end)
+                return NULL;
+        *ret_len = (size_t) (q - p);
+        return p;
+}
+
+/* Feeds stdin to on_line one line at a time; flushes *out after each read(). */
+static int for_each_line(void (*on_line)(const char *, size_t, void *), void *userdata, char **out,
+                         size_t *out_len) {
+        size_t cap = 1 << 20, len = 0;
+        char *buf = malloc(cap);
+
+        if (!buf)
+                return -ENOMEM;
+        for (;;) {
+                ssize_t n;
+                size_t start = 0;
+                char *nl;
+
+                if (len == cap && !(buf = realloc(buf, cap *= 2)))
+                        return -ENOMEM;
+                n = read(STDIN_FILENO, buf + len, cap - len);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        break;
+                len += (size_t) n;
+                while ((nl = memchr(buf + start, '\n', len - start))) {
+                        on_line(buf + start, (size_t) (nl - (buf + start)), userdata);
+                        start = (size_t) (nl - buf) + 1;
+                }
+                memmove(buf, buf + start, len - start);
+                len -= start;
+                if (*out_len) {
+                        write_all(*out, *out_len);
+                        *out_len = 0;
+                }
+        }
+        free(buf);
+        return 0;
+}
+
+/* ---- floor answer ---- */
+
+typedef struct {
+        const char *next; /* the next answer line in ANSWERS */
+        const char *end;
+        char **out;
+        size_t *out_len;
+} Answers;
+
+static void answer_line(const char *line, size_t len, void *userdata) {
+        Answers *a = userdata;
+        size_t id_len;
+        const char *nl;
+
+        if (!find_id(line, len, &id_len) || a->next >= a->end)
+                return;
+        nl = memchr(a->next, '\n', (size_t) (a->end - a->next));
+        nl = nl ? nl + 1 : a->end;
+        write_all(a->next, (size_t) (nl - a->next));
+        a->next = nl;
+}
+
+static int run_answer(const char *manifest, const char *answers) {
+        size_t manifest_len, answers_len, none = 0;
+        char *m = read_file(manifest, &manifest_len), *ans = read_file(answers, &answers_len), *out = NULL;
+        Answers a = {ans, ans + answers_len, &out, &none};
+
+        if (manifest_len == 0)
+                return 1;
+        free(m);
+        return for_each_line(answer_line, &a, &out, &none) < 0;
+}
+
+/* ---- floor backend ---- */
+
+typedef struct {
+        char *buf;
+        size_t len, cap;
+} Out;
+
+static void out_add(Out *o, const char *p, size_t len) {
+        if (o->len + len > o->cap) {
+                while (o->len + len > o->cap)
+                        o->cap = o->cap ? o->cap * 2 : 1 << 20;
+                o->buf = realloc(o->buf, o->cap);
+                if (!o->buf)
+                        exit(1);
+        }
+        memcpy(o->buf + o->len, p, len);
+        o->len += len;
+}
+#define OUT_LIT(o, s) out_add(o, s, sizeof(s) - 1)
+
+static void backend_line(const char *line, size_t len, void *userdata) {
+        Out *o = userdata;
+        size_t id_len;
+        const char *id = find_id(line, len, &id_len);
+
+        if (!id || !memmem(line, len, "\"method\":", 9))
+                return; /* a notification, or an answer to a request of ours (we send none) */
+        OUT_LIT(o, "{\"jsonrpc\":\"2.0\",\"id\":");
+        out_add(o, id, id_len);
+        if (memmem(line, len, "\"method\":\"initialize\"", 21))
+                OUT_LIT(o, ",\"result\":{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{\"tools\":{}},"
+                           "\"serverInfo\":{\"name\":\"floor\",\"version\":\"1\"}}}\n");
+        else if (memmem(line, len, "\"method\":\"tools/list\"", 21))
+                OUT_LIT(o, ",\"result\":{\"tools\":[{\"name\":\"echo\",\"inputSchema\":{\"type\":\"object\"}}]}}\n");
+        else if (memmem(line, len, "\"method\":\"tools/call\"", 21))
+                OUT_LIT(o, ",\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"ok\"}]}}\n");
+        else
+                OUT_LIT(o, ",\"result\":{}}\n");
+}
+
+static int run_backend(void) {
+        Out o = {};
+        return for_each_line(backend_line, &o, &o.buf, &o.len) < 0;
+}
+
+int main(int argc, char *argv[]) {
+        if (argc == 4 && !strcmp(argv[1], "answer"))
+                return run_answer(argv[2], argv[3]);
+        if (argc == 2 && !strcmp(argv[1], "backend"))
+                return run_backend();
+        fprintf(stderr, "Usage: floor answer MANIFEST ANSWERS | floor backend\n");
+        return 2;
+}
