@@ -80,8 +80,7 @@ static const char *find_id(const char *line, size_t len, size_t *ret_len) {
 }
 
 /* Feeds stdin to on_line one line at a time; flushes *out after each read(). */
-static int for_each_line(void (*on_line)(const char *, size_t, void *), void *userdata, char **out,
-                         size_t *out_len) {
+static int for_each_line(void (*on_line)(const char *, size_t, void *), void *userdata, char **out, size_t *out_len) {
         size_t cap = 1 << 20, len = 0;
         char *buf = malloc(cap);
 
