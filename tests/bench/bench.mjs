@@ -1,7 +1,7 @@
 // bench.mjs — what mcp-lazy costs and saves, measured against the real reference servers.
 //
 //   make bench     (cd tests && MCP_LAZY_BUILD=$PWD/../build node bench/bench.mjs [SECTION...])
-//   BENCH_QUICK=1  fewer runs and no section 5, for working on the bench itself (make bench QUICK=1)
+//   BENCH_QUICK=1  fewer runs and no sections 5 and 6, for working on the bench itself (make bench QUICK=1)
 //
 // 1. startup: process start -> tools/list answered, and peak RSS, for 1/10/100/1000-tool manifests,
 //    each beside a C floor (floor.c) that reads the same manifest and writes the same answer
@@ -62,7 +62,7 @@ const RUNS = {
   startupNode: QUICK ? 3 : 10,
   warmCalls: QUICK ? 200 : 1000,
   warmUp: QUICK ? 50 : 200,
-  cold: QUICK ? 3 : 8,
+  cold: QUICK ? 2 : 8,
   sessions: 10,
 };
 const DEADLINE_MS = 330_000;
@@ -801,9 +801,11 @@ async function main() {
   if (want(3)) await section("section 3", () => sectionCold(direct));
   if (want(4)) await section("section 4", sectionFleet);
   if (want(7)) await section("section 7", () => sectionThroughput({ floor: FLOOR, shimd: SHIMD, mcpLazy: MCP_LAZY, work: WORK, quick: QUICK }));
-  if (QUICK && only.size === 0) console.log("\n5. frontends: skipped with BENCH_QUICK=1 (its idle-CPU measure alone takes 10 s): node bench/bench.mjs 5");
-  else if (want(5)) await section("section 5", () => sectionFrontends({ mcpLazy: MCP_LAZY, work: WORK, runs: QUICK ? 3 : 10, n: QUICK ? 200 : 500 }));
-  if (want(6)) await section("section 6", sectionRemote);
+  // BENCH_QUICK=1 leaves out what takes longest (unless asked for by number), to stay under 30 s.
+  const quickSkip = (n, why) => QUICK && only.size === 0 && (console.log(`\n${n}. skipped with BENCH_QUICK=1 (${why}): node bench/bench.mjs ${n}`), true);
+  if (!quickSkip(5, "frontends: its idle-CPU measure alone takes 10 s") && want(5))
+    await section("section 5", () => sectionFrontends({ mcpLazy: MCP_LAZY, work: WORK, runs: QUICK ? 3 : 10, n: QUICK ? 200 : 500 }));
+  if (!quickSkip(6, "a backend on another host: a second box") && want(6)) await section("section 6", sectionRemote);
 
   // Anything of ours still running is a bug in the bench or in mcp-lazy's shutdown.
   await new Promise((r) => setTimeout(r, 200));
