@@ -21,7 +21,7 @@ const ms = (t0) => `${(performance.now() - t0).toFixed(1)} ms`;
 const show = (text) => console.log(text.replace(/^/gm, "  | ").replaceAll(home, "~"));
 function lazy(...args) {
   const r = spawnSync(MCP_LAZY, args, { env, cwd: home, encoding: "utf8" });
-  show((r.stdout + r.stderr).trimEnd());
+  show((r.stderr + r.stdout).trimEnd());
   return r;
 }
 const running = (pid) =>
@@ -65,10 +65,8 @@ try {
   console.log("~/.claude.json now says:");
   show(JSON.stringify(cfg.mcpServers, null, 2));
 
-  // 3. Status before anything ran (`mcp-lazy status`, where this build has it).
-  const hasStatus = spawnSync(MCP_LAZY, ["--help"], { encoding: "utf8" }).stdout.includes("mcp-lazy status");
+  // 3. Status before anything ran (without systemd it can only say what the manifest holds).
   const status = () => {
-    if (!hasStatus) return;
     console.log("\n$ mcp-lazy status");
     lazy("status", "--manifest", manifest);
   };

@@ -78,17 +78,28 @@ test("import as a desktop user: manifest in ~/.config, sockets enabled in her ma
   });
   await compareWithDirect(dcfg.mcpServers.everything, desk.direct.everything, CLIENT_CAPS["claude-desktop"], { env, prefix, call: ["echo", { message: "hi" }] });
 
-  // The calls went through the sockets: each backend's service ran under her manager (the last one
-  // is still up), then idles out. (Checked over systemctl: `mcp-lazy status` is not there yet.)
-  assert.equal(await active("mcp-lazy@everything.service"), "active");
+  // `mcp-lazy status` (her manager, her default manifest): every socket listening; the last backend
+  // called still active, with its call counted; then each one idle after its idle_timeout.
+  const status = async () => JSON.parse(await sh(`${AS_ALICE} ${MCP_LAZY} status --json`));
+  const row = (s, name) => s.backends.find((b) => b.name === name);
+  let s = await status();
+  assert.equal(s.manifest, manifest);
+  for (const b of ["memory", "my-files", "everything"]) assert.equal(row(s, b).socket, "listening", JSON.stringify(row(s, b)));
+  assert.equal(row(s, "everything").service, "active", JSON.stringify(row(s, "everything")));
+  assert.ok(row(s, "everything").calls >= 1, JSON.stringify(row(s, "everything")));
   for (const b of ["memory", "my-files", "everything"]) {
     const t = await sh(`${USERCTL} show -P ExecMainStartTimestampMonotonic mcp-lazy@${b}.service`);
     assert.notEqual(t.trim(), "0", `mcp-lazy@${b}.service ran`);
   }
   assert.ok(
-    await waitFor(async () => (await active("mcp-lazy@everything.service")) === "inactive" && (await active("mcp-lazy@memory.service")) === "inactive", 20000),
-    "idle after idle_timeout",
+    await waitFor(async () => {
+      s = await status();
+      return ["memory", "my-files", "everything"].every((b) => row(s, b).service === "idle");
+    }, 20000),
+    `idle after idle_timeout: ${JSON.stringify(s)}`,
   );
+  const table = await sh(`${AS_ALICE} ${MCP_LAZY} status`);
+  assert.match(table, /^everything\s.*idle/m);
   assert.equal(await active("mcp-lazy@memory.socket"), "active", "the socket stays for the next call");
 
   // --undo: both configs back, byte for byte.
