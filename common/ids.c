@@ -39,6 +39,13 @@ static const IdRule id_rules[] = {
         {JSONRPC_RESPONSE, NULL, ID_PATH_RESULT_TASK_ID, ID_KIND_TASK},
 };
 
+bool ids_method_kind_mismatch(JsonRpcKind kind, const char *method) {
+        for (size_t i = 0; i < ELEMENTSOF(id_rules); i++)
+                if (id_rules[i].method && id_rules[i].kind != kind && streq(id_rules[i].method, method))
+                        return true;
+        return false;
+}
+
 /* The value at a path, walked in the parsed tree (the scan found its bytes; the tree its type). */
 static const cJSON *value_at(const cJSON *j, IdPath p) {
         for (unsigned l = 0; j && id_paths[p][l]; l++)

@@ -48,6 +48,9 @@ typedef struct IdField {
  * < 0 refuses the message (the caller answers it). */
 typedef int (*id_map_t)(void *userdata, const IdField *f, char **ret_text);
 
+/* The table names method's id fields for the other kind (a request named notifications/cancelled, a
+ * notification named tasks/cancel): such a message would carry an id field past its translation. */
+bool ids_method_kind_mismatch(JsonRpcKind kind, const char *method);
 /* Calls fn for each id field the table names for m (in path order); returns how many there were. */
 size_t ids_fields(const Message *m, IdField *ret_fields, size_t n);
 /* m's text with every id field replaced as map says: *ret_text is NULL when nothing changed (send

@@ -448,6 +448,11 @@ static void classify(Message *m) {
                         m->problem = "\"id\" must be a string or an integer";
                         return;
                 }
+                if (ids_method_kind_mismatch(id ? JSONRPC_REQUEST : JSONRPC_NOTIFICATION, method->valuestring))
+                        return set_problem(m,
+                                           id ? "\"%.64s\" is a notification: it takes no \"id\""
+                                              : "\"%.64s\" is a request: it needs an \"id\"",
+                                           method->valuestring);
                 m->kind = id ? JSONRPC_REQUEST : JSONRPC_NOTIFICATION;
                 m->method = method->valuestring;
                 m->params = params;

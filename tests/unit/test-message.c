@@ -151,8 +151,27 @@ static void test_batch(void) {
         CHECK(message_split_batch("[1,]", 4, 128, &s, &n) == -EBADMSG);
 }
 
+/* A method whose id field the table translates only for one kind, sent as the other, would carry that
+ * field past its translation (a request named notifications/cancelled naming another session's call). */
+static void test_method_kind(void) {
+        _cleanup_message_ Message *a = parse("{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"method\":\"notifications/"
+                                             "cancelled\",\"params\":{\"requestId\":1}}");
+        _cleanup_message_ Message *b =
+                parse("{\"jsonrpc\":\"2.0\",\"method\":\"tasks/cancel\",\"params\":{\"taskId\":\"t\"}}");
+
+        CHECK(a && a->kind == JSONRPC_INVALID && strstr(a->problem, "is a notification"));
+        CHECK_STREQ(a ? a->id_text : NULL, "\"x\"");
+        CHECK(b && b->kind == JSONRPC_INVALID && strstr(b->problem, "is a request"));
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":1}}") ==
+              JSONRPC_NOTIFICATION);
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tasks/cancel\",\"params\":{\"taskId\":\"t\"}}") ==
+              JSONRPC_REQUEST);
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\"}") == JSONRPC_REQUEST);
+}
+
 int main(void) {
         test_strict();
+        test_method_kind();
         test_duplicates();
         test_ids();
         test_translate();

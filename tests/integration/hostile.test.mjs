@@ -1,0 +1,126 @@
+// A hostile session on a pooled backend (review of the data path): what one session sends must not
+// reach or affect another session's calls, whatever shape it gives its message. The shim runs behind
+// systemd-socket-activate with the line-level backend (tests/fixtures/echo-backend.mjs), which, like a
+// lenient hand-written server, acts on a method name whether or not the message has an id.
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { connect } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { INIT, SHIMD, TESTS, sleep, waitFor } from "./lib/env.mjs";
+
+const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-hostile-"));
+after(() => rmSync(dir, { recursive: true, force: true }));
+const ECHO = join(TESTS, "fixtures/echo-backend.mjs");
+const manifest = join(dir, "m.yaml");
+writeFileSync(
+  manifest,
+  `backends:
+  echo:
+    command: [${process.execPath}, ${ECHO}]
+    socket: ${dir}/absent.sock
+tools:
+${["raw", "slow", "seen", "task"].map((t) => `  - {name: ${t}, backend: echo, input_schema: {type: object}}`).join("\n")}
+`,
+);
+
+class SockPeer {
+  constructor(path) {
+    this.lines = [];
+    this.sock = connect(path);
+    let buf = "";
+    this.sock.setEncoding("utf8").on("data", (d) => {
+      buf += d;
+      let i;
+      while ((i = buf.indexOf("\n")) >= 0) {
+        this.lines.push(buf.slice(0, i));
+        buf = buf.slice(i + 1);
+      }
+    });
+    this.sock.on("error", () => {});
+  }
+  send(obj) {
+    this.sock.write((typeof obj === "string" ? obj : JSON.stringify(obj)) + "\n");
+  }
+  async next(ms = 5000) {
+    const end = Date.now() + ms;
+    while (this.lines.length === 0) {
+      if (Date.now() > end) throw new Error("timed out waiting for a message");
+      await sleep(20);
+    }
+    return JSON.parse(this.lines.shift());
+  }
+  async request(obj, ms) {
+    this.send(obj);
+    return this.next(ms);
+  }
+  close() {
+    this.sock.end();
+  }
+}
+const call = (id, name, args = {}) => ({ jsonrpc: "2.0", id, method: "tools/call", params: { name, arguments: args } });
+const text = (r) => r.result?.content?.[0]?.text ?? JSON.stringify(r);
+
+describe("a hostile session on a pooled backend", () => {
+  let shim, sockPath;
+  const peers = [];
+  const session = async () => {
+    const p = new SockPeer(sockPath);
+    peers.push(p);
+    const r = await p.request(INIT("2025-06-18", {}));
+    assert.ok(r.result, JSON.stringify(r));
+    return p;
+  };
+  before(async () => {
+    sockPath = join(dir, "echo.sock");
+    shim = spawn("systemd-socket-activate", ["-l", sockPath, SHIMD, "--manifest", manifest, "echo"], { stdio: ["ignore", "ignore", "inherit"] });
+    assert.ok(await waitFor(async () => {
+      try {
+        await new Promise((res, rej) => connect(sockPath).on("connect", function () { this.end(); res(); }).on("error", rej));
+        return true;
+      } catch {
+        return false;
+      }
+    }, 5000), "the socket is listening");
+  });
+  after(() => {
+    peers.forEach((p) => p.close());
+    shim?.kill("SIGTERM");
+  });
+
+  test("a request named like a notification cannot cancel another session's call", async () => {
+    const a = await session();
+    const b = await session();
+    // b's call is in flight at the backend; a guesses its backend id (they are small integers).
+    b.send(call("b1", "slow", { ms: 800 }));
+    await sleep(200);
+    for (let guess = 0; guess < 8; guess++)
+      a.send({ jsonrpc: "2.0", id: `a${guess}`, method: "notifications/cancelled", params: { requestId: guess, m: "cancelmarker" } });
+    const mine = await b.next(5000); // before the fix: never answered (the backend dropped it as cancelled)
+    assert.equal(mine.id, "b1");
+    assert.equal(text(mine), "slow done");
+    for (let guess = 0; guess < 8; guess++) {
+      const e = await a.next();
+      assert.equal(e.error?.code, -32600, JSON.stringify(e));
+      assert.match(e.error.message, /notification/, JSON.stringify(e));
+    }
+    const seen = await a.request(call("s", "seen", { marker: "cancelmarker" }));
+    assert.equal(text(seen), "[]", "the backend never saw any of them");
+  });
+
+  test("a notification named like a task request does not reach the backend unchecked", async () => {
+    const a = await session();
+    const b = await session();
+    const created = await b.request(call(1, "task"));
+    const taskId = created.result?.task?.taskId;
+    assert.ok(taskId, JSON.stringify(created));
+    await b.next(); // its notifications/tasks/status
+    const e = await a.request({ jsonrpc: "2.0", method: "tasks/cancel", params: { taskId, m: "taskmarker" } });
+    assert.equal(e.error?.code, -32600, JSON.stringify(e));
+    assert.match(e.error.message, /is a request/, JSON.stringify(e));
+    const seen = await a.request(call("s", "seen", { marker: "taskmarker" }));
+    assert.equal(text(seen), "[]", "the backend never saw b's task named by a");
+  });
+});
