@@ -301,7 +301,12 @@ static void channel_read(Channel *c, int max_rounds) {
                         (void) channel_emit(c, CHANNEL_EOF, NULL, 0, -errno);
                         return;
                 }
-                if (n == 0) {
+                if (n == 0 && line_buffer_pending(&c->lines) > 0) {
+                        /* A last line without its newline is still a line: it goes before the EOF
+                         * (the next read, which finds nothing pending). */
+                        *p = '\n';
+                        n = 1;
+                } else if (n == 0) {
                         c->eof_seen = true;
                         channel_update_reading(c);
                         (void) channel_emit(c, CHANNEL_EOF, NULL, 0, 0);

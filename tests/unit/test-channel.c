@@ -198,7 +198,33 @@ static void test_oversize_prefix(void) {
         sd_event_unref(e);
 }
 
+/* A last line without its newline is handed out before the EOF (it was dropped silently), also when
+ * reading pauses on the line before it. */
+static void test_last_line_without_newline(void) {
+        sd_event *e = NULL;
+        Channel *c = NULL;
+        Seen s = {};
+        int sv[2];
+
+        CHECK(sd_event_new(&e) >= 0);
+        CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+        CHECK(channel_new(e, sv[0], sv[0], 1024, handler, &s, &c) >= 0);
+        s.pause_after_first = c;
+        CHECK(write(sv[1], "one\ntwo", 7) == 7);
+        CHECK(shutdown(sv[1], SHUT_WR) == 0);
+        run_for(e, 20);
+        CHECK(s.lines == 1 && s.eof == 0);
+        s.pause_after_first = NULL;
+        channel_set_reading(c, true);
+        run_for(e, 20);
+        CHECK(s.lines == 2 && strcmp(s.last, "two") == 0 && s.eof == 1);
+        channel_free(c);
+        close(sv[1]);
+        sd_event_unref(e);
+}
+
 int main(void) {
+        test_last_line_without_newline();
         test_resume_dispatches_buffered();
         test_shutdown_flushes();
         test_shutdown_gives_up_on_stalled_peer();
