@@ -110,17 +110,16 @@ cJSON *json_peek_member(const char *s, size_t n, const char *name) {
 }
 
 cJSON *jsonrpc_peek_id_raw(const char *s, size_t n) {
-        _cleanup_json_ cJSON *id = NULL;
-        _cleanup_free_ char *text = NULL;
+        _cleanup_message_ Message *id = NULL;
         size_t a, b;
 
         if (!peek_member_span(s, n, "id", &a, &b))
                 return NULL;
-        id = cJSON_ParseWithLength(s + a, b - a);
-        text = strndup(s + a, b - a);
-        if (!id || !text || !json_id_valid(id, text, b - a))
+        /* Its text goes into a reply as it is: strict JSON only (cJSON alone takes 01, 1., raw
+         * control characters and bytes that are not UTF-8). */
+        if (message_parse(s + a, b - a, 0, &id) < 0 || !json_id_valid(id->json, id->text, id->len))
                 return NULL;
-        return cJSON_CreateRaw(text);
+        return cJSON_CreateRaw(id->text);
 }
 
 cJSON *jsonrpc_peek_id(const char *s, size_t n) {

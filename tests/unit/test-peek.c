@@ -27,6 +27,21 @@ int main(void) {
         check_id("[{\"id\":1},", NULL);
         check_id("", NULL);
 
+        /* The raw id goes into a reply as its text: only strict JSON (cJSON takes all of these). */
+        const char *raw[] = {"{\"id\":01,\"x\":\"",  "{\"id\":1.,\"x\":\"",         "{\"id\":+1,\"x\":\"",
+                             "{\"id\":0x1,\"x\":\"", "{\"id\":\"a\001b\",\"x\":\"", "{\"id\":\"\xff\",\"x\":\""};
+        for (size_t i = 0; i < sizeof raw / sizeof raw[0]; i++) {
+                cJSON *id = jsonrpc_peek_id_raw(raw[i], strlen(raw[i]));
+                CHECK(!id);
+                cJSON_Delete(id);
+        }
+        cJSON *r = jsonrpc_peek_id_raw("{\"id\":\"a\\u0062\",\"x\":\"", 19);
+        CHECK(r && strcmp(r->valuestring, "\"a\\u0062\"") == 0);
+        cJSON_Delete(r);
+        r = jsonrpc_peek_id_raw("{\"id\":-12,\"x\":\"", 15);
+        CHECK(r && strcmp(r->valuestring, "-12") == 0);
+        cJSON_Delete(r);
+
         cJSON *m = json_peek_member("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"d", 58,
                                     "method");
         CHECK(cJSON_IsString(m) && strcmp(m->valuestring, "notifications/message") == 0);
