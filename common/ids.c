@@ -136,7 +136,8 @@ bool id_text_canonical(const char *t, size_t len) {
                 return true;
         }
         size_t i = len > 0 && t[0] == '-';
-        if (len - i == 0 || len - i > 15 || (t[i] == '0' && len - i > 1))
+        /* -0 is 0 to every parser, and comes back as 0: it would name another session's token 0. */
+        if (len - i == 0 || len - i > 15 || (t[i] == '0' && (len - i > 1 || i > 0)))
                 return false;
         for (; i < len; i++)
                 if (t[i] < '0' || t[i] > '9')

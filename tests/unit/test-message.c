@@ -86,6 +86,8 @@ static void test_ids(void) {
         CHECK(!id_text_canonical("1234567890123456", 16));
         CHECK(!id_text_canonical("1.0", 3));
         CHECK(!id_text_canonical("01", 2));
+        CHECK(!id_text_canonical("-0", 2)); /* comes back from any parser as 0 */
+        CHECK(id_text_canonical("0", 1));
 }
 
 typedef struct Map {
