@@ -100,6 +100,9 @@ void upstream_broadcast_text(Session *s, const char *text, size_t len);
 cJSON *upstream_own_id(Session *s, const char *what);
 /* The client answered one of a backend's requests: back it goes. False if not ours. */
 bool upstream_answer_upcall(Session *s, const Message *m);
+/* The client's answer to one (our id, parsed) could not be taken: the backend gets an error saying why.
+ * False if not ours. */
+bool upstream_fail_upcall(Session *s, const cJSON *id, const char *text);
 /* The client cancelled a request in flight at a backend. */
 void upstream_cancel(Session *s, Pending *p, const Message *notification);
 Upstream *upstream_new(Session *s, const char *name);

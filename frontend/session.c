@@ -691,8 +691,18 @@ void session_handle_line(Session *s, const char *line, size_t len) {
 
 /* A line past the limit: refused under its own id when its beginning shows one. */
 static void reply_oversize(Session *s, const char *line, size_t len) {
-        _cleanup_json_ cJSON *id = jsonrpc_peek_id_raw(line, len);
+        _cleanup_json_ cJSON *id = jsonrpc_peek_id_raw(line, len), *parsed = NULL, *method = NULL;
+        char text[160];
 
+        /* The client's answer to a backend's request: that request fails (an error to the client's
+         * own answer would leave the backend waiting for ever). */
+        if (id && !(method = json_peek_member(line, len, "method")) && (parsed = jsonrpc_peek_id(line, len))) {
+                snprintf(text, sizeof text,
+                         "the client's answer was longer than the %zu-byte limit (see --max-line-bytes)",
+                         s->options->max_line);
+                if (upstream_fail_upcall(s, parsed, text))
+                        return;
+        }
         reply_error(s, NULL, id, JSONRPC_INVALID_REQUEST,
                     "Invalid Request: message longer than the %zu-byte limit (see --max-line-bytes)",
                     s->options->max_line);

@@ -210,6 +210,14 @@ static void upconn_reply_error(UpConn *c, const Message *m, const char *text) {
                 (void) channel_send_json(c->ch, e);
 }
 
+static void upconn_reply_error_id(UpConn *c, const char *id_text, const char *text) {
+        _cleanup_json_ cJSON *id = cJSON_CreateRaw(id_text), *e = NULL;
+
+        e = id ? jsonrpc_error_new(id, JSONRPC_INTERNAL_ERROR, text) : NULL;
+        if (e)
+                (void) channel_send_json(c->ch, e);
+}
+
 /* A backend asks the client something (sampling, elicitation, roots): the client sees it under an
  * id of ours, since two backends may use the same ids. */
 static void upconn_forward_upcall(UpConn *c, const Message *m) {
@@ -241,6 +249,16 @@ bool upstream_answer_upcall(Session *s, const Message *m) {
                 return false;
         if (ids_translate(m, map_upcall_id, u->shim_id, &out, &len) >= 0)
                 (void) channel_send(u->conn->ch, out ?: m->text, len);
+        upcall_free(u);
+        return true;
+}
+
+bool upstream_fail_upcall(Session *s, const cJSON *id, const char *text) {
+        Upcall *u;
+
+        if (!cJSON_IsString(id) || !(u = hashmap_remove(s->upcalls, id->valuestring)))
+                return false;
+        upconn_reply_error_id(u->conn, u->shim_id, text);
         upcall_free(u);
         return true;
 }

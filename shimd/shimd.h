@@ -122,6 +122,9 @@ struct Shim {
 void upcall_forward(Instance *i, const Message *m);
 /* A response from a client: true if it answered one of our upcalls. */
 bool upcall_answer(Client *c, const Message *m);
+/* The client's answer to one (our id, parsed) could not be taken: the backend gets an error saying why.
+ * False if not an upcall of this client's. */
+bool upcall_fail(Client *c, const cJSON *id, const char *text);
 void upcall_forget_client(Shim *s, Client *c);
 void upcall_forget_instance(Shim *s, Instance *i);
 /* The backend cancelled one of its requests: tell the client it went to. */

@@ -134,6 +134,18 @@ bool upcall_answer(Client *c, const Message *m) {
         return true;
 }
 
+bool upcall_fail(Client *c, const cJSON *id, const char *text) {
+        Shim *s = c->shim;
+        Upcall *u;
+
+        if (!cJSON_IsString(id) || !(u = hashmap_get(s->upcalls, id->valuestring)) || u->client != c)
+                return false;
+        hashmap_remove(s->upcalls, u->key);
+        reply_backend_error(u->instance, u->backend_id, text);
+        upcall_free(u);
+        return true;
+}
+
 /* Forgets the upcalls matching (c or i); those with a live backend and a gone client are failed. */
 static void forget(Shim *s, Client *c, Instance *i) {
         size_t state = 0;
