@@ -9,7 +9,9 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { INIT, SHIMD, TESTS, sleep, waitFor } from "./lib/env.mjs";
+import { INIT, MCP_LAZY, RawPeer, SHIMD, TESTS, cleanupPeers, sleep, waitFor } from "./lib/env.mjs";
+
+after(cleanupPeers);
 
 const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-hostile-"));
 after(() => rmSync(dir, { recursive: true, force: true }));
@@ -22,7 +24,7 @@ writeFileSync(
     command: [${process.execPath}, ${ECHO}]
     socket: ${dir}/absent.sock
 tools:
-${["raw", "slow", "seen", "task"].map((t) => `  - {name: ${t}, backend: echo, input_schema: {type: object}}`).join("\n")}
+${["raw", "slow", "seen", "task", "progress", "ask"].map((t) => `  - {name: ${t}, backend: echo, input_schema: {type: object}}`).join("\n")}
 `,
 );
 
@@ -110,6 +112,22 @@ describe("a hostile session on a pooled backend", () => {
     assert.equal(text(seen), "[]", "the backend never saw any of them");
   });
 
+  test("progress tokens 0 and -0 (one value to the backend's parser) each reach their own session", async () => {
+    const a = await session();
+    const b = await session();
+    a.sock.write('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"progress","arguments":{},"_meta":{"progressToken":0}}}\n');
+    b.sock.write('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"progress","arguments":{},"_meta":{"progressToken":-0}}}\n');
+    for (const [p, token] of [[a, "0"], [b, "-0"]]) {
+      const n = await p.next();
+      assert.equal(n.method, "notifications/progress", JSON.stringify(n));
+      assert.ok(Object.is(n.params.progressToken, token === "0" ? 0 : -0), `token ${token}: ${JSON.stringify(n)}`);
+      const r = await p.next();
+      assert.equal(r.id, 1, JSON.stringify(r));
+    }
+    await sleep(100);
+    assert.equal(a.lines.length + b.lines.length, 0, `more than asked: ${a.lines} ${b.lines}`);
+  });
+
   test("a notification named like a task request does not reach the backend unchecked", async () => {
     const a = await session();
     const b = await session();
@@ -122,5 +140,29 @@ describe("a hostile session on a pooled backend", () => {
     assert.match(e.error.message, /is a request/, JSON.stringify(e));
     const seen = await a.request(call("s", "seen", { marker: "taskmarker" }));
     assert.equal(text(seen), "[]", "the backend never saw b's task named by a");
+  });
+});
+
+describe("the frontend, with a client at the edges of framing", () => {
+  test("a last line without its newline is answered before the frontend exits", async () => {
+    const p = new RawPeer(MCP_LAZY, ["--manifest", manifest, "--activation=direct", "--shimd", SHIMD]);
+    p.child.stdin.end('{"jsonrpc":"2.0","id":"last","method":"ping"}');
+    const [r] = await p.next(1);
+    assert.deepEqual(r, { jsonrpc: "2.0", id: "last", result: {} });
+    await p.exited;
+  });
+
+  test("a client's answer to a backend's request past the line limit fails that request, not silently", async () => {
+    const p = new RawPeer(MCP_LAZY, ["--manifest", manifest, "--activation=direct", "--shimd", SHIMD, "--max-line-bytes", "4096"]);
+    const init = await p.request(INIT("2025-06-18", { sampling: {} }));
+    assert.ok(init.result, JSON.stringify(init));
+    p.send(call(1, "ask"));
+    const [ask] = await p.next(1);
+    assert.equal(ask.method, "sampling/createMessage", JSON.stringify(ask));
+    p.send({ jsonrpc: "2.0", id: ask.id, result: { role: "assistant", content: { type: "text", text: "x".repeat(8000) }, model: "m" } });
+    const [r] = await p.next(1);
+    assert.equal(r.id, 1, `the call is answered (no reply to the client's own answer): ${JSON.stringify(r)}`);
+    assert.match(text(r), /longer than the 4096-byte limit/, JSON.stringify(r));
+    await p.close();
   });
 });
