@@ -507,9 +507,31 @@ static void reply_initialize(Instance *i, Client *c, const Message *m) {
                 client_send(c, r);
 }
 
+/* A backend keeps one set of subscriptions for all the sessions it serves: a session's unsubscribe
+ * goes to it only when no other session of it is subscribed to that URI; else it is answered here. */
+static bool unsubscribe_shared(Instance *i, Client *c, const Message *m) {
+        const char *uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "uri"));
+        _cleanup_json_ cJSON *r = NULL;
+        bool shared = false;
+
+        if (!streq(m->method, "resources/unsubscribe") || !uri)
+                return false;
+        for (Client *o = i->shim->clients; o && !shared; o = o->next)
+                shared = o != c && o->instance == i && client_subscribed(o, uri);
+        if (!shared)
+                return false;
+        track_subscription(c, m);
+        r = jsonrpc_result_new(m->id_json, cJSON_CreateObject());
+        if (r)
+                client_send(c, r);
+        return true;
+}
+
 static void deliver(Instance *i, Client *c, const Message *m) {
         if (m->kind == JSONRPC_REQUEST && streq(m->method, "initialize"))
                 reply_initialize(i, c, m);
+        else if (m->kind == JSONRPC_REQUEST && unsubscribe_shared(i, c, m))
+                return;
         else if (m->kind == JSONRPC_REQUEST)
                 forward_request(i, c, m);
         else if (m->kind == JSONRPC_NOTIFICATION)

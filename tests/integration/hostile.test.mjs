@@ -24,7 +24,7 @@ writeFileSync(
     command: [${process.execPath}, ${ECHO}]
     socket: ${dir}/absent.sock
 tools:
-${["raw", "slow", "seen", "task", "progress", "ask"].map((t) => `  - {name: ${t}, backend: echo, input_schema: {type: object}}`).join("\n")}
+${["raw", "slow", "seen", "task", "progress", "ask", "touch"].map((t) => `  - {name: ${t}, backend: echo, input_schema: {type: object}}`).join("\n")}
 `,
 );
 
@@ -126,6 +126,26 @@ describe("a hostile session on a pooled backend", () => {
     }
     await sleep(100);
     assert.equal(a.lines.length + b.lines.length, 0, `more than asked: ${a.lines} ${b.lines}`);
+  });
+
+  test("one session's resources/unsubscribe does not end another's subscription", async () => {
+    const a = await session();
+    const b = await session();
+    const sub = { jsonrpc: "2.0", method: "resources/subscribe", params: { uri: "echo://sub" } };
+    assert.deepEqual((await a.request({ ...sub, id: 1 })).result, {});
+    assert.deepEqual((await b.request({ ...sub, id: 1 })).result, {});
+    const un = await a.request({ jsonrpc: "2.0", id: 2, method: "resources/unsubscribe", params: { uri: "echo://sub" } });
+    assert.deepEqual(un.result, {}, JSON.stringify(un));
+    b.send(call(2, "touch", { uri: "echo://sub" }));
+    const n = await b.next();
+    assert.equal(n.method, "notifications/resources/updated", `b still subscribed: ${JSON.stringify(n)}`);
+    assert.equal((await b.next()).id, 2);
+    await sleep(100);
+    assert.equal(a.lines.length, 0, `a unsubscribed: ${a.lines}`);
+    // The last one out unsubscribes at the backend.
+    assert.deepEqual((await b.request({ jsonrpc: "2.0", id: 3, method: "resources/unsubscribe", params: { uri: "echo://sub" } })).result, {});
+    const t = await b.request(call(4, "touch", { uri: "echo://sub" }));
+    assert.equal(t.id, 4, JSON.stringify(t));
   });
 
   test("a notification named like a task request does not reach the backend unchecked", async () => {
