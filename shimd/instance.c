@@ -742,14 +742,34 @@ static void handle_backend_request(Instance *i, const Message *m) {
                 (void) instance_send(i, reply);
 }
 
+/* A line that is not JSON (NaN, bytes that are not UTF-8, nesting past the limit): when its beginning
+ * shows the id of a call and no method, that call fails saying so, rather than wait for ever. */
+static void handle_backend_garbage(Instance *i, const char *line, size_t len, int error) {
+        _cleanup_json_ cJSON *id = jsonrpc_peek_id(line, len), *method = NULL;
+        Route *r = NULL;
+        char text[512];
+
+        log_warning("Backend '%s' wrote a line that is not JSON-RPC to stdout, ignoring it: %.*s", iname(i),
+                    (int) (len < 80 ? len : 80), line);
+        /* jsonrpc_peek_id() gives integers below 10^15 only. */
+        if (cJSON_IsNumber(id) && !(method = json_peek_member(line, len, "method")))
+                r = route_find(i, (int64_t) id->valuedouble);
+        if (!r)
+                return;
+        snprintf(text, sizeof text, "backend '%s' answered this call with a line that is not %s", iname(i),
+                 error == -E2BIG ? "JSON within the nesting limit" : "valid UTF-8 JSON");
+        reply_failure(r->client, r->client_id, r->is_tool_call, text);
+        route_remove(i, r);
+        shim_update(i->shim);
+}
+
 void instance_handle_backend_line(Instance *i, const char *line, size_t len) {
         _cleanup_message_ Message *m = NULL;
+        int r;
 
-        if (message_parse(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &m) < 0) {
-                log_warning("Backend '%s' wrote a line that is not JSON-RPC to stdout, ignoring it: %.*s", iname(i),
-                            (int) (len < 80 ? len : 80), line);
-                return;
-        }
+        r = message_parse(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &m);
+        if (r < 0)
+                return handle_backend_garbage(i, line, len, r);
         switch (m->kind) {
         case JSONRPC_RESPONSE:
                 return handle_backend_response(i, m);

@@ -24,7 +24,7 @@ writeFileSync(
     command: [${process.execPath}, ${ECHO}]
     socket: ${dir}/absent.sock
 tools:
-${["raw", "slow", "seen", "task", "progress", "ask", "touch"].map((t) => `  - {name: ${t}, backend: echo, input_schema: {type: object}}`).join("\n")}
+${["raw", "slow", "seen", "task", "progress", "ask", "touch", "nan"].map((t) => `  - {name: ${t}, backend: echo, input_schema: {type: object}}`).join("\n")}
 `,
 );
 
@@ -146,6 +146,14 @@ describe("a hostile session on a pooled backend", () => {
     assert.deepEqual((await b.request({ jsonrpc: "2.0", id: 3, method: "resources/unsubscribe", params: { uri: "echo://sub" } })).result, {});
     const t = await b.request(call(4, "touch", { uri: "echo://sub" }));
     assert.equal(t.id, 4, JSON.stringify(t));
+  });
+
+  test("an answer that is not JSON (NaN) fails its call instead of leaving it waiting", async () => {
+    const a = await session();
+    const r = await a.request(call("n", "nan"), 5000);
+    assert.equal(r.id, "n");
+    assert.equal(r.result?.isError, true, JSON.stringify(r));
+    assert.match(text(r), /answered this call with a line that is not valid UTF-8 JSON/);
   });
 
   test("a notification named like a task request does not reach the backend unchecked", async () => {
