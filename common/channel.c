@@ -43,6 +43,7 @@ struct Channel {
         bool shutting_down, closed; /* FLUSHING, CLOSED (see ChannelState) */
         bool reading_on;            /* what channel_update_reading() last decided */
         bool backpressure;          /* stop reading while our own output is backed up */
+        bool no_last_line;          /* drop a last line without its newline at EOF */
         bool was_backed_up;         /* went past the high-water mark: report CHANNEL_DRAINED when below half */
         unsigned dispatching;
         bool free_pending;
@@ -301,7 +302,7 @@ static void channel_read(Channel *c, int max_rounds) {
                         (void) channel_emit(c, CHANNEL_EOF, NULL, 0, -errno);
                         return;
                 }
-                if (n == 0 && line_buffer_pending(&c->lines) > 0) {
+                if (n == 0 && !c->no_last_line && line_buffer_pending(&c->lines) > 0) {
                         /* A last line without its newline is still a line: it goes before the EOF
                          * (the next read, which finds nothing pending). */
                         *p = '\n';
@@ -568,6 +569,10 @@ void channel_set_reading(Channel *c, bool b) {
 void channel_set_backpressure(Channel *c, bool b) {
         c->backpressure = b;
         channel_update_reading(c);
+}
+
+void channel_set_last_line(Channel *c, bool b) {
+        c->no_last_line = !b;
 }
 
 bool channel_backed_up(const Channel *c) {

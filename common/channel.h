@@ -61,6 +61,10 @@ void channel_set_reading(Channel *c, bool b);
  * 8 MiB wait for it. Off for channels whose reading must go on for our own output to drain (a
  * backend's stdout, the frontend's socket to a shim), or they could wait on each other for ever. */
 void channel_set_backpressure(Channel *c, bool b);
+/* On by default, for channels to clients: a last line without its newline at EOF is still a line (a
+ * client that wrote its request and closed). Off for a backend's stdout and the socket to a shim: there
+ * it is an answer cut off by a crash, which the crash handling reports better than a parse error. */
+void channel_set_last_line(Channel *c, bool b);
 size_t channel_queued(const Channel *c);
 /* More than CHANNEL_HIGH_WATER queued: whoever feeds this channel should pause until CHANNEL_DRAINED. */
 bool channel_backed_up(const Channel *c);

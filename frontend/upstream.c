@@ -425,6 +425,7 @@ static int upstream_attach_pair(Upstream *u, int in_fd, int out_fd, RemoteChild 
                 return r;
         }
         channel_set_backpressure(c->ch, false);
+        channel_set_last_line(c->ch, false);
         r = upconn_handshake(c);
         if (r < 0) {
                 channel_free(c->ch);

@@ -1025,6 +1025,7 @@ static int instance_spawn(Instance *i, const cJSON *init_params, char *text, siz
         r = channel_new(i->shim->event, out_fd, in_fd, i->shim->max_line, on_backend, i, &i->ch);
         if (r >= 0) {
                 channel_set_backpressure(i->ch, false);
+                channel_set_last_line(i->ch, false);
                 /* At the same priority as the connections, so that clients that keep sending cannot
                  * hold it off; on_child() reads what is left in the pipe first. */
                 r = sd_event_add_child(i->shim->event, &i->child_source, i->pid, WEXITED, on_child, i);

@@ -220,6 +220,18 @@ static void test_last_line_without_newline(void) {
         CHECK(s.lines == 2 && strcmp(s.last, "two") == 0 && s.eof == 1);
         channel_free(c);
         close(sv[1]);
+
+        /* Off (a backend's stdout): the cut-off line is dropped, the EOF reported. */
+        s = (Seen){};
+        CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+        CHECK(channel_new(e, sv[0], sv[0], 1024, handler, &s, &c) >= 0);
+        channel_set_last_line(c, false);
+        CHECK(write(sv[1], "one\n{\"cut", 9) == 9);
+        CHECK(shutdown(sv[1], SHUT_WR) == 0);
+        run_for(e, 20);
+        CHECK(s.lines == 1 && strcmp(s.last, "one") == 0 && s.eof == 1);
+        channel_free(c);
+        close(sv[1]);
         sd_event_unref(e);
 }
 
