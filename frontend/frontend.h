@@ -11,6 +11,7 @@
 #include "message.h"
 
 #define SESSION_MAX_PENDING 4096U
+#define SESSION_MAX_BATCH   SESSION_MAX_PENDING /* messages in one JSON-RPC batch */
 #define UPSTREAM_INIT_ID    "mcp-lazy/initialize"
 #define UPSTREAM_OWN_PREFIX "mcp-lazy/"          /* ids of the frontend's own requests to shims */
 #define UPCALL_PREFIX       "mcp-lazy-frontend:" /* ids of backend requests forwarded to the client */

@@ -180,6 +180,19 @@ describe("the frontend, with a client at the edges of framing", () => {
     await p.exited;
   });
 
+  test("a batch has a bounded number of members (each answer is held until the last)", async () => {
+    const p = new RawPeer(MCP_LAZY, ["--manifest", manifest]);
+    assert.ok((await p.request(INIT("2025-03-26"))).result);
+    p.send(`[${Array(5000).fill('{"jsonrpc":"2.0","method":"notifications/x"}').join(",")}]`);
+    const [e] = await p.next(1);
+    assert.equal(e.error?.code, -32600, JSON.stringify(e));
+    assert.match(e.error.message, /a batch of 5000 messages; at most 4096/);
+    p.send(`[${Array(4096).fill('{"jsonrpc":"2.0","id":1,"method":"ping"}').join(",")}]`);
+    const [arr] = await p.next(1);
+    assert.equal(arr.length, 4096);
+    await p.close();
+  });
+
   test("a client's answer to a backend's request past the line limit fails that request, not silently", async () => {
     const p = new RawPeer(MCP_LAZY, ["--manifest", manifest, "--activation=direct", "--shimd", SHIMD, "--max-line-bytes", "4096"]);
     const init = await p.request(INIT("2025-06-18", { sampling: {} }));
