@@ -219,7 +219,8 @@ static int parse_path(Loader *l, const YNode *n, const char *what, bool relative
 
 static const char *const backend_keys[] = {
         "command", "env", "cwd", "idle_timeout", "init_timeout", "sharing", "socket", "resources", "resource_templates",
-        "prompts", "server_info", "instructions", "capabilities", "client_capabilities", "host", "remote_name", "lifecycle", NULL,
+        "prompts", "server_info", "instructions", "capabilities", "client_capabilities", "host", "remote_name", "lifecycle",
+        "max_sessions", NULL,
 };
 
 /* resources, resource_templates, prompts: lists of objects, passed to the client as they are,
@@ -367,6 +368,7 @@ static int parse_backend(Loader *l, const YNode *key, const YNode *n, Backend *b
 
         b->idle_timeout_usec = MANIFEST_DEFAULT_IDLE_TIMEOUT_USEC;
         b->init_timeout_usec = MANIFEST_DEFAULT_INIT_TIMEOUT_USEC;
+        b->max_sessions = MANIFEST_DEFAULT_MAX_SESSIONS;
         b->name = strdup(key->value);
         if (!b->name)
                 return -ENOMEM;
@@ -431,6 +433,15 @@ static int parse_backend(Loader *l, const YNode *key, const YNode *n, Backend *b
         /* What import and refresh declare to this server (mcp-lazy import writes it; nothing else reads it). */
         if ((v = ynode_get(n, "client_capabilities")))
                 (void) expect_kind(l, v, YNODE_MAPPING, "client_capabilities");
+        if ((v = ynode_get(n, "max_sessions")) && expect_kind(l, v, YNODE_SCALAR, "max_sessions")) {
+                char *end;
+                unsigned long k = strtoul(v->value, &end, 10);
+                if (*end || !v->length || v->value[0] == '-' || k < 1 || k > MANIFEST_MAX_MAX_SESSIONS)
+                        loader_error(l, v, "max_sessions of backend '%s' must be a whole number from 1 to %u", b->name,
+                                     MANIFEST_MAX_MAX_SESSIONS);
+                else
+                        b->max_sessions = (unsigned) k;
+        }
         if ((v = ynode_get(n, "sharing")) && expect_kind(l, v, YNODE_SCALAR, "sharing")) {
                 if (streq(v->value, "pooled"))
                         b->sharing = SHARING_POOLED;

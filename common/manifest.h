@@ -10,6 +10,8 @@
 #define MANIFEST_DEFAULT_IDLE_TIMEOUT_USEC (5ULL * 60ULL * 1000000ULL)
 #define MANIFEST_DEFAULT_INIT_TIMEOUT_USEC (120ULL * 1000000ULL) /* a cold npx fetches a package first */
 #define BACKEND_NAME_MAX                   64U
+#define MANIFEST_DEFAULT_MAX_SESSIONS      4096U /* connections one shim serves at once */
+#define MANIFEST_MAX_MAX_SESSIONS          65536U
 
 typedef enum Sharing {
         SHARING_POOLED,
@@ -49,6 +51,7 @@ typedef struct Backend {
         uint64_t init_timeout_usec; /* UINT64_MAX: never */
         Sharing sharing;
         Lifecycle lifecycle;
+        unsigned max_sessions; /* connections served at once; more get a clear refusal */
         size_t n_tools;
         cJSON *resources;          /* resources/list entries, or NULL */
         cJSON *resource_templates; /* resources/templates/list entries, or NULL */

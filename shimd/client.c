@@ -3,6 +3,8 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "jsonrpc.h"
 #include "log.h"
@@ -10,6 +12,54 @@
 #include "peek.h"
 #include "message.h"
 #include "shimd.h"
+
+/* What one peer's connections hold at this shim. The sums walk the connections: they are asked only
+ * when a peer other than the shim's own user queues something. */
+static size_t peer_queued(const Shim *s, uid_t uid) {
+        size_t n = 0;
+        for (const Client *c = s->clients; c; c = c->next)
+                if (c->uid == uid)
+                        n += channel_queued(c->ch);
+        return n;
+}
+
+static unsigned peer_pending(const Shim *s, uid_t uid) {
+        unsigned n = 0;
+        for (const Client *c = s->clients; c; c = c->next)
+                if (c->uid == uid)
+                        n += (unsigned) hashmap_size(c->pending) + c->n_queued;
+        return n;
+}
+
+bool peer_may_start_instance(Shim *s, uid_t uid, char *text, size_t size) {
+        unsigned n = 0;
+
+        if (uid == s->own_uid)
+                return true;
+        for (Instance *i = s->instances; i; i = i->next)
+                if (i->owner_uid == uid && (i->n_clients > 0 || instance_in_flight(i) > 0))
+                        n++;
+        if (n < PEER_MAX_INSTANCES)
+                return true;
+        snprintf(text, size,
+                 "backend '%s' already runs %u processes for client configurations of uid %u, the most one user may "
+                 "(%u of %u); call with the same client configuration as another session of this user, or try again "
+                 "when one ends",
+                 shim_backend_name(s), n, (unsigned) uid, PEER_MAX_INSTANCES, SHIM_MAX_INSTANCES);
+        return false;
+}
+
+/* One user's connections together may leave no more than PEER_MAX_QUEUED unread: past it, the
+ * connection that just queued more goes. */
+static void client_check_peer_queued(Client *c) {
+        if (channel_queued(c->ch) == 0 || c->uid == c->shim->own_uid || peer_queued(c->shim, c->uid) <= PEER_MAX_QUEUED)
+                return;
+        log_warning("The connections of uid %u have not read %zu bytes of answers; closing connection %llu.",
+                    (unsigned) c->uid, peer_queued(c->shim, c->uid), (unsigned long long) c->serial);
+        c->overflow = c->eof = true;
+        channel_set_reading(c->ch, false);
+        shim_update(c->shim);
+}
 
 /* A shared backend cannot wait for one connection that does not read: past the limit the
  * connection goes (its calls are cancelled), and the others carry on. */
@@ -35,6 +85,7 @@ void client_send_text(Client *c, const char *text, size_t len) {
         if (r < 0 && r != -EPIPE)
                 log_warning_errno(r, "Failed to queue a message for connection %llu, dropping it: %m",
                                   (unsigned long long) c->serial);
+        client_check_peer_queued(c);
 }
 
 void client_send(Client *c, const cJSON *m) {
@@ -46,12 +97,29 @@ void client_send(Client *c, const cJSON *m) {
         if (r < 0 && r != -EPIPE)
                 log_warning_errno(r, "Failed to queue a message for connection %llu, dropping it: %m",
                                   (unsigned long long) c->serial);
+        client_check_peer_queued(c);
 }
 
 static void reply_error(Client *c, const cJSON *id, int code, const char *text) {
         _cleanup_json_ cJSON *m = jsonrpc_error_new(id, code, text);
         if (m)
                 client_send(c, m);
+}
+
+static void over_limit_text(const Shim *s, char *text, size_t size) {
+        const char *n = shim_backend_name(s);
+
+        if (s->fd_bound)
+                snprintf(text, size,
+                         "backend '%s' is serving %u sessions, as many as its file descriptor limit allows: raise "
+                         "LimitNOFILE= of mcp-lazy@%s.service ('systemctl edit mcp-lazy@%s.service'), or call again "
+                         "when a session has ended",
+                         n, s->n_clients, n, n);
+        else
+                snprintf(text, size,
+                         "backend '%s' is serving %u sessions, its limit: raise max_sessions of backend '%s' in the "
+                         "manifest, or call again when a session has ended",
+                         n, s->n_clients, n);
 }
 
 void client_send_draining(Client *c) {
@@ -78,7 +146,10 @@ Client *client_free(Client *c) {
         for (Client **p = &s->clients; *p; p = &(*p)->next)
                 if (*p == c) {
                         *p = c->next;
-                        s->n_clients--;
+                        if (c->over_limit)
+                                s->n_over_limit--;
+                        else
+                                s->n_clients--;
                         break;
                 }
         hashmap_free(c->pending);
@@ -121,12 +192,32 @@ static void handle_initialize(Client *c, Message *m) {
                 return reply_error(c, m->id_json, JSONRPC_INTERNAL_ERROR,
                                    c->refused ?: "no room for another client configuration");
         }
+        if (r == -EDQUOT) {
+                char text[512];
+                c->init_params = (cJSON_Delete(c->init_params), NULL);
+                (void) peer_may_start_instance(c->shim, c->uid, text, sizeof text);
+                return reply_error(c, m->id_json, JSONRPC_INTERNAL_ERROR, text);
+        }
         if (r < 0)
                 return reply_error(c, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
         instance_submit(c->instance, c, m);
 }
 
 static void handle_message(Client *c, Message *m) {
+        char text[512];
+
+        if (c->over_limit) {
+                over_limit_text(c->shim, text, sizeof text);
+                return client_fail_request(c, m, text);
+        }
+        if (m->kind == JSONRPC_REQUEST && c->uid != c->shim->own_uid && !streq(m->method, "initialize") &&
+            !streq(m->method, "ping") && peer_pending(c->shim, c->uid) >= PEER_MAX_PENDING) {
+                snprintf(text, sizeof text,
+                         "uid %u already has %u requests in flight at backend '%s', the most one user may; call again "
+                         "when some have been answered",
+                         (unsigned) c->uid, PEER_MAX_PENDING, shim_backend_name(c->shim));
+                return client_fail_request(c, m, text);
+        }
         switch (m->kind) {
         case JSONRPC_REQUEST:
                 if (streq(m->method, "initialize"))
@@ -228,8 +319,10 @@ static void on_client(Channel *ch, ChannelEvent ev, const char *line, size_t len
         }
 }
 
-int client_new(Shim *s, int fd) {
+int client_new(Shim *s, int fd, bool over_limit) {
         Client *c = calloc(1, sizeof *c);
+        struct ucred cred = {.pid = 0, .uid = (uid_t) -1, .gid = (gid_t) -1};
+        socklen_t len = sizeof cred;
         int r;
 
         if (!c) {
@@ -238,6 +331,13 @@ int client_new(Shim *s, int fd) {
         }
         c->shim = s;
         c->serial = ++s->next_client_serial;
+        c->over_limit = over_limit;
+        /* Who is on the other end, for the journal and for per-peer shares. */
+        if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+                log_warning_errno(-errno, "Failed to read the peer credentials of connection %llu, ignoring: %m",
+                                  (unsigned long long) c->serial);
+        c->uid = cred.uid;
+        c->pid = cred.pid;
         c->pending = hashmap_new();
         if (!c->pending) {
                 free(c);
@@ -252,8 +352,19 @@ int client_new(Shim *s, int fd) {
         }
         c->next = s->clients;
         s->clients = c;
-        s->n_clients++;
-        if (s->draining)
+        if (over_limit) {
+                char text[512];
+                s->n_over_limit++;
+                over_limit_text(s, text, sizeof text);
+                log_warning("Connection %llu from pid %d uid %u refused: %s.", (unsigned long long) c->serial,
+                            (int) c->pid, (unsigned) c->uid, text);
+        } else {
+                s->n_clients++;
+                log_info("Connection %llu from pid %d uid %u gid %u.", (unsigned long long) c->serial, (int) c->pid,
+                         (unsigned) c->uid, (unsigned) cred.gid);
+        }
+        /* A frontend past the limit half-closes on the notice and connects anew for its next call. */
+        if (s->draining || over_limit)
                 client_send_draining(c);
         shim_update(s);
         return 0;

@@ -90,6 +90,7 @@ static Instance *instance_new(Shim *s, char *key) {
         }
         i->shim = s;
         i->key = key;
+        i->owner_uid = s->own_uid; /* until a session claims it */
         i->next_id = INIT_REQUEST_ID + 1;
         i->next = s->instances;
         s->instances = i;
@@ -112,6 +113,8 @@ int instance_get(Shim *s, Client *c, Instance **ret) {
                                 *ret = i;
                                 return 0;
                         }
+        if (!peer_may_start_instance(s, c->uid, (char[1]){}, 1))
+                return -EDQUOT;
         /* A backend started ahead of any call (lifecycle warm or resident) goes to the first session,
          * whatever its client declared: it was shown no client's capabilities, so it can use none of
          * them, and it shows this session nothing of another's. */
@@ -120,6 +123,7 @@ int instance_get(Shim *s, Client *c, Instance **ret) {
                         free(i->key);
                         i->key = TAKE_PTR(key);
                         i->unclaimed = false;
+                        i->owner_uid = c->uid;
                         i->n_clients = 1;
                         i->session_owned = s->backend->sharing == SHARING_SESSION;
                         log_info("Backend '%s' (pid %d), started ahead, serves its first session.", iname(i),
@@ -133,6 +137,7 @@ int instance_get(Shim *s, Client *c, Instance **ret) {
         if (!i)
                 return -ENOMEM;
         key = NULL;
+        i->owner_uid = c->uid;
         i->n_clients = 1;
         i->session_owned = s->backend->sharing == SHARING_SESSION;
         *ret = i;

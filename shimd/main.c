@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -16,7 +17,10 @@
 #include "log.h"
 #include "macros.h"
 #include "manifest.h"
+#include "process.h"
 #include "shimd.h"
+
+#define ACCEPT_RETRY_USEC (100ULL * 1000ULL)
 
 static sd_event_source *update_source;
 
@@ -110,7 +114,10 @@ static int on_update(sd_event_source *src, void *userdata) {
                         (void) sd_event_source_set_time_relative(s->idle_source, s->backend->idle_timeout_usec);
                         (void) sd_event_source_set_enabled(s->idle_source, SD_EVENT_ONESHOT);
                 }
-                listeners_enable(s, s->n_clients < SHIM_MAX_CLIENTS);
+                /* Past the session limit connections are still taken, to be told why they are refused. */
+                int retrying = SD_EVENT_OFF;
+                (void) sd_event_source_get_enabled(s->accept_retry_source, &retrying);
+                listeners_enable(s, retrying == SD_EVENT_OFF);
                 /* resident: a backend for the next session runs whenever the shim does, also once
                  * sessions of their own (sharing: session) took the one there was. */
                 if (s->backend->lifecycle == LIFECYCLE_RESIDENT && !s->inetd && instance_spare_needed(s) &&
@@ -161,20 +168,76 @@ static int on_drain_grace(sd_event_source *src, uint64_t usec, void *userdata) {
         return 0;
 }
 
+static int on_accept_retry(sd_event_source *src, uint64_t usec, void *userdata) {
+        (void) src, (void) usec;
+        shim_update(userdata);
+        return 0;
+}
+
+/* The oldest refused connection goes when more wait to be refused: that bounds their descriptors. */
+static void refused_make_room(Shim *s) {
+        Client *oldest = NULL;
+
+        if (s->n_over_limit < SHIM_MAX_REFUSED)
+                return;
+        for (Client *c = s->clients; c; c = c->next)
+                if (c->over_limit)
+                        oldest = c; /* new connections go to the head */
+        client_free(oldest);
+}
+
 static int on_accept(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
         Shim *s = userdata;
+        bool refuse = s->n_clients >= s->max_clients;
         int cfd;
 
         (void) src, (void) revents;
+        if (refuse)
+                refused_make_room(s);
         cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (cfd < 0) {
-                if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+                if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                        /* The listening socket stays readable: pause instead of spinning, the backlog keeps them. */
+                        log_warning_errno(-errno, "Failed to accept a connection, pausing for 100 ms: %m");
+                        listeners_enable(s, false);
+                        (void) sd_event_source_set_time_relative(s->accept_retry_source, ACCEPT_RETRY_USEC);
+                        (void) sd_event_source_set_enabled(s->accept_retry_source, SD_EVENT_ONESHOT);
+                } else if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
                         log_warning_errno(-errno, "Failed to accept a connection, ignoring: %m");
                 return 0;
         }
-        if (client_new(s, cfd) < 0)
+        if (client_new(s, cfd, refuse) < 0)
                 log_warning("Failed to set up a connection, closed it.");
         return 0;
+}
+
+/* Each connection costs SHIM_FDS_PER_CLIENT descriptors: take the hard limit (the unit sets
+ * LimitNOFILE=), and serve no more sessions than it allows, so that one past it is refused with a
+ * reason instead of reset. Backends get the soft limit back (select() needs fds below 1024). */
+static void setup_fd_limit(Shim *s) {
+        struct rlimit rl;
+        rlim_t soft, fit;
+
+        s->max_clients = s->backend->max_sessions;
+        if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+                return;
+        soft = rl.rlim_cur;
+        if (rl.rlim_cur < rl.rlim_max) {
+                rl.rlim_cur = rl.rlim_max;
+                if (setrlimit(RLIMIT_NOFILE, &rl) >= 0)
+                        process_set_child_nofile(soft);
+                else
+                        rl.rlim_cur = soft;
+        }
+        fit = rl.rlim_cur > SHIM_RESERVED_FDS ? (rl.rlim_cur - SHIM_RESERVED_FDS) / SHIM_FDS_PER_CLIENT : 1;
+        if (fit < s->max_clients) {
+                log_warning("max_sessions of backend '%s' is %u, but the descriptor limit (%llu) allows %llu sessions: "
+                            "serving at most that many; raise LimitNOFILE= of mcp-lazy@%s.service",
+                            s->backend->name, s->max_clients, (unsigned long long) rl.rlim_cur,
+                            (unsigned long long) fit, s->backend->name);
+                s->max_clients = (unsigned) fit;
+                s->fd_bound = true;
+        }
 }
 
 static int on_terminate(sd_event_source *src, const struct signalfd_siginfo *si, void *userdata) {
@@ -219,7 +282,7 @@ static int setup_fds(Shim *s, int n) {
                         s->n_listeners++;
                 } else if (sd_is_socket(fd, AF_UNSPEC, SOCK_STREAM, 0) > 0) {
                         s->inetd = true; /* Accept=yes, or a frontend's socketpair */
-                        r = client_new(s, fd);
+                        r = client_new(s, fd, false);
                         if (r < 0)
                                 return log_error_errno(r, "Failed to set up the connection: %m");
                 } else
@@ -263,6 +326,8 @@ static int run(const char *manifest_path, const char *name_arg, size_t max_line)
         if (r < 0)
                 return log_error_errno(r, "Failed to set up the event loop: %m");
         s.event = e;
+        s.own_uid = geteuid();
+        setup_fd_limit(&s);
         s.upcalls = hashmap_new();
         if (!s.upcalls)
                 return log_oom();
@@ -271,10 +336,13 @@ static int run(const char *manifest_path, const char *name_arg, size_t max_line)
                 r = sd_event_add_time(e, &s.idle_source, CLOCK_MONOTONIC, 0, 0, on_idle, &s);
         if (r >= 0)
                 r = sd_event_add_time(e, &s.drain_source, CLOCK_MONOTONIC, 0, 0, on_drain_grace, &s);
+        if (r >= 0)
+                r = sd_event_add_time(e, &s.accept_retry_source, CLOCK_MONOTONIC, 0, 0, on_accept_retry, &s);
         if (r < 0)
                 return log_error_errno(r, "Failed to set up event sources: %m");
         (void) sd_event_source_set_enabled(s.idle_source, SD_EVENT_OFF);
         (void) sd_event_source_set_enabled(s.drain_source, SD_EVENT_OFF);
+        (void) sd_event_source_set_enabled(s.accept_retry_source, SD_EVENT_OFF);
 
         r = setup_fds(&s, n);
         if (r < 0)
@@ -300,6 +368,7 @@ static int run(const char *manifest_path, const char *name_arg, size_t max_line)
         update_source = sd_event_source_disable_unref(update_source);
         sd_event_source_disable_unref(s.idle_source);
         sd_event_source_disable_unref(s.drain_source);
+        sd_event_source_disable_unref(s.accept_retry_source);
         return r < 0 ? log_error_errno(r, "Event loop failed: %m") : 0;
 }
 

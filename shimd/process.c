@@ -9,6 +9,12 @@
 #include "macros.h"
 #include "process.h"
 
+static rlim_t child_nofile = RLIM_INFINITY; /* RLIM_INFINITY: leave as it is */
+
+void process_set_child_nofile(rlim_t soft) {
+        child_nofile = soft;
+}
+
 static const char *const unset_vars[] = {
         "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "NOTIFY_SOCKET", "WATCHDOG_PID", "WATCHDOG_USEC", NULL};
 
@@ -27,6 +33,13 @@ _noreturn_ static void child_exec(const Backend *b, int in, int out, int err_fd)
         for (char **v = b->env; v && *v; v++)
                 if (putenv(*v) < 0)
                         goto fail;
+        if (child_nofile != RLIM_INFINITY) {
+                struct rlimit rl;
+                if (getrlimit(RLIMIT_NOFILE, &rl) >= 0) {
+                        rl.rlim_cur = child_nofile;
+                        (void) setrlimit(RLIMIT_NOFILE, &rl);
+                }
+        }
         sigemptyset(&none);
         (void) sigprocmask(SIG_SETMASK, &none, NULL);
         (void) signal(SIGPIPE, SIG_DFL);

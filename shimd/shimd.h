@@ -12,11 +12,19 @@
 #include "manifest.h"
 #include "message.h"
 
-#define SHIM_MAX_CLIENTS      512U
-#define CLIENT_MAX_PENDING    1024U
-#define CLIENT_MAX_QUEUED     (64U * 1024U * 1024U) /* unread answers before a connection is closed */
-#define INSTANCE_MAX_TASKS    65536U
-#define SHIM_MAX_INSTANCES    8U /* backend processes at once: distinct client configurations, or sessions */
+/* Connections past the manifest's max_sessions (or what the descriptor limit allows) are still
+ * accepted, told why they cannot be served, and closed; this many such at once at most. */
+#define SHIM_MAX_REFUSED    64U
+#define SHIM_RESERVED_FDS   256U /* stdio, journal, event loop, backends' pipes, refused connections */
+#define SHIM_FDS_PER_CLIENT 2U   /* the socket and its dup for the write side's epoll source */
+#define CLIENT_MAX_PENDING  1024U
+#define CLIENT_MAX_QUEUED   (64U * 1024U * 1024U) /* unread answers before a connection is closed */
+#define INSTANCE_MAX_TASKS  65536U
+#define SHIM_MAX_INSTANCES  8U /* backend processes at once: distinct client configurations, or sessions */
+/* Per peer (uid) other than the shim's own user: a share of the backend slots and of memory. */
+#define PEER_MAX_INSTANCES    (SHIM_MAX_INSTANCES / 2)
+#define PEER_MAX_PENDING      4096U                  /* requests in flight or queued, all connections */
+#define PEER_MAX_QUEUED       (256U * 1024U * 1024U) /* unread answers, all connections */
 #define DRAIN_GRACE_USEC      (5ULL * 1000000ULL)
 #define CLIENT_STALL_USEC     (5ULL * 1000000ULL) /* a closing connection whose peer reads nothing */
 #define STOP_STDIN_GRACE_USEC (2ULL * 1000000ULL)
@@ -73,6 +81,7 @@ struct Instance {
         unsigned n_clients; /* clients attached */
         unsigned crashes;   /* consecutive unexpected exits */
         uint64_t started_usec, retry_after_usec;
+        uid_t owner_uid;     /* the peer whose client configuration started it */
         char *last_exit;     /* "exited with status 1", "killed by signal 9" */
         bool answered;       /* answered a call since it started: it works */
         bool session_owned;  /* sharing: session; ends with its client */
@@ -86,6 +95,8 @@ struct Client {
         Shim *shim;
         Channel *ch;
         uint64_t serial;
+        uid_t uid; /* the peer's credentials (SO_PEERCRED) */
+        pid_t pid;
         cJSON *init_params; /* the client's initialize params */
         Instance *instance;
         Hashmap *pending;     /* client id text -> Route (owned by the instance's routes) */
@@ -93,6 +104,7 @@ struct Client {
         unsigned n_queued;    /* requests waiting for the backend to be ready */
         char *refused;        /* why initialize found no backend for it, told to each later call */
         bool overflow;        /* stopped reading its answers: to be closed */
+        bool over_limit;      /* past the session limit: every request gets why, then it is closed */
         bool eof;
         Client *next;
 };
@@ -104,7 +116,11 @@ struct Shim {
         sd_event_source **listeners;
         size_t n_listeners;
         Client *clients;
-        unsigned n_clients;
+        unsigned n_clients, n_over_limit;
+        unsigned max_clients; /* the manifest's max_sessions, or fewer if the descriptor limit says so */
+        bool fd_bound;        /* max_clients comes from the descriptor limit */
+        uid_t own_uid;        /* peers of this uid are the shim's own user: no per-peer shares */
+        sd_event_source *accept_retry_source;
         Instance *instances;
         sd_event_source *idle_source, *drain_source;
         Hashmap *upcalls; /* id given to a client -> Upcall (a backend's request to a client) */
@@ -140,7 +156,10 @@ void shim_update(Shim *s); /* re-evaluates idleness, status, and exit */
 unsigned shim_in_flight(const Shim *s);
 
 /* client.c */
-int client_new(Shim *s, int fd);
+/* over_limit: past the session limit (answered with why, then closed). */
+int client_new(Shim *s, int fd, bool over_limit);
+/* Per-peer shares: false (with a sentence in text) when uid may not have more. */
+bool peer_may_start_instance(Shim *s, uid_t uid, char *text, size_t size);
 Client *client_free(Client *c);
 void client_send(Client *c, const cJSON *m);
 /* A line of a peer's bytes (a backend's message, its ids already translated). */

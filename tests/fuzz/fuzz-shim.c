@@ -148,7 +148,7 @@ static Client *connect_client(Shim *s, Peer *p) {
         Client *c;
 
         FUZZ_ASSERT(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) == 0);
-        FUZZ_ASSERT(client_new(s, sv[0]) == 0);
+        FUZZ_ASSERT(client_new(s, sv[0], false) == 0);
         p->fd = sv[1];
         c = s->clients;
         c->init_params = cJSON_Parse("{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{}}");

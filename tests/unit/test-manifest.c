@@ -78,6 +78,7 @@ static void test_details(void) {
         b = manifest_find_backend(m, "database");
         CHECK(b && b->idle_timeout_usec == 300 * USEC_PER_SEC);
         CHECK(b && b->sharing == SHARING_POOLED);
+        CHECK(b && b->max_sessions == MANIFEST_DEFAULT_MAX_SESSIONS);
         CHECK(b && b->command && streq(b->command[0], "/usr/bin/env") && !b->command[3]);
         CHECK(m->n_tools == 1 && m->tools[0].backend == 0);
         CHECK(manifest_find_tool(m, "query") == &m->tools[0]);
@@ -90,6 +91,7 @@ static void test_options(void) {
         const char *text = "server: {name: fleet, version: '2.0', instructions: Use the tools., page_size: 2}\n"
                            "backends:\n  b:\n    command: [x]\n    idle_timeout: 0\n    cwd: rel/dir\n"
                            "    env: {A: 1, B: 'two'}\n    sharing: session\n    socket: /run/x.sock\n"
+                           "    max_sessions: 20000\n"
                            "  c:\n    command: [y]\n    lifecycle: resident\n  d:\n    command: [z]\n    lifecycle: warm\n";
         const Backend *b;
 
@@ -107,6 +109,7 @@ static void test_options(void) {
         CHECK(m->backends[1].lifecycle == LIFECYCLE_RESIDENT);
         CHECK(m->backends[2].lifecycle == LIFECYCLE_WARM);
         CHECK_STREQ(lifecycle_to_string(m->backends[2].lifecycle), "warm");
+        CHECK(b->max_sessions == 20000);
         CHECK(m->page_size == 2);
         CHECK_STREQ(m->instructions, "Use the tools.");
         CHECK_STREQ(cJSON_GetStringValue(cJSON_GetObjectItem(m->server_info, "version")), "2.0");

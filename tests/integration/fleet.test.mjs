@@ -1,0 +1,53 @@
+// Fleet scale under a real systemd: one pooled shim serves 1000 sessions that each hold their
+// connection, every call is answered, and the session past max_sessions gets a tool error that
+// names the limit at once instead of waiting in the backlog. Peer credentials reach the journal.
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { SESSIONS, recorderBox } from "./lib/recorder-box.mjs";
+import { waitFor } from "./lib/env.mjs";
+
+const N = 1000;
+let rb;
+before(async () => {
+  rb = await recorderBox({ maxSessions: N, idle: "3s" });
+});
+after(async () => rb && (await rb.box.stop()));
+
+test("the unit sets the descriptor limit the shim needs", async () => {
+  assert.equal((await rb.sh("systemctl show -P LimitNOFILE mcp-lazy@rec.service")).trim(), "16384");
+});
+
+test(`${N} open sessions on one pooled shim, a call from each every second, all answered; session ${N + 1} is refused at once`, async () => {
+  const opts = { socket: "/run/mcp-lazy/rec.sock", sessions: N, rounds: 3, interval_ms: 1000, extra: 2, unit: "mcp-lazy@rec.service" };
+  const r = await rb.box.exec(process.execPath, [SESSIONS, JSON.stringify(opts)], { timeout: 120000 });
+  assert.equal(r.code, 0, r.stderr);
+  const f = JSON.parse(r.stdout);
+  console.log(
+    `fleet: ${f.sessions} sessions open in ${f.open_ms} ms; ${f.answered}/${f.calls} calls answered; ` +
+      `latency with all sessions calling at once p50 ${f.latency_ms.p50} ms, p99 ${f.latency_ms.p99} ms; ` +
+      `shim (sanitizer build) RSS ${f.shim.rss_kib} KiB, ${f.shim.fds} descriptors; status: ${f.shim.status}`,
+  );
+  assert.equal(f.sessions, N);
+  assert.deepEqual(
+    { calls: f.calls, answered: f.answered, errors: f.errors, misrouted: f.misrouted, unknown: f.unknown, transport: f.transport },
+    { calls: 3 * N, answered: 3 * N, errors: 0, misrouted: 0, unknown: 0, transport: 0 },
+    f.firstError,
+  );
+  assert.match(f.shim.status, new RegExp(`^backend pid \\d+ \\(ready\\), ${N} sessions, `));
+  assert.equal(f.refused.length, 2);
+  for (const x of f.refused) {
+    assert.equal(x.isError, true);
+    assert.equal(x.text, `backend 'rec' is serving ${N} sessions, its limit: raise max_sessions of backend 'rec' in the manifest, or call again when a session has ended`);
+  }
+  // Peer credentials of every connection, and why the last ones were refused.
+  const log = await rb.sh("journalctl -q -o cat -u mcp-lazy@rec.service");
+  const accepted = log.match(/^Connection \d+ from pid \d+ uid 0 gid 0\.$/gm) ?? [];
+  assert.equal(accepted.length, N);
+  assert.equal((log.match(/^Connection \d+ from pid \d+ uid 0 refused: backend 'rec' is serving 1000 sessions/gm) ?? []).length, 2);
+});
+
+test("every session gone: the shim and its backend idle out, nothing is left", async () => {
+  assert.ok(await waitFor(async () => (await rb.try("systemctl is-active mcp-lazy@rec.service")).stdout.trim() === "inactive", 20000));
+  const cg = await rb.try("cat /sys/fs/cgroup/system.slice/system-mcp\\\\x2dlazy.slice/mcp-lazy@rec.service/cgroup.procs 2>/dev/null");
+  assert.equal(cg.stdout.trim(), "");
+});

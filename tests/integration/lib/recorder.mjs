@@ -1,0 +1,51 @@
+// A small MCP server on stdio for load and fault tests: the tool `record` appends one line per
+// execution to $RECORD_LOG ("SESSION SEQ PID", written when the call arrives, before it is answered),
+// then answers after `delay_ms` with {session, seq, pid}, so a test can tell every call's fate:
+// run once, run twice, answered to the wrong session, or never run.
+import { appendFileSync } from "node:fs";
+
+const log = process.env.RECORD_LOG;
+const send = (m) => process.stdout.write(JSON.stringify(m) + "\n");
+const TOOL = {
+  name: "record",
+  description: "Records that it ran, then answers with who asked",
+  inputSchema: { type: "object", properties: { session: { type: "string" }, seq: { type: "number" }, delay_ms: { type: "number" } } },
+};
+
+function handle(m) {
+  if (m.id === undefined || typeof m.method !== "string") return; // notifications and answers
+  switch (m.method) {
+    case "initialize":
+      return send({
+        jsonrpc: "2.0",
+        id: m.id,
+        result: { protocolVersion: m.params?.protocolVersion ?? "2025-06-18", capabilities: { tools: {} }, serverInfo: { name: "recorder", version: "1.0.0" } },
+      });
+    case "ping":
+      return send({ jsonrpc: "2.0", id: m.id, result: {} });
+    case "tools/list":
+      return send({ jsonrpc: "2.0", id: m.id, result: { tools: [TOOL] } });
+    case "tools/call": {
+      const a = m.params?.arguments ?? {};
+      if (log) appendFileSync(log, `${a.session} ${a.seq} ${process.pid}\n`);
+      const answer = () =>
+        send({ jsonrpc: "2.0", id: m.id, result: { content: [{ type: "text", text: JSON.stringify({ session: a.session, seq: a.seq, pid: process.pid }) }] } });
+      return a.delay_ms > 0 ? setTimeout(answer, a.delay_ms) : answer();
+    }
+    default:
+      return send({ jsonrpc: "2.0", id: m.id, error: { code: -32601, message: `no method ${m.method}` } });
+  }
+}
+
+let buf = "";
+process.stdin.setEncoding("utf8");
+process.stdin.on("data", (d) => {
+  buf += d;
+  let i;
+  while ((i = buf.indexOf("\n")) >= 0) {
+    const line = buf.slice(0, i);
+    buf = buf.slice(i + 1);
+    if (line.trim()) handle(JSON.parse(line));
+  }
+});
+process.stdin.on("end", () => process.exit(0));
