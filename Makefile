@@ -28,7 +28,7 @@ CFLAGS ?= -O2 -g
 WARN := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wmissing-prototypes -Wstrict-prototypes
 DEP_CFLAGS = $(shell $(PKG_CONFIG) --cflags $(PKGS))
 DEP_LIBS = $(shell $(PKG_CONFIG) --libs $(PKGS)) -lm
-ALL_CFLAGS = -std=gnu11 $(WARN) $(CFLAGS) -D_GNU_SOURCE -DMCP_LAZY_VERSION='"$(VERSION)"' -Icommon $(DEP_CFLAGS) -MMD -MP
+ALL_CFLAGS = -std=gnu11 $(WARN) $(CFLAGS) -D_GNU_SOURCE -DMCP_LAZY_VERSION='"$(VERSION)"' -DMCP_LAZY_SOCKET_GROUP='"$(SOCKET_GROUP)"' -Icommon $(DEP_CFLAGS) -MMD -MP
 SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 
 COMMON_SRC := $(wildcard common/*.c)
@@ -39,7 +39,7 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,%,$(wildcard tests/unit/test-*.c))
 B := build
 S := build/san
 
-.PHONY: all check check-unit check-integration bench install uninstall clean deps demo fuzz check-fuzz
+.PHONY: all check check-unit check-integration bench soak install uninstall clean deps demo fuzz check-fuzz
 
 all: $(B)/mcp-lazy $(B)/mcp-lazy-shimd
 
@@ -74,11 +74,12 @@ $(S)/tests/%: tests/unit/%.c $(call objs,$(S),$(COMMON_SRC))
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(SAN) -Itests/unit -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
 
-# $(call install_units,DIR,SOCKETMODE,GROUPLINE)
+# $(call install_units,DIR,SOCKETMODE,GROUPLINE,SYSTEMLINES): SYSTEMLINES is a sed command for the lines
+# marked @system@ (keep them for the system manager, drop them for the user manager).
 define install_units
 	mkdir -p $(DESTDIR)$(1)
 	for u in units/mcp-lazy@.socket units/mcp-lazy@.service; do \
-		sed -e 's|@bindir@|$(BINDIR)|g; s|@docdir@|$(DOCDIR)|g; s|@socketmode@|$(2)|g; s|^@socketgroup@$$|$(3)|' \
+		sed -e 's|@bindir@|$(BINDIR)|g; s|@docdir@|$(DOCDIR)|g; s|@socketmode@|$(2)|g; s|^@socketgroup@$$|$(3)|; s|@socketgroupname@|$(SOCKET_GROUP)|g; $(4)' \
 			$$u > $(DESTDIR)$(1)/$$(basename $$u) || exit 1; \
 		chmod 644 $(DESTDIR)$(1)/$$(basename $$u); \
 	done
@@ -103,6 +104,14 @@ check-integration: all $(S)/mcp-lazy $(S)/mcp-lazy-shimd
 bench: deps all
 	cd tests && MCP_LAZY_BUILD=$(CURDIR)/$(B) BENCH_QUICK=$(QUICK) node bench/bench.mjs
 
+# The load and fault test of `make check` (tests/integration/load.test.mjs) for SOAK_SECONDS, with more
+# sessions; not part of check. It prints the figures: calls, kills, failures, lost, duplicated, ...
+SOAK_SECONDS ?= 300
+SOAK_SESSIONS ?= 32
+soak: deps all $(S)/mcp-lazy $(S)/mcp-lazy-shimd
+	cd tests && LOAD_SECONDS=$(SOAK_SECONDS) LOAD_SESSIONS=$(SOAK_SESSIONS) MCP_LAZY_BUILD=$(CURDIR)/$(S) \
+		node --test --test-timeout=$$(( ($(SOAK_SECONDS) + 300) * 1000 )) integration/load.test.mjs
+
 demo: deps all
 	cd tests && MCP_LAZY_BUILD=$(CURDIR)/$(B) node demo.mjs
 
@@ -115,9 +124,9 @@ install: all
 	install -Dm644 man/mcp-lazy.manifest.5 $(DESTDIR)$(MANDIR)/man5/mcp-lazy.manifest.5
 ifneq ($(INSTALL_MODE),user)
 	install -Dm644 units/mcp-lazy.sysusers $(DESTDIR)$(SYSUSERSDIR)/mcp-lazy.conf
-	$(call install_units,$(SYSTEMUNITDIR),0660,SocketGroup=$(SOCKET_GROUP))
+	$(call install_units,$(SYSTEMUNITDIR),0660,SocketGroup=$(SOCKET_GROUP),s|^@system@||)
 endif
-	$(call install_units,$(USERUNITDIR),0600,)
+	$(call install_units,$(USERUNITDIR),0600,,/^@system@/d)
 ifeq ($(INSTALL_MODE),system)
 	@if command -v systemd-sysusers >/dev/null 2>&1; then \
 		echo "systemd-sysusers $(SYSUSERSDIR)/mcp-lazy.conf"; systemd-sysusers $(SYSUSERSDIR)/mcp-lazy.conf; \

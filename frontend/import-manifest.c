@@ -1,10 +1,12 @@
 /* What import and refresh write into the manifest: a discovered server as a backend, and the file. */
 #include <errno.h>
+#include <grp.h>
 #include <libgen.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "duration.h"
 #include "import.h"
@@ -106,16 +108,28 @@ int import_write_manifest(ManifestDoc *doc, bool dry_run) {
                 printf("--- %s (would be written)\n%s", doc->path, text);
                 return 0;
         }
-        if (stat(doc->path, &st) >= 0)
+        bool exists = stat(doc->path, &st) >= 0;
+        /* As root, with the socket group there (make install made it): the system manager's shims run
+         * as users of their own in that group, as do the frontends of its members, so they may read the
+         * manifest and no one else. */
+        const struct group *gr = geteuid() == 0 ? getgrnam(MCP_LAZY_SOCKET_GROUP) : NULL;
+        gid_t gid = gr ? gr->gr_gid : 0;
+        bool group_reads = gr && (!exists || st.st_gid == 0 || st.st_gid == gid);
+
+        if (exists)
                 mode = st.st_mode & 0777;
         if (manifest_doc_has_env(doc))
-                mode &= 0600; /* env values are often API keys */
+                mode &= group_reads ? 0640 : 0600; /* env values are often API keys */
+        if (group_reads)
+                mode |= 0640;
         dir = strdup(doc->path);
         if (!dir)
                 return -ENOMEM;
         r = mkdir_parents(dirname(dir), 0755);
         if (r >= 0)
                 r = write_file_atomic(doc->path, text, len, mode, true);
+        if (r >= 0 && group_reads && chown(doc->path, 0, gid) < 0)
+                r = -errno;
         if (r < 0)
                 fprintf(stderr, "mcp-lazy: cannot write the manifest %s: %s; nothing was changed\n", doc->path,
                         strerror(-r));

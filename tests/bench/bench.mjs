@@ -1,7 +1,7 @@
 // bench.mjs — what mcp-lazy costs and saves, measured against the real reference servers.
 //
 //   make bench     (cd tests && MCP_LAZY_BUILD=$PWD/../build node bench/bench.mjs [SECTION...])
-//   BENCH_QUICK=1  fewer runs and no sections 5 and 6, for working on the bench itself (make bench QUICK=1)
+//   BENCH_QUICK=1  fewer runs and no sections 5, 6 and 8, for working on the bench itself (make bench QUICK=1)
 //
 // 1. startup: process start -> tools/list answered, and peak RSS, for 1/10/100/1000-tool manifests,
 //    each beside a C floor (floor.c) that reads the same manifest and writes the same answer
@@ -15,7 +15,9 @@
 //    stat() timer (frontends.mjs; `node bench/frontends.mjs 1000` for a thousand);
 // 6. a warm call to a backend on another host (a network namespace with sshd in the box) through
 //    mcp-lazy and ssh, beside the same call through a plain `ssh HOST socat` relay (the floor);
-// 7. throughput to floor.c's backend alone vs through one pooled shim and the frontend (throughput.mjs).
+// 7. throughput to floor.c's backend alone vs through one pooled shim and the frontend (throughput.mjs);
+// 8. a fleet on one pooled shim: 1 vs 1000 open sessions, the shim's RSS and descriptors, a call
+//    from every session at once, and one session's call latency while the others stay open.
 //
 // Targets are printed beside the figures; missing one never fails the run. A section that cannot
 // run prints FAILED with the reason, and the run then exits 1. Nothing is left running.
@@ -31,6 +33,7 @@ import { startBox } from "../integration/lib/box.mjs";
 import { sectionFrontends } from "./frontends.mjs";
 import { addFarHost } from "../integration/lib/far.mjs";
 import { sectionThroughput } from "./throughput.mjs";
+import { SESSIONS as SESSIONS_SCRIPT, recorderBox } from "../integration/lib/recorder-box.mjs";
 import {
   Peer, alive, cmdline, descendants, leftovers, demoTools, generateManifest, heading, initialize, initialized, killAllTracked, median,
   mib, ms, now, p90, p99, procCpuMs, procPss, procStatus, processesMatching, ratio, reapTree, table, toolsCall, toolsList,
@@ -753,6 +756,36 @@ const oneLine = (text) => {
   return t.length > 300 ? `${t.slice(0, 300)}...` : t;
 };
 
+// ---- 8. a fleet on one pooled shim ----------------------------------------------------------
+
+async function sectionFleetScale() {
+  heading("8. one pooled shim (mcp-lazy@rec, a recorder backend) with 1 and 1000 open sessions");
+  const rb = await recorderBox({ shimd: SHIMD, build: BUILD, maxSessions: 4096, idle: "5m" });
+  const rows = [];
+  try {
+    for (const n of [1, 1000]) {
+      const o = { socket: "/run/mcp-lazy/rec.sock", sessions: n, rounds: 3, interval_ms: 1000, probe: RUNS.warmCalls, unit: "mcp-lazy@rec.service" };
+      const r = await rb.box.exec(NODE, [SESSIONS_SCRIPT, JSON.stringify(o)], { timeout: 300000 });
+      if (r.code !== 0) throw new Error(`${n} sessions: ${r.stderr.slice(-800)}`);
+      const f = JSON.parse(r.stdout);
+      if (f.answered !== f.calls || f.errors || f.misrouted || f.unknown) throw new Error(`${n} sessions: ${r.stdout}`);
+      rows.push([`${n} session${n === 1 ? "" : "s"}`, `${(f.shim.rss_kib / 1024).toFixed(1)} MiB`, String(f.shim.fds),
+        `${f.latency_ms.p50} / ${f.latency_ms.p99} ms`, `${f.probe_ms.p50} / ${f.probe_ms.p90} / ${f.probe_ms.p99} ms`]);
+      rows.at(-1).rss = f.shim.rss_kib;
+      rows.at(-1).probe = f.probe_ms.p50;
+      // The next round starts from a fresh shim.
+      await rb.sh("systemctl stop mcp-lazy@rec.service; rm -f /srv/load/record.log");
+    }
+  } finally {
+    await rb.box.stop();
+  }
+  table(["open sessions", "shim RSS", "shim fds", "all call at once p50 / p99", `one session, ${RUNS.warmCalls} calls p50 / p90 / p99`], rows);
+  const [one, many] = rows;
+  console.log(`  1000 sessions cost ${((many.rss - one.rss) / 1000).toFixed(1)} KiB of shim RSS each; one session's call ` +
+    `${ratio(many.probe, one.probe)} the latency with 1 session open (target: <1.5x)`);
+  console.log("  (raw JSON-RPC clients on the shim's socket inside the box, each holding its connection; RSS = VmRSS of the shim)");
+}
+
 // ---- main ---------------------------------------------------------------------------------
 
 async function section(title, fn) {
@@ -806,6 +839,7 @@ async function main() {
   if (!quickSkip(5, "frontends: its idle-CPU measure alone takes 10 s") && want(5))
     await section("section 5", () => sectionFrontends({ mcpLazy: MCP_LAZY, work: WORK, runs: QUICK ? 3 : 10, n: QUICK ? 200 : 500 }));
   if (!quickSkip(6, "a backend on another host: a second box") && want(6)) await section("section 6", sectionRemote);
+  if (!quickSkip(8, "1000 sessions in a box") && want(8)) await section("section 8", sectionFleetScale);
 
   // Anything of ours still running is a bug in the bench or in mcp-lazy's shutdown.
   await new Promise((r) => setTimeout(r, 200));

@@ -51,3 +51,26 @@ test("every session gone: the shim and its backend idle out, nothing is left", a
   const cg = await rb.try("cat /sys/fs/cgroup/system.slice/system-mcp\\\\x2dlazy.slice/mcp-lazy@rec.service/cgroup.procs 2>/dev/null");
   assert.equal(cg.stdout.trim(), "");
 });
+
+test("a descriptor limit below max_sessions: the shim serves what fits and names LimitNOFILE= to the next session", async () => {
+  // 320 descriptors: 256 kept for the shim itself, 2 per session, so 32 sessions.
+  await rb.sh(`printf '[Service]\\nLimitNOFILE=320\\n' > /etc/systemd/system/mcp-lazy@rec.service.d/fds.conf
+    systemctl daemon-reload`);
+  try {
+    const opts = { socket: "/run/mcp-lazy/rec.sock", sessions: 32, rounds: 1, interval_ms: 0, extra: 1 };
+    const r = await rb.box.exec(process.execPath, [SESSIONS, JSON.stringify(opts)], { timeout: 60000 });
+    assert.equal(r.code, 0, r.stderr);
+    const f = JSON.parse(r.stdout);
+    assert.equal(f.answered, 32, r.stdout);
+    assert.equal(f.errors, 0, r.stdout);
+    assert.deepEqual(f.refused.map((x) => [x.isError, x.text]), [
+      [true, "backend 'rec' is serving 32 sessions, as many as its file descriptor limit allows: raise LimitNOFILE= of mcp-lazy@rec.service ('systemctl edit mcp-lazy@rec.service'), or call again when a session has ended"],
+    ]);
+    assert.match(
+      await rb.sh("journalctl -q -o cat -u mcp-lazy@rec.service"),
+      /max_sessions of backend 'rec' is 1000, but the descriptor limit \(320\) allows 32 sessions: serving at most that many; raise LimitNOFILE= of mcp-lazy@rec\.service/,
+    );
+  } finally {
+    await rb.sh("rm /etc/systemd/system/mcp-lazy@rec.service.d/fds.conf; systemctl daemon-reload; systemctl stop mcp-lazy@rec.service");
+  }
+});

@@ -124,13 +124,18 @@ test("a manifest she cannot write: reported, nothing changed", async () => {
 test("as root: /etc/mcp-lazy/manifest.yaml and the system manager's sockets", async () => {
   const cfg = JSON.stringify({ mcpServers: { "root mem": { command: "node", args: [code.direct.memory.args[0]], env: { MEMORY_FILE_PATH: "/root/mem.jsonl" } } } }, null, 2);
   await sh("cat > /root/claude.json", cfg);
+  // The system manager runs backends as users of their own (README: what a backend may do); this
+  // server writes in /root, as root's own client ran it. The manifest (env: mode 0640, group
+  // mcp-lazy) is for the socket group and the shims, which the unit puts in that group.
+  await sh(`mkdir -p /etc/systemd/system/mcp-lazy@root-mem.service.d
+    printf '[Service]\\nDynamicUser=no\\nUser=root\\nProtectHome=no\\nReadWritePaths=/root\\n' > /etc/systemd/system/mcp-lazy@root-mem.service.d/as-root.conf`);
   const r = await tryIn(`cd /root && env HOME=/root ${MCP_LAZY} import --from /root/claude.json`);
   assert.equal(r.code, 0, r.stdout + r.stderr);
   assert.match(r.stdout, /^Wrote \/etc\/mcp-lazy\/manifest\.yaml$/m);
   assert.match(r.stdout, /^root mem\s+claude-code\s+-> backend 'root-mem'$/m);
   assert.match(r.stdout, /^Enabled and started mcp-lazy@root-mem\.socket \(system manager\)$/m);
   assert.equal((await tryIn("systemctl is-active mcp-lazy@root-mem.socket")).stdout.trim(), "active");
-  assert.match(await sh("stat -c '%a %U %G' /etc/mcp-lazy/manifest.yaml /run/mcp-lazy/root-mem.sock"), /^600 root root\n660 root mcp-lazy\n$/);
+  assert.match(await sh("stat -c '%a %U %G' /etc/mcp-lazy/manifest.yaml /run/mcp-lazy/root-mem.sock"), /^640 root mcp-lazy\n660 root mcp-lazy\n$/);
   assert.equal(JSON.parse(await sh("cat /root/claude.json")).mcpServers["root mem"].args.join(" "), "--backend root-mem");
   // The entry, launched as the config says, reaches the backend through the system socket.
   const prefix = [...box.nsenterArgs()];

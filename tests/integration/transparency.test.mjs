@@ -15,7 +15,7 @@ import {
   LoggingMessageNotificationSchema,
 } from "@modelcontextprotocol/sdk/types.js";
 import { startBox } from "./lib/box.mjs";
-import { MCP_LAZY, ROOT, SERVER_SCRIPTS, SHIMD, sleep } from "./lib/env.mjs";
+import { MCP_LAZY, ROOT, SANITIZER_DROPIN, SERVER_SCRIPTS, SHIMD, sleep } from "./lib/env.mjs";
 
 const PG_URL = "postgresql://root@localhost/postgres?host=/var/run/postgresql";
 const DIFF_DIR = "/tmp/mcp-lazy-diff";
@@ -222,6 +222,10 @@ before(async () => {
   await sh(`make -s -C ${ROOT} install PREFIX=/usr/local >/dev/null && systemd-sysusers
     mkdir -p /etc/systemd/system/mcp-lazy@.service.d /etc/mcp-lazy ${DIFF_DIR}
     printf '[Service]\\nExecStart=\\nExecStart=${SHIMD} --manifest \${MCP_LAZY_MANIFEST} %%i\\n' > /etc/systemd/system/mcp-lazy@.service.d/test.conf
+    ${SANITIZER_DROPIN}
+    # The same world as the servers started directly: root (PostgreSQL's peer authentication) and the
+    # shared /tmp the files backend serves (README: what a backend may do).
+    printf '[Service]\\nDynamicUser=no\\nUser=root\\nPrivateTmp=no\\nReadWritePaths=/tmp\\n' > /etc/systemd/system/mcp-lazy@.service.d/direct-world.conf
     echo alpha > ${DIFF_DIR}/a.txt; echo beta > ${DIFF_DIR}/b.txt
     c=$(pg_lsclusters -h | awk '{print $1"-"$2; exit}'); systemctl start postgresql@$c
     for i in $(seq 50); do runuser -u postgres -- psql -qAtc 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done

@@ -18,6 +18,10 @@ export const SERVER_SCRIPTS = {
   postgres: join(SERVERS, "server-postgres/dist/index.js"),
 };
 
+// The sanitizer builds' leak check stops the shim's threads with ptrace at exit, which the system
+// units' SystemCallFilter= refuses: the tests' drop-in (system manager only) allows @debug back.
+export const SANITIZER_DROPIN = `printf '[Service]\\nSystemCallFilter=@debug\\n' > /etc/systemd/system/mcp-lazy@.service.d/sanitizer.conf`;
+
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // Polls fn until it returns truthy or ms pass; returns the last value.

@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { startBox } from "./box.mjs";
-import { MCP_LAZY, ROOT, SERVER_SCRIPTS, SHIMD, TESTS, cmdline, descendants, processesMatching } from "./env.mjs";
+import { MCP_LAZY, ROOT, SANITIZER_DROPIN, SERVER_SCRIPTS, SHIMD, TESTS, cmdline, descendants, processesMatching } from "./env.mjs";
 
 export const IDLE_MS = 1500;
 export const PG_URL = "postgresql://root@localhost/postgres?host=/var/run/postgresql";
@@ -123,7 +123,11 @@ export async function boxFleet() {
     await fleet.sh(`make -s -C ${ROOT} install PREFIX=/usr/local >/dev/null && systemd-sysusers`);
     // The shim under test is the build's (with sanitizers under make check), not the installed copy.
     await fleet.sh(`mkdir -p /etc/systemd/system/mcp-lazy@.service.d /etc/mcp-lazy
-      printf '[Service]\\nExecStart=\\nExecStart=${SHIMD} --manifest \${MCP_LAZY_MANIFEST} %%i\\n' > /etc/systemd/system/mcp-lazy@.service.d/test.conf`);
+      printf '[Service]\\nExecStart=\\nExecStart=${SHIMD} --manifest \${MCP_LAZY_MANIFEST} %%i\\n' > /etc/systemd/system/mcp-lazy@.service.d/test.conf
+      ${SANITIZER_DROPIN}
+      # The database backend logs in to PostgreSQL by peer authentication as root (README: what a backend may do).
+      mkdir -p /etc/systemd/system/mcp-lazy@database.service.d
+      printf '[Service]\\nDynamicUser=no\\nUser=root\\n' > /etc/systemd/system/mcp-lazy@database.service.d/peer-auth.conf`);
     // PostgreSQL: the Debian cluster, with a superuser role for root so peer auth lets the backend in.
     await fleet.sh(`pg_lsclusters -h | awk '{print $1"-"$2; exit}' > /tmp/pgcluster; systemctl start postgresql@$(cat /tmp/pgcluster)
       for i in $(seq 50); do runuser -u postgres -- psql -qAtc 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done

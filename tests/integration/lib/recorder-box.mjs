@@ -1,7 +1,7 @@
 // A box with one backend, `rec` (lib/recorder.mjs), behind the installed units, for the fleet and
 // load tests and the bench: the shim from the build under test, the recorder's log in /srv/load.
 import { startBox } from "./box.mjs";
-import { ROOT, SHIMD, TESTS } from "./env.mjs";
+import { ROOT, SANITIZER_DROPIN, SHIMD, TESTS } from "./env.mjs";
 
 export const RECORDER = `${TESTS}/integration/lib/recorder.mjs`;
 export const SESSIONS = `${TESTS}/integration/lib/sessions.mjs`;
@@ -37,6 +37,7 @@ export async function recorderBox({ shimd = SHIMD, build, ...manifest } = {}) {
       mkdir -p /etc/systemd/system/mcp-lazy@.service.d /etc/systemd/system/mcp-lazy@rec.service.d /etc/mcp-lazy /srv/load
       chmod 0777 /srv/load
       printf '[Service]\\nExecStart=\\nExecStart=${shimd} --manifest \${MCP_LAZY_MANIFEST} %%i\\n' > /etc/systemd/system/mcp-lazy@.service.d/test.conf
+      ${SANITIZER_DROPIN}
       # What this backend needs beyond the unit's defaults: somewhere to write its record.
       printf '[Service]\\nReadWritePaths=/srv/load\\n' > /etc/systemd/system/mcp-lazy@rec.service.d/record.conf`);
     await sh("cat > /etc/mcp-lazy/manifest.yaml", { input: recorderManifest(manifest) });

@@ -1,6 +1,8 @@
 // Many MCP sessions on one shim's socket, each holding its connection between calls as agent
 // sessions do; run inside the box (the fleet test and `make bench`):
 //   node sessions.mjs '{"socket": "/run/mcp-lazy/rec.sock", "sessions": 1000, "rounds": 3, "interval_ms": 1000, "extra": 1}'
+// Options: "probe": N sequential calls on one session afterwards (latency with all others open),
+// "unit": the shim's unit, whose RSS, descriptors and status line are read before closing.
 // Opens `sessions` connections (initialize each), then `rounds` times calls `record` once on every
 // session at once, a round every interval_ms; then opens `extra` more connections and calls once on
 // each (past max_sessions these are refused). Prints one JSON line of figures.
@@ -117,6 +119,20 @@ const lat = figures.latencies.sort((a, b) => a - b);
 const q = (p) => (lat.length ? Math.round(lat[Math.min(lat.length - 1, Math.floor(p * lat.length))] * 100) / 100 : null);
 figures.latency_ms = { p50: q(0.5), p90: q(0.9), p99: q(0.99), max: q(1) };
 delete figures.latencies;
+// One session's calls one after another while every other session stays open.
+if (o.probe) {
+  const s = sessions[0];
+  const t = [];
+  for (let k = 0; k < o.probe; k++) {
+    const t0 = now();
+    const r = await s.call(1000 + k);
+    if (!r.result || r.result.isError) figures.errors++;
+    t.push(now() - t0);
+  }
+  t.sort((a, b) => a - b);
+  const at = (p) => Math.round(t[Math.min(t.length - 1, Math.floor(p * t.length))] * 1000) / 1000;
+  figures.probe_ms = { p50: at(0.5), p90: at(0.9), p99: at(0.99) };
+}
 // The shim with every session still open: its memory and the status line systemd shows.
 if (o.unit) {
   const show = (p) => execFileSync("systemctl", ["show", "-P", p, o.unit], { encoding: "utf8" }).trim();

@@ -1,0 +1,132 @@
+// The system manager's units: every backend runs as a user of its own in a sandbox (measured with
+// systemd-analyze security), a drop-in grants a backend more, and one peer (uid) cannot take every
+// backend slot or every request slot of a shim.
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { boxFleet, enableSockets } from "./lib/fleet.mjs";
+import { TESTS } from "./lib/env.mjs";
+
+const PEER = `${TESTS}/integration/lib/peer.mjs`;
+// What `systemd-analyze security` still flags, each for a reason README gives ("What a backend may do").
+const NOT_TIGHTENED = [
+  "DeviceAllow=",
+  "IPAddressDeny=",
+  "MemoryDenyWriteExecute=",
+  "PrivateNetwork=",
+  "PrivateUsers=",
+  "RestrictAddressFamilies=~AF_(INET|INET6)",
+  "RestrictAddressFamilies=~AF_UNIX",
+  "RootDirectory=/RootImage=",
+  "SupplementaryGroups=",
+];
+
+let fleet;
+before(async () => {
+  fleet = await boxFleet();
+  await fleet.sh("id alice >/dev/null 2>&1 || useradd -m -u 1500 -G mcp-lazy alice");
+  // As `mcp-lazy import` writes it as root (env values are often secrets): readable by the socket
+  // group only, of which the unit makes each backend's user a member.
+  await fleet.sh("chown root:mcp-lazy /etc/mcp-lazy/manifest.yaml && chmod 0640 /etc/mcp-lazy/manifest.yaml");
+  await enableSockets(fleet, ["everything", "memory", "npxmem", "files", "database"]);
+});
+after(async () => fleet && (await fleet.stop()));
+
+test("real backends work as unprivileged users of their own; a drop-in grants one what it needs", async () => {
+  const s = await fleet.session();
+  // The database backend's drop-in runs it as root, for PostgreSQL's peer authentication.
+  const q = await s.callTool({ name: "query", arguments: { sql: "select 6 * 7 as answer" } });
+  assert.match(q.content[0].text, /42/);
+  const db = await fleet.sh(`cg=/sys/fs/cgroup$(systemctl show -P ControlGroup mcp-lazy@database.service)
+    for p in $(cat "$cg/cgroup.procs"); do ps -o user= -p $p; done`);
+  assert.deepEqual([...new Set(db.split("\n").filter(Boolean))], ["root"]);
+  const calls = { everything: ["echo", { message: "sandboxed" }], memory: ["read_graph", {}], npxmem: ["search_nodes", { query: "x" }], files: ["list_allowed_directories", {}] };
+  for (const [unit, [name, args]] of Object.entries(calls)) {
+    const r = await s.callTool({ name, arguments: args });
+    assert.ok(!r.isError, `${name}: ${JSON.stringify(r)}`);
+    // Right away, before it idles out: the shim and its backend, and who they run as.
+    const users = (await fleet.sh(`cg=/sys/fs/cgroup$(systemctl show -P ControlGroup mcp-lazy@${unit}.service)
+      for p in $(cat "$cg/cgroup.procs"); do ps -o user= -p $p; done`)).split("\n").filter(Boolean);
+    assert.ok(users.length >= 2, `${unit}: ${users}`);
+    assert.deepEqual([...new Set(users)], [`mcp-lazy-${unit}`], `${unit}: a user of its own for the shim and its backend`);
+    // The group lets it read the manifest; the sockets of the other backends stay out of its sight.
+    const seen = await fleet.sh(`pid=$(systemctl show -P MainPID mcp-lazy@${unit}.service)
+      grep '^Groups:' /proc/$pid/status; getent group mcp-lazy | cut -d: -f3
+      echo "sockets: $(ls -A /proc/$pid/root/run/mcp-lazy | wc -l) of $(ls -A /run/mcp-lazy | wc -l)"`);
+    const [groups, gid] = seen.split("\n");
+    assert.ok(groups.split(/\s+/).includes(gid.trim()), `${unit}: ${seen}`);
+    assert.match(seen, /^sockets: 0 of [1-9]\d*$/m, `${unit}: ${seen}`);
+  }
+  await s.close();
+});
+
+test("systemd-analyze security: the exposure of the service template, and what could not be tightened", async () => {
+  // As installed: without the drop-in that lets the sanitizer builds' leak check use ptrace.
+  const out = await fleet.sh(`mv /etc/systemd/system/mcp-lazy@.service.d/sanitizer.conf /root/; systemctl daemon-reload
+    systemd-analyze security --no-pager mcp-lazy@everything.service
+    mv /root/sanitizer.conf /etc/systemd/system/mcp-lazy@.service.d/; systemctl daemon-reload`);
+  const level = /Overall exposure level for mcp-lazy@everything\.service: ([\d.]+) (\w+)/.exec(out);
+  assert.ok(level, out);
+  const flagged = out
+    .split("\n")
+    .filter((l) => l.startsWith("✗"))
+    .map((l) => l.slice(2).split(/\s+/)[0])
+    .sort();
+  console.log(`systemd-analyze security mcp-lazy@everything.service: exposure ${level[1]} ${level[2]}; not tightened: ${flagged.join(", ")}`);
+  assert.deepEqual(flagged, NOT_TIGHTENED);
+  assert.ok(Number(level[1]) <= 1.5, `exposure ${level[1]}`);
+  // The user manager's copy has none of it: there the backends run as the user, as that user's tools.
+  assert.doesNotMatch(await fleet.sh("cat /usr/lib/systemd/user/mcp-lazy@.service"), /^(@system@|DynamicUser=|ProtectSystem=)/m);
+});
+
+test("MemoryDenyWriteExecute= would stop every Node.js backend (V8 compiles code at run time)", async () => {
+  await fleet.sh(`mkdir -p /etc/systemd/system/mcp-lazy@memory.service.d
+    printf '[Service]\\nMemoryDenyWriteExecute=yes\\n' > /etc/systemd/system/mcp-lazy@memory.service.d/mdwe.conf
+    systemctl daemon-reload; systemctl stop mcp-lazy@memory.service`);
+  const s = await fleet.session();
+  try {
+    const r = await s.callTool({ name: "read_graph", arguments: {} });
+    assert.equal(r.isError, true, JSON.stringify(r));
+    assert.match(r.content[0].text, /backend 'memory' failed to start: it was killed by signal|backend 'memory' failed to start: it exited/);
+  } finally {
+    await s.close();
+    await fleet.sh("rm -r /etc/systemd/system/mcp-lazy@memory.service.d; systemctl daemon-reload; systemctl stop mcp-lazy@memory.service");
+  }
+});
+
+const peers = async (user, connections) => {
+  const arg = JSON.stringify({ socket: "/run/mcp-lazy/everything.sock", connections }).replace(/'/g, "'\\''");
+  return JSON.parse(await fleet.sh(`${user === "root" ? "" : `runuser -u ${user} -- `}${process.execPath} ${PEER} '${arg}'`));
+};
+const slow = { name: "trigger-long-running-operation", arguments: { duration: 3, steps: 1 } };
+
+test("one peer gets at most 4 of the 8 backend processes; another user still gets one", async () => {
+  await fleet.sh("systemctl stop mcp-lazy@everything.service");
+  // Five client configurations from root at once, each holding its backend with a 3 s call...
+  const root = peers("root", Array.from({ length: 5 }, (_, k) => ({ caps: { experimental: { config: { k } } }, calls: [slow] })));
+  await new Promise((r) => setTimeout(r, 1500));
+  // ...and alice, a member of the socket's group, meanwhile.
+  const alice = await peers("alice", [{ caps: { experimental: { alice: {} } }, calls: [slow] }]);
+  const r = await root;
+  const refused = r.filter((c) => c.init?.error);
+  assert.equal(refused.length, 1, JSON.stringify(r));
+  assert.equal(
+    refused[0].init.error,
+    "backend 'everything' already runs 4 processes for client configurations of uid 0, the most one user may (4 of 8); call with the same client configuration as another session of this user, or try again when one ends",
+  );
+  assert.deepEqual(r.filter((c) => c.init?.ok).map((c) => c.answers), Array(4).fill({ ok: 1 }));
+  assert.deepEqual(alice, [{ init: { ok: true }, answers: { ok: 1 }, n: 2 }]);
+  const log = await fleet.sh("journalctl -q -o cat -u mcp-lazy@everything.service");
+  assert.match(log, /^Connection \d+ from pid \d+ uid 1500 gid 1500\.$/m);
+});
+
+test("one peer gets at most 4096 requests in flight over all its connections", async () => {
+  // Five connections of 900 slow calls each: past 4096 in all, calls are refused with the reason.
+  // (Their initializes wait in the same count while the backend starts: up to 5 fewer calls get in.)
+  const r = await peers("root", Array.from({ length: 5 }, () => ({ calls: [slow], repeat: 900 })));
+  const total = {};
+  for (const c of r) for (const [k, v] of Object.entries(c.answers)) total[k] = (total[k] ?? 0) + v;
+  const text = "uid 0 already has 4096 requests in flight at backend 'everything', the most one user may; call again when some have been answered";
+  assert.deepEqual(Object.keys(total).sort(), ["ok", text].sort());
+  assert.equal(total.ok + total[text], 5 * 900);
+  assert.ok(total.ok <= 4096 && total.ok >= 4096 - 5, JSON.stringify(total));
+});

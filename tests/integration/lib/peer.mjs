@@ -1,0 +1,56 @@
+// Raw MCP connections to a shim's socket for the per-peer tests, run inside the box (as any user):
+//   node peer.mjs '{"socket": "...", "connections": [{"caps": {...}, "calls": [{name, arguments}, ...]}]}'
+// A connection's "repeat": N sends its calls N times. Each connection initializes with its capabilities, sends all its calls at once, and waits for every
+// answer (or 20 s). Prints, per connection, the initialize answer and a count of answers by text.
+import { connect } from "node:net";
+
+const o = JSON.parse(process.argv[2]);
+const out = await Promise.all(
+  o.connections.map(
+    (c) =>
+      new Promise((resolve) => {
+        c.calls = Array.from({ length: c.repeat ?? 1 }, () => c.calls ?? []).flat();
+        const sock = connect(o.socket);
+        const res = { init: null, answers: {}, n: 0 };
+        const want = 1 + (c.calls?.length ?? 0);
+        let buf = "";
+        const done = () => {
+          sock.destroy();
+          resolve(res);
+        };
+        const timer = setTimeout(done, 20000);
+        sock.setEncoding("utf8").on("data", (d) => {
+          buf += d;
+          let i;
+          while ((i = buf.indexOf("\n")) >= 0) {
+            const m = JSON.parse(buf.slice(0, i));
+            buf = buf.slice(i + 1);
+            if (m.id === undefined) continue;
+            if (m.id === 0) {
+              res.init = m.error ? { error: m.error.message } : { ok: true };
+              if (m.error) {
+                clearTimeout(timer);
+                return done();
+              }
+            } else {
+              const text = m.error?.message ?? (m.result?.isError ? m.result.content[0].text : "ok");
+              res.answers[text] = (res.answers[text] ?? 0) + 1;
+            }
+            if (++res.n === want) {
+              clearTimeout(timer);
+              done();
+            }
+          }
+        });
+        sock.on("error", (e) => {
+          res.error = e.message;
+          done();
+        });
+        const send = (m) => sock.write(JSON.stringify({ jsonrpc: "2.0", ...m }) + "\n");
+        send({ id: 0, method: "initialize", params: { protocolVersion: "2025-06-18", capabilities: c.caps ?? {}, clientInfo: { name: "peer", version: "1" } } });
+        send({ method: "notifications/initialized" });
+        (c.calls ?? []).forEach((call, k) => send({ id: k + 1, method: "tools/call", params: call }));
+      }),
+  ),
+);
+console.log(JSON.stringify(out));
