@@ -4,7 +4,7 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { SESSIONS, recorderBox } from "./lib/recorder-box.mjs";
-import { waitFor } from "./lib/env.mjs";
+import { TESTS, waitFor } from "./lib/env.mjs";
 
 const N = 1000;
 let rb;
@@ -73,4 +73,20 @@ test("a descriptor limit below max_sessions: the shim serves what fits and names
   } finally {
     await rb.sh("rm /etc/systemd/system/mcp-lazy@rec.service.d/fds.conf; systemctl daemon-reload; systemctl stop mcp-lazy@rec.service");
   }
+});
+
+test("one peer's connections together leave at most 256 MiB unread: past it, one of them is closed", async () => {
+  // Five connections of root (a peer of the shim's own user) that read nothing for 15 s while four
+  // 14 MB answers each come: 280 MB in all, under 64 MiB on each connection.
+  const call = { name: "record", arguments: { session: "big", seq: 1, pad: 14000000 } };
+  const opts = { socket: "/run/mcp-lazy/rec.sock", connections: Array.from({ length: 5 }, () => ({ calls: [call], repeat: 4, hold_ms: 15000 })), timeout_ms: 60000 };
+  const r = await rb.box.exec(process.execPath, [`${TESTS}/integration/lib/peer.mjs`, JSON.stringify(opts)], { timeout: 90000 });
+  assert.equal(r.code, 0, r.stderr);
+  const conns = JSON.parse(r.stdout);
+  assert.equal(conns.filter((c) => c.closed).length, 1, r.stdout.slice(0, 2000));
+  assert.deepEqual(conns.filter((c) => !c.closed).map((c) => c.answers), Array(4).fill({ ok: 4 }));
+  assert.match(
+    await rb.sh("journalctl -q -o cat -u mcp-lazy@rec.service"),
+    /^The connections of uid 0 have not read \d+ bytes of answers; closing connection \d+\.$/m,
+  );
 });

@@ -1,6 +1,7 @@
 // Raw MCP connections to a shim's socket for the per-peer tests, run inside the box (as any user):
 //   node peer.mjs '{"socket": "...", "connections": [{"caps": {...}, "calls": [{name, arguments}, ...]}]}'
-// A connection's "repeat": N sends its calls N times. Each connection initializes with its capabilities, sends all its calls at once, and waits for every
+// A connection's "repeat": N sends its calls N times; "hold_ms": it reads nothing for that long after
+// initialize (then reads on, and says whether the shim closed it: "closed"). Each connection initializes with its capabilities, sends all its calls at once, and waits for every
 // answer (or 20 s). Prints, per connection, the initialize answer and a count of answers by text.
 import { connect } from "node:net";
 
@@ -18,8 +19,10 @@ const out = await Promise.all(
           sock.destroy();
           resolve(res);
         };
-        const timer = setTimeout(done, 20000);
+        const timer = setTimeout(done, o.timeout_ms ?? 20000);
+        // Answers of many megabytes: look for the end of a line in the new bytes only.
         sock.setEncoding("utf8").on("data", (d) => {
+          if (!d.includes("\n")) return void (buf += d);
           buf += d;
           let i;
           while ((i = buf.indexOf("\n")) >= 0) {
@@ -32,6 +35,11 @@ const out = await Promise.all(
                 clearTimeout(timer);
                 return done();
               }
+              if (c.hold_ms) {
+                sock.pause();
+                setTimeout(() => sock.resume(), c.hold_ms);
+              }
+              sendCalls();
             } else {
               const text = m.error?.message ?? (m.result?.isError ? m.result.content[0].text : "ok");
               res.answers[text] = (res.answers[text] ?? 0) + 1;
@@ -42,6 +50,11 @@ const out = await Promise.all(
             }
           }
         });
+        sock.on("end", () => {
+          if (c.hold_ms) res.closed = true;
+          clearTimeout(timer);
+          done();
+        });
         sock.on("error", (e) => {
           res.error = e.message;
           done();
@@ -49,7 +62,7 @@ const out = await Promise.all(
         const send = (m) => sock.write(JSON.stringify({ jsonrpc: "2.0", ...m }) + "\n");
         send({ id: 0, method: "initialize", params: { protocolVersion: "2025-06-18", capabilities: c.caps ?? {}, clientInfo: { name: "peer", version: "1" } } });
         send({ method: "notifications/initialized" });
-        (c.calls ?? []).forEach((call, k) => send({ id: k + 1, method: "tools/call", params: call }));
+        const sendCalls = () => c.calls.forEach((call, k) => send({ id: k + 1, method: "tools/call", params: call }));
       }),
   ),
 );

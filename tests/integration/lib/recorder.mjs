@@ -29,7 +29,7 @@ function handle(m) {
       const a = m.params?.arguments ?? {};
       if (log) appendFileSync(log, `${a.session} ${a.seq} ${process.pid}\n`);
       const answer = () =>
-        send({ jsonrpc: "2.0", id: m.id, result: { content: [{ type: "text", text: JSON.stringify({ session: a.session, seq: a.seq, pid: process.pid }) }] } });
+        send({ jsonrpc: "2.0", id: m.id, result: { content: [{ type: "text", text: JSON.stringify({ session: a.session, seq: a.seq, pid: process.pid, pad: a.pad > 0 ? "x".repeat(a.pad) : undefined }) }] } });
       return a.delay_ms > 0 ? setTimeout(answer, a.delay_ms) : answer();
     }
     default:
