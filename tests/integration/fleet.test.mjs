@@ -3,7 +3,7 @@
 // names the limit at once instead of waiting in the backlog. Peer credentials reach the journal.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { SESSIONS, recorderBox } from "./lib/recorder-box.mjs";
+import { RECORDER, SESSIONS, recorderBox } from "./lib/recorder-box.mjs";
 import { TESTS, waitFor } from "./lib/env.mjs";
 
 const N = 1000;
@@ -89,4 +89,16 @@ test("one peer's connections together leave at most 256 MiB unread: past it, one
     await rb.sh("journalctl -q -o cat -u mcp-lazy@rec.service"),
     /^The connections of uid 0 have not read \d+ bytes of answers; closing connection \d+\.$/m,
   );
+});
+
+test("a backend whose name cannot be a user name runs with a User= from a drop-in", async () => {
+  await rb.sh(`sed -i 's/^tools:$/  my.rec:\\n    command: [${process.execPath.replace(/\//g, "\\/")}, ${RECORDER.replace(/\//g, "\\/")}]\\ntools:/' /etc/mcp-lazy/manifest.yaml
+    mkdir -p /etc/systemd/system/mcp-lazy@my.rec.service.d
+    printf '[Service]\\nUser=mcp-myrec\\n' > /etc/systemd/system/mcp-lazy@my.rec.service.d/user.conf
+    systemctl daemon-reload && systemctl enable --now mcp-lazy@my.rec.socket`);
+  const opts = { socket: "/run/mcp-lazy/my.rec.sock", sessions: 1, rounds: 1, interval_ms: 0, unit: "mcp-lazy@my.rec.service" };
+  const r = await rb.box.exec(process.execPath, [SESSIONS, JSON.stringify(opts)], { timeout: 60000 });
+  assert.equal(r.code, 0, r.stderr);
+  assert.equal(JSON.parse(r.stdout).answered, 1, r.stdout);
+  assert.match(await rb.sh("ps -o user= -p $(systemctl show -P MainPID mcp-lazy@my.rec.service)"), /^mcp-myrec$/m);
 });
