@@ -4,7 +4,7 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
-import { IDLE_MS, PG_URL, boxFleet, directFleet, enableSockets } from "./lib/fleet.mjs";
+import { IDLE_MS, PG_URL, boxFleet, directFleet, enableSockets, fleetManifest } from "./lib/fleet.mjs";
 import { INIT, MCP_LAZY, RawPeer, SERVER_SCRIPTS, SHIMD, cleanupPeers, cmdline, sleep, waitFor } from "./lib/env.mjs";
 
 after(cleanupPeers);
@@ -96,19 +96,35 @@ function scenarios(makeFleet) {
   });
 
   test("two sessions share a pooled backend, and get one each with sharing: session", async () => {
-    // Session backends of earlier tests end with their sessions; wait for that to be done.
-    assert.ok(await waitFor(async () => (await fleet.backendPids("files")).length === 0, 10000));
-    const [a, b] = [await fleet.session(), await fleet.session()];
-    await Promise.all([a, b].map((s) => s.callTool({ name: "read_graph", arguments: {} })));
-    await Promise.all([a, b].map((s) => s.callTool({ name: "list_allowed_directories", arguments: {} })));
-    const mem = await fleet.backendPids("memory");
-    const files = await fleet.backendPids("files");
-    // Without systemd each frontend starts its own shim, so nothing is shared across sessions.
-    assert.equal(mem.length, fleet.box ? 1 : 2, `memory: ${mem}`);
-    assert.equal(files.length, 2, `files: ${files}`);
-    await a.close();
-    if (fleet.box) assert.ok(await waitFor(async () => (await fleet.backendPids("files")).length === 1, 5000), "a session backend ends with its session");
-    await b.close();
+    // Processes are counted between calls here, and idle_timeout counts from the last call whether
+    // sessions are connected or not: a shim that idles out meanwhile stops its backends, both session
+    // backends at once (the count goes from 2 to 0, never 1), and a pooled one may be stopped and
+    // started again. So these shims run with an idle_timeout no pause below can reach.
+    await fleet.useManifest(fleetManifest({ ...fleet.manifestOptions, idle: "10m" }));
+    try {
+      // Session backends of earlier tests end with their sessions; wait for that to be done.
+      assert.ok(await waitFor(async () => (await fleet.backendPids("files")).length === 0, 10000));
+      const [a, b] = [await fleet.session(), await fleet.session()];
+      await Promise.all([a, b].map((s) => s.callTool({ name: "read_graph", arguments: {} })));
+      await Promise.all([a, b].map((s) => s.callTool({ name: "list_allowed_directories", arguments: {} })));
+      const mem = await fleet.backendPids("memory");
+      const files = await fleet.backendPids("files");
+      // Without systemd each frontend starts its own shim, so nothing is shared across sessions.
+      assert.equal(mem.length, fleet.box ? 1 : 2, `memory: ${mem}`);
+      assert.equal(files.length, 2, `files: ${files}`);
+      // Longer than the usual idle_timeout, as a loaded machine can take: what ends a's backend
+      // below is its session, not the shim idling out.
+      await sleep(IDLE_MS + 500);
+      await a.close();
+      if (fleet.box) {
+        assert.ok(await waitFor(async () => (await fleet.backendPids("files")).length === 1, 10000), "a session backend ends with its session");
+        await b.callTool({ name: "list_allowed_directories", arguments: {} });
+        assert.equal((await fleet.backendPids("files")).length, 1, "the other session's backend still serves it");
+      }
+      await b.close();
+    } finally {
+      await fleet.useManifest(fleetManifest(fleet.manifestOptions));
+    }
   });
 
   test("calls are pipelined: a slow call does not hold up a fast one", async () => {

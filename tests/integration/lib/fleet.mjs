@@ -76,6 +76,13 @@ export async function boxFleet() {
       if (r.code !== 0) throw new Error(`box: ${script}\n${r.stdout}${r.stderr}`);
       return r.stdout;
     },
+    // The shims' manifest from now on: the running shims stop, their sockets activate new ones.
+    async useManifest(text) {
+      const w = await box.exec("bash", ["-c", "cat > /etc/mcp-lazy/manifest.yaml"], { input: text });
+      if (w.code !== 0) throw new Error(`writing the manifest failed: ${w.stderr}`);
+      await fleet.sh("systemctl stop 'mcp-lazy@*.service'");
+    },
+    manifestOptions: { postgres: true },
     async try(script) {
       return box.exec("bash", ["-c", script]);
     },
@@ -154,6 +161,11 @@ export function directFleet() {
   const scriptOf = { memory: SERVER_SCRIPTS.memory, everything: SERVER_SCRIPTS.everything, files: SERVER_SCRIPTS.filesystem, npxmem: "mcp-server-memory" };
   const fleet = {
     kind: "direct",
+    // For frontends started from now on (each starts its own shim, which reads it).
+    async useManifest(text) {
+      writeFileSync(manifestPath, text);
+    },
+    manifestOptions: {},
     manifestPath,
     async session(extra = []) {
       const c = await connect(MCP_LAZY, ["--manifest", manifestPath, "--activation=direct", "--shimd", SHIMD, ...extra]);
