@@ -129,6 +129,10 @@ char *backend_socket_path(const Backend *b);
 typedef struct RemoteChild RemoteChild;
 /* `ssh ... HOST mcp-lazy connect NAME` on a connection of its own, for a one-off client (refresh). */
 int remote_ssh_argv(const Backend *b, char ***ret);
+/* `ssh ... HOST COMMAND...` for a quick look: through a master already up for that host, or a
+ * connection of its own; never opens a master that stays. */
+#define REMOTE_CHECK_CONNECT_TIMEOUT_SEC 5U
+int remote_ssh_check_argv(const Backend *b, const char *const *command, char ***ret);
 typedef void (*remote_done_t)(RemoteChild *c, void *userdata);
 /* Starts `ssh HOST mcp-lazy connect NAME`: read the connection from *ret_in_fd, write it to *ret_out_fd. */
 int remote_spawn(const Backend *b, sd_event *e, RemoteChild **ret_child, int *ret_in_fd, int *ret_out_fd,

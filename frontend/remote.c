@@ -241,13 +241,16 @@ void remote_child_wait(RemoteChild *c, remote_done_t done, void *userdata) {
         remote_child_check_done(c);
 }
 
-/* The command line: the user's ssh with their config, agent and known_hosts, never asking anything. */
-static int ssh_argv(const Backend *b, const char *control_path, char ***ret) {
+/* The command line: the user's ssh with their config, agent and known_hosts, never asking anything.
+ * control_path: the shared master (opened if needed, unless join_only: then only used if it is up);
+ * command: what runs there (NULL: `mcp-lazy connect NAME`). */
+static int ssh_argv(const Backend *b, const char *control_path, bool join_only, unsigned connect_timeout_sec,
+                    const char *const *command, char ***ret) {
         const Remote *r = &b->remote;
         const char *ssh = getenv("MCP_LAZY_SSH") ?: "ssh";
         char **v = calloc(40, sizeof *v);
         size_t n = 0;
-        char port[16];
+        char port[16], timeout[32];
         int ok = 1;
 
         if (!v)
@@ -259,7 +262,8 @@ static int ssh_argv(const Backend *b, const char *control_path, char ***ret) {
         ADD("-a"); /* never hand our agent to the remote */
         ADD("-x");
         OPT("BatchMode=yes"); /* no passwords, no host key questions: errors instead */
-        OPT("ConnectTimeout=10");
+        snprintf(timeout, sizeof timeout, "ConnectTimeout=%u", connect_timeout_sec);
+        OPT(timeout);
         /* A network gone away ends the connection (and the calls on it) within 20 s. */
         OPT("ServerAliveInterval=5");
         OPT("ServerAliveCountMax=3");
@@ -267,10 +271,11 @@ static int ssh_argv(const Backend *b, const char *control_path, char ***ret) {
                 _cleanup_free_ char *cp = NULL;
                 if (asprintf(&cp, "ControlPath=%s", control_path) < 0)
                         ok = 0;
-                OPT("ControlMaster=auto");
+                OPT(join_only ? "ControlMaster=no" : "ControlMaster=auto");
                 if (cp)
                         OPT(cp);
-                OPT("ControlPersist=5m");
+                if (!join_only)
+                        OPT("ControlPersist=5m");
         } else {
                 OPT("ControlMaster=no");
                 OPT("ControlPath=none");
@@ -286,9 +291,14 @@ static int ssh_argv(const Backend *b, const char *control_path, char ***ret) {
         }
         ADD("--");
         ADD(r->ssh_host);
-        ADD("mcp-lazy");
-        ADD("connect");
-        ADD(r->remote_name);
+        if (command)
+                for (size_t i = 0; command[i] && n < 39; i++)
+                        ADD(command[i]);
+        else {
+                ADD("mcp-lazy");
+                ADD("connect");
+                ADD(r->remote_name);
+        }
 #undef OPT
 #undef ADD
         if (!ok) {
@@ -300,7 +310,25 @@ static int ssh_argv(const Backend *b, const char *control_path, char ***ret) {
 }
 
 int remote_ssh_argv(const Backend *b, char ***ret) {
-        return ssh_argv(b, NULL, ret);
+        return ssh_argv(b, NULL, false, 10, NULL, ret);
+}
+
+static bool master_alive(const char *path);
+
+int remote_ssh_check_argv(const Backend *b, const char *const *command, char ***ret) {
+        _cleanup_free_ char *path = NULL;
+        const char *rt = runtime_dir();
+        uint64_t h = host_hash(&b->remote);
+
+        /* A master a frontend opened for this host, if one is up: no new connection, no new master. */
+        for (unsigned m = 0; rt && m < MAX_MASTERS; m++) {
+                free(path);
+                if (asprintf(&path, "%s/mcp-lazy/ssh/%016llx-%u", rt, (unsigned long long) h, m) < 0)
+                        return -ENOMEM;
+                if (master_alive(path))
+                        return ssh_argv(b, path, true, REMOTE_CHECK_CONNECT_TIMEOUT_SEC, command, ret);
+        }
+        return ssh_argv(b, NULL, true, REMOTE_CHECK_CONNECT_TIMEOUT_SEC, command, ret);
 }
 
 /* Runs ssh now, on the pipes made by remote_spawn(). */
@@ -437,7 +465,7 @@ int remote_spawn(const Backend *b, sd_event *e, RemoteChild **ret_child, int *re
                         log_debug("No shared ssh connection for '%s' (%s); using one of its own.", b->name,
                                   strerror(-r));
         }
-        r = ssh_argv(b, c->control_path, &c->argv);
+        r = ssh_argv(b, c->control_path, false, 10, NULL, &c->argv);
         if (r >= 0 && (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC | O_NONBLOCK) < 0))
                 r = -errno;
         c->child_fds[0] = in[0];

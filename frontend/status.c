@@ -11,6 +11,7 @@
 #include "macros.h"
 #include "manager.h"
 #include "manifest.h"
+#include "status-remote.h"
 
 #define MAX_PIDS 8U /* SHIM_MAX_INSTANCES */
 
@@ -25,6 +26,7 @@ typedef struct Row {
         uint64_t memory;                                   /* bytes; UINT64_MAX: unknown */
         int64_t sessions, in_flight, calls, last_call_sec; /* -1: unknown */
         char *contract;                                    /* "matches", "differs: ...", NULL: not checked */
+        RemoteLook look;                                   /* a backend on another host */
 } Row;
 
 static void row_done(Row *r) {
@@ -32,6 +34,57 @@ static void row_done(Row *r) {
         free(r->service);
         free(r->status_text);
         free(r->contract);
+        remote_look_done(&r->look);
+}
+
+static char *json_dup_string(const cJSON *o, const char *key) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+        return cJSON_IsString(v) ? strdup(v->valuestring) : NULL;
+}
+
+static int64_t json_int(const cJSON *o, const char *key) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+        return cJSON_IsNumber(v) && v->valuedouble >= 0 ? (int64_t) v->valuedouble : -1;
+}
+
+/* A remote backend's row: what its host said about it there. */
+static void row_from_remote(Row *r) {
+        const cJSON *o = r->look.there, *pid;
+
+        if (!o)
+                return;
+        r->socket = json_dup_string(o, "socket");
+        r->service = json_dup_string(o, "service");
+        r->status_text = json_dup_string(o, "status_text");
+        r->contract = json_dup_string(o, "manifest_check");
+        cJSON_ArrayForEach (pid, cJSON_GetObjectItemCaseSensitive(o, "pids"))
+                if (cJSON_IsNumber(pid) && r->n_pids < MAX_PIDS)
+                        r->pids[r->n_pids++] = (pid_t) pid->valuedouble;
+        r->up_sec = json_int(o, "uptime_sec");
+        r->memory = json_int(o, "memory_bytes") < 0 ? UINT64_MAX : (uint64_t) json_int(o, "memory_bytes");
+        r->sessions = json_int(o, "sessions");
+        r->in_flight = json_int(o, "in_flight");
+        r->calls = json_int(o, "calls");
+        r->last_call_sec = json_int(o, "last_call_sec_ago");
+}
+
+static const char *reachability(const Row *r) {
+        if (!r->look.checked)
+                return "not checked";
+        return r->look.reachable ? "reachable" : "unreachable";
+}
+
+/* The WHERE column: "ssh://root@far (everything): reachable", or "here". */
+static char *row_where(const Row *r) {
+        const Remote *rm = &r->backend->remote;
+        char *s = NULL;
+
+        if (rm->kind == REMOTE_NONE)
+                return strdup("here");
+        if (asprintf(&s, "%s (%s): %s%s%s", rm->host, rm->remote_name, reachability(r), r->look.reason ? ": " : "",
+                     r->look.reason ?: "") < 0)
+                return NULL;
+        return s;
 }
 
 static char *socket_state(const char *load, const char *active, const char *file_state) {
@@ -206,9 +259,12 @@ static int name_width(const Row *rows, size_t n) {
 
 static void print_table(const Row *rows, size_t n) {
         int w = name_width(rows, n);
+        bool remote = false;
 
-        printf("%-*s %-13s %-8s %8s %7s %8s %8s %6s %9s %s\n", w, "BACKEND", "SOCKET", "SERVICE", "PID", "UP", "MEMORY",
-               "SESSIONS", "CALLS", "LAST CALL", "MANIFEST");
+        for (size_t i = 0; i < n; i++)
+                remote = remote || rows[i].backend->remote.kind != REMOTE_NONE;
+        printf("%-*s %-13s %-8s %8s %7s %8s %8s %6s %9s %-8s%s\n", w, "BACKEND", "SOCKET", "SERVICE", "PID", "UP",
+               "MEMORY", "SESSIONS", "CALLS", "LAST CALL", "MANIFEST", remote ? " WHERE" : "");
         for (size_t i = 0; i < n; i++) {
                 const Row *r = &rows[i];
                 char pid[24], up[24], mem[24], ses[24], calls[24], last[32];
@@ -225,10 +281,11 @@ static void print_table(const Row *rows, size_t n) {
                         snprintf(last, sizeof last, "%s ago", format_age(r->last_call_sec, a, sizeof a));
                 } else
                         snprintf(last, sizeof last, "-");
-                printf("%-*s %-13s %-8s %8s %7s %8s %8s %6s %9s %s\n", w, r->backend->name, r->socket ?: "?",
+                _cleanup_free_ char *where = remote ? row_where(r) : NULL;
+                printf("%-*s %-13s %-8s %8s %7s %8s %8s %6s %9s %-8s%s%s\n", w, r->backend->name, r->socket ?: "?",
                        r->service ?: "?", pid, up, format_bytes(r->memory, mem, sizeof mem),
                        format_count(r->sessions, ses, sizeof ses), format_count(r->calls, calls, sizeof calls), last,
-                       r->contract ?: "-");
+                       r->contract ?: "-", where ? " " : "", where ?: "");
         }
 }
 
@@ -252,6 +309,22 @@ static cJSON *json_count(int64_t v) {
 
 static cJSON *json_string(const char *s) {
         return s ? cJSON_CreateString(s) : cJSON_CreateNull();
+}
+
+/* "remote": null for a backend of this host. */
+static cJSON *remote_json(const Row *r) {
+        const Remote *rm = &r->backend->remote;
+        _cleanup_json_ cJSON *o = NULL;
+
+        if (rm->kind == REMOTE_NONE)
+                return cJSON_CreateNull();
+        o = cJSON_CreateObject();
+        if (!o || !cJSON_AddStringToObject(o, "host", rm->host) ||
+            !cJSON_AddStringToObject(o, "remote_name", rm->remote_name) ||
+            !cJSON_AddStringToObject(o, "reachability", reachability(r)) ||
+            !cJSON_AddItemToObject(o, "reason", json_string(r->look.reason)))
+                return NULL;
+        return TAKE_PTR(o);
 }
 
 static cJSON *row_json(const Row *r) {
@@ -289,7 +362,8 @@ static cJSON *row_json(const Row *r) {
              cJSON_AddItemToObject(o, "calls", json_count(r->calls)) &&
              cJSON_AddItemToObject(o, "last_call_sec_ago", json_count(r->last_call_sec)) &&
              cJSON_AddItemToObject(o, "manifest_check", json_string(r->contract)) &&
-             cJSON_AddItemToObject(o, "status_text", json_string(r->status_text));
+             cJSON_AddItemToObject(o, "status_text", json_string(r->status_text)) &&
+             cJSON_AddItemToObject(o, "remote", remote_json(r));
         return ok ? TAKE_PTR(o) : NULL;
 }
 
@@ -323,7 +397,8 @@ static void status_help(void) {
                "One row per backend of the manifest: its socket and service, the backend's pid, uptime and\n"
                "memory, sessions, calls, the last call, and whether it lists what the manifest says.\n"
                "Read from the user's service manager (root: the system manager; --user, --system choose);\n"
-               "never starts anything.\n");
+               "never starts anything. Backends on other hosts: their host's own status of them, through\n"
+               "'ssh HOST mcp-lazy status --json' (all hosts at once, 15 s at most), or why ssh could not reach it.\n");
 }
 
 int status_main(int argc, char *argv[]) {
@@ -337,6 +412,7 @@ int status_main(int argc, char *argv[]) {
         _cleanup_(manifest_freep) Manifest *m = NULL;
         _cleanup_free_ char *path = NULL, *err = NULL, *problem = NULL;
         _cleanup_free_ Row *rows = NULL;
+        _cleanup_free_ RemoteLook *looks = NULL;
         ManagerScope scope = manager_default_scope();
         bool json = false;
         int c, r;
@@ -379,7 +455,8 @@ int status_main(int argc, char *argv[]) {
                 return 1;
         }
         rows = calloc(m->n_backends + 1, sizeof *rows);
-        if (!rows)
+        looks = calloc(m->n_backends + 1, sizeof *looks);
+        if (!rows || !looks)
                 return 1;
         for (size_t i = 0; i < m->n_backends; i++)
                 rows[i] = (Row){.backend = &m->backends[i],
@@ -400,9 +477,18 @@ int status_main(int argc, char *argv[]) {
                         scope == MANAGER_USER && geteuid() == 0 ? " (for the system manager's units: --system)" : "");
         else
                 for (size_t i = 0; i < m->n_backends; i++)
-                        row_read(bus, &rows[i]);
+                        if (m->backends[i].remote.kind == REMOTE_NONE)
+                                row_read(bus, &rows[i]);
         if (r < 0)
                 return 1;
+        r = status_remote_look(m, &looks[0]);
+        if (r < 0)
+                fprintf(stderr, "mcp-lazy: cannot look at the remote backends: %s\n", strerror(-r));
+        for (size_t i = 0; i < m->n_backends; i++) {
+                rows[i].look = looks[i];
+                looks[i] = (RemoteLook){};
+                row_from_remote(&rows[i]);
+        }
 
         if (problem && !json)
                 fprintf(stderr, "mcp-lazy: %s. The manifest's backends:\n", problem);

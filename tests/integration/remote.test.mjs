@@ -36,6 +36,61 @@ async function timed(p) {
   return { r, ms: Date.now() - t0 };
 }
 
+// `mcp-lazy status` on the near host: each remote backend with its host, whether ssh reaches it,
+// and the far host's own status of that backend, read there without starting anything.
+test("status shows remote backends: reachable and idle, active after a call, unreachable with the link down", async (t) => {
+  const status = async () => {
+    const t0 = Date.now();
+    const r = await fleet.try(`${MCP_LAZY} status --system --json --manifest ${NEAR}`);
+    assert.equal(r.code, 0, r.stdout + r.stderr);
+    const rows = Object.fromEntries(JSON.parse(r.stdout).backends.map((b) => [b.name, b]));
+    return { rows, ms: Date.now() - t0 };
+  };
+  assert.equal(await fleet.active("everything"), "inactive");
+  let { rows } = await status();
+  assert.deepEqual(rows.reverything.remote, { host: "ssh://root@far", remote_name: "everything", reachability: "reachable", reason: null });
+  assert.equal(rows.reverything.socket, "listening");
+  assert.equal(rows.reverything.service, "idle");
+  assert.deepEqual(rows.reverything.pids, []);
+  assert.equal(rows.rmem.remote.reachability, "reachable");
+  assert.equal(rows.notenabled.remote.reachability, "reachable");
+  assert.equal(rows.notenabled.remote.reason, "there, the manifest has no backend 'disabled'");
+  assert.equal(rows.noport.remote.reachability, "unreachable");
+  assert.match(rows.noport.remote.reason, /^ssh: connect to host far port 2222: Connection refused$/);
+  assert.match(rows.noname.remote.reason, /Could not resolve hostname nosuch\.invalid/);
+  assert.match(rows.unknownkey.remote.reason, /Host key verification failed\.$/);
+  // Looking started nothing there.
+  assert.equal(await fleet.active("everything"), "inactive");
+  assert.deepEqual(await fleet.backendPids("everything"), []);
+  // The table says the same, in its WHERE column.
+  const table = await fleet.sh(`${MCP_LAZY} status --system --manifest ${NEAR}`);
+  assert.match(table, /^reverything +listening +idle .* ssh:\/\/root@far \(everything\): reachable$/m);
+  assert.match(table, /^noport .* ssh:\/\/root@far:2222 \(everything\): unreachable: ssh: connect to host far port 2222: Connection refused$/m);
+
+  const s = await session();
+  await s.callTool({ name: "echo", arguments: { message: "hi" } });
+  ({ rows } = await status());
+  assert.equal(rows.reverything.service, "active");
+  assert.deepEqual(rows.reverything.pids, await fleet.backendPids("everything"));
+  assert.equal(rows.reverything.pids.length, 1);
+  assert.ok(rows.reverything.sessions >= 1, JSON.stringify(rows.reverything));
+
+  await farLink(fleet, false);
+  try {
+    const down = await status();
+    t.diagnostic(`link down: status answered after ${down.ms} ms; far: ${down.rows.reverything.remote.reason}`);
+    assert.ok(down.ms < 30000, `took ${down.ms} ms`);
+    for (const name of ["reverything", "rmem", "notenabled"]) {
+      assert.equal(down.rows[name].remote.reachability, "unreachable", JSON.stringify(down.rows[name]));
+      assert.ok(down.rows[name].remote.reason, JSON.stringify(down.rows[name]));
+      assert.equal(down.rows[name].service, null);
+    }
+  } finally {
+    await farLink(fleet, true);
+  }
+  await s.close();
+});
+
 test("a remote pooled backend answers exactly as a direct call does", async () => {
   const far = await session();
   const near = await session(DIRECT);
