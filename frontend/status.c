@@ -263,8 +263,8 @@ static void print_table(const Row *rows, size_t n) {
 
         for (size_t i = 0; i < n; i++)
                 remote = remote || rows[i].backend->remote.kind != REMOTE_NONE;
-        printf("%-*s %-13s %-8s %8s %7s %8s %8s %6s %9s %-8s%s\n", w, "BACKEND", "SOCKET", "SERVICE", "PID", "UP",
-               "MEMORY", "SESSIONS", "CALLS", "LAST CALL", "MANIFEST", remote ? " WHERE" : "");
+        printf("%-*s %-13s %-8s %8s %7s %8s %8s %6s %9s %-*s%s\n", w, "BACKEND", "SOCKET", "SERVICE", "PID", "UP",
+               "MEMORY", "SESSIONS", "CALLS", "LAST CALL", remote ? 8 : 0, "MANIFEST", remote ? " WHERE" : "");
         for (size_t i = 0; i < n; i++) {
                 const Row *r = &rows[i];
                 char pid[24], up[24], mem[24], ses[24], calls[24], last[32];
@@ -282,10 +282,10 @@ static void print_table(const Row *rows, size_t n) {
                 } else
                         snprintf(last, sizeof last, "-");
                 _cleanup_free_ char *where = remote ? row_where(r) : NULL;
-                printf("%-*s %-13s %-8s %8s %7s %8s %8s %6s %9s %-8s%s%s\n", w, r->backend->name, r->socket ?: "?",
+                printf("%-*s %-13s %-8s %8s %7s %8s %8s %6s %9s %-*s%s%s\n", w, r->backend->name, r->socket ?: "?",
                        r->service ?: "?", pid, up, format_bytes(r->memory, mem, sizeof mem),
                        format_count(r->sessions, ses, sizeof ses), format_count(r->calls, calls, sizeof calls), last,
-                       r->contract ?: "-", where ? " " : "", where ?: "");
+                       remote ? 8 : 0, r->contract ?: "-", where ? " " : "", where ?: "");
         }
 }
 
