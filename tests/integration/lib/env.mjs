@@ -20,7 +20,9 @@ export const SERVER_SCRIPTS = {
 
 // The sanitizer builds' leak check stops the shim's threads with ptrace at exit, which the system
 // units' SystemCallFilter= refuses: the tests' drop-in (system manager only) allows @debug back.
-export const SANITIZER_DROPIN = `printf '[Service]\\nSystemCallFilter=@debug\\n' > /etc/systemd/system/mcp-lazy@.service.d/sanitizer.conf`;
+// The repo itself may sit where the units' sandbox hides (a clone under /tmp, /home or /root): the
+// same drop-in binds it in, read-only, as every other path is under ProtectSystem=strict.
+export const SANITIZER_DROPIN = `printf '[Service]\\nSystemCallFilter=@debug\\nBindReadOnlyPaths=${ROOT}\\n' > /etc/systemd/system/mcp-lazy@.service.d/sanitizer.conf`;
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
