@@ -128,7 +128,7 @@ test("as root: /etc/mcp-lazy/manifest.yaml and the system manager's sockets", as
   // server writes in /root, as root's own client ran it. The manifest (env: mode 0640, group
   // mcp-lazy) is for the socket group and the shims, which the unit puts in that group.
   await sh(`mkdir -p /etc/systemd/system/mcp-lazy@root-mem.service.d
-    printf '[Service]\\nDynamicUser=no\\nUser=root\\nProtectHome=no\\nReadWritePaths=/root\\n' > /etc/systemd/system/mcp-lazy@root-mem.service.d/as-root.conf`);
+    printf '[Service]\\nDynamicUser=no\\nUser=root\\nProtectHome=no\\nReadWritePaths=/root\\nBindReadOnlyPaths=${ROOT}\\n' > /etc/systemd/system/mcp-lazy@root-mem.service.d/as-root.conf`);
   const r = await tryIn(`cd /root && env HOME=/root ${MCP_LAZY} import --from /root/claude.json`);
   assert.equal(r.code, 0, r.stdout + r.stderr);
   assert.match(r.stdout, /^Wrote \/etc\/mcp-lazy\/manifest\.yaml$/m);
