@@ -614,7 +614,8 @@ static int parse_tools(Loader *l, const YNode *n) {
         return 0;
 }
 
-static const char *const server_keys[] = {"name", "title", "version", "instructions", "page_size", NULL};
+static const char *const server_keys[] = {"name",      "title",       "version", "instructions",
+                                         "page_size", "cache_ttl", "cache_scope", NULL};
 
 static int parse_server(Loader *l, const YNode *n) {
         const YNode *v;
@@ -637,6 +638,16 @@ static int parse_server(Loader *l, const YNode *n) {
                         if (*end || !v->length || p > 100000 || v->value[0] == '-')
                                 loader_error(l, v, "page_size must be a whole number from 0 (no paging) to 100000");
                         l->m->page_size = p;
+                } else if (streq(*k, "cache_ttl")) {
+                        uint64_t usec;
+                        if (duration_parse(v->value, &usec) < 0)
+                                loader_error(l, v, "cache_ttl '%s' is not a duration; write e.g. 0, 30s or 5m", v->value);
+                        else
+                                l->m->cache_ttl_ms = usec / 1000;
+                } else if (streq(*k, "cache_scope")) {
+                        if (!streq(v->value, "public") && !streq(v->value, "private"))
+                                loader_error(l, v, "cache_scope must be public or private");
+                        l->m->cache_private = streq(v->value, "private");
                 } else {
                         cJSON_DeleteItemFromObjectCaseSensitive(info, *k);
                         if (!cJSON_AddStringToObject(info, *k, v->value))

@@ -79,6 +79,8 @@ typedef struct Manifest {
         char *instructions;  /* NULL if none */
         size_t page_size;    /* tools per tools/list page; 0: all in one */
         cJSON *capabilities; /* initialize's capabilities as recorded (one backend's), or NULL: derived */
+        uint64_t cache_ttl_ms; /* ttlMs of lists answered to 2026-07-28 requests */
+        bool cache_private;    /* cacheScope "private" instead of "public" */
         /* Whether any backend declares these: decided once at load, for initialize and routing. */
         bool has_resources, has_resource_templates, has_prompts;
 } Manifest;

@@ -7,6 +7,7 @@
 
 #include "channel.h"
 #include "hashmap.h"
+#include "jsonrpc.h"
 #include "manifest.h"
 #include "message.h"
 
@@ -53,6 +54,7 @@ typedef struct Pending {
         UpConn *conn;
         Upstream *upstream;
         bool is_tool_call;
+        bool modern; /* the request carried the 2026-07-28 envelope */
 } Pending;
 
 struct Session {
@@ -70,6 +72,7 @@ struct Session {
         uint64_t next_own_id;   /* our own requests to backends: each id used once */
         char *log_level;        /* from logging/setLevel, replayed to backends that connect later */
         Hashmap *tasks;         /* taskId -> Upstream that owns the task */
+        Hashmap *listens;       /* id key -> Listen: open subscriptions/listen streams (modern.c) */
         sd_event_source *watch; /* inotify on the manifest's directory, or the stat timer */
         struct stat watched;    /* the manifest as the stat timer last saw it */
 };
@@ -92,6 +95,28 @@ void session_complete(Session *s, Pending *p, const Message *answer);
 void session_fail(Session *s, Pending *p, const char *text);
 void session_send(Session *s, const cJSON *message);
 void session_send_text(Session *s, const char *text, size_t len);
+/* An answer to a request (takes msg): into its batch, or sent now. */
+void session_reply(Session *s, Batch *batch, cJSON *msg);
+/* Whether a change of the list of capability cap ("tools", "prompts", "resources") is announced. */
+bool session_announces(const Manifest *mf, const char *cap);
+/* The capabilities mcp-lazy declares, for initialize or (modern) server/discover. */
+cJSON *session_capabilities_new(const Session *s, bool modern);
+
+/* modern.c: the 2026-07-28 era */
+/* Checks a request's envelope and answers what only that era has; true when it answered. */
+bool modern_intercept(Session *s, Message *m, Batch *batch);
+/* Whether the request carries the 2026-07-28 envelope. */
+bool modern_request(const Message *m);
+/* A list answered from the manifest: resultType, ttlMs, cacheScope and serverInfo for a modern request. */
+void modern_list_result(Session *s, const Message *m, cJSON *result);
+/* notifications/cancelled of a listen stream (key: its id's exact text): true if it was one (it ends). */
+bool modern_cancel(Session *s, const char *key);
+/* Tells the streams that asked for it. */
+void modern_list_changed(Session *s, const char *method);
+void modern_free(Session *s);
+/* The answer to a modern request as the 2026-07-28 era requires it: NULL when it is fine as it is,
+ * else the changed answer (a handshake-era backend's, or an input_required asking too much). */
+cJSON *modern_adapt_response(const Pending *p, const Message *answer);
 
 /* upstream.c */
 /* To every backend this session is connected to (notifications, and requests of our own). */

@@ -29,7 +29,8 @@ Session *session_new(sd_event *e, Manifest *m, const Options *o) {
         s->upcalls = hashmap_new();
         s->tasks = hashmap_new();
         s->upstreams = hashmap_new();
-        if (!s->pending || !s->upcalls || !s->tasks || !s->upstreams)
+        s->listens = hashmap_new();
+        if (!s->pending || !s->upcalls || !s->tasks || !s->upstreams || !s->listens)
                 return session_free(s);
         return s;
 }
@@ -66,6 +67,7 @@ Session *session_free(Session *s) {
                 }
         }
         upstream_free_upcalls(s);
+        modern_free(s);
         hashmap_free(s->pending);
         hashmap_free(s->upcalls);
         hashmap_free(s->tasks);
@@ -151,6 +153,10 @@ static void reply_text(Session *s, Batch *batch, const char *text, size_t len) {
         session_send_text(s, text, len);
 }
 
+void session_reply(Session *s, Batch *batch, cJSON *msg) {
+        reply(s, batch, msg);
+}
+
 static void reply_error(Session *s, Batch *batch, const cJSON *id, int code, const char *fmt, ...) _printf_(5, 6);
 static void reply_error(Session *s, Batch *batch, const cJSON *id, int code, const char *fmt, ...) {
         char text[1024];
@@ -196,6 +202,15 @@ void session_complete(Session *s, Pending *p, const Message *answer) {
 
         if (p->is_tool_call)
                 track_task(s, p, answer);
+        if (p->modern) {
+                /* What the 2026-07-28 era requires of a handshake-era backend's answer. */
+                cJSON *adapted = modern_adapt_response(p, answer);
+                if (adapted) {
+                        b = pending_forget(s, p);
+                        reply(s, b, adapted);
+                        return batch_member_done(s, b);
+                }
+        }
         b = pending_forget(s, p);
         reply_text(s, b, answer->text, answer->len);
         batch_member_done(s, b);
@@ -205,7 +220,13 @@ void session_fail(Session *s, Pending *p, const char *text) {
         const cJSON *id = p->request->id_json;
         cJSON *m = p->is_tool_call ? jsonrpc_result_new(id, tool_error_result_new(text))
                                    : jsonrpc_error_new(id, JSONRPC_INTERNAL_ERROR, text);
-        Batch *b = pending_forget(s, p);
+        Batch *b;
+
+        /* A modern client requires resultType on every result. */
+        if (m && p->modern && p->is_tool_call &&
+            !cJSON_AddStringToObject(cJSON_GetObjectItemCaseSensitive(m, "result"), "resultType", "complete"))
+                log_oom();
+        b = pending_forget(s, p);
 
         reply(s, b, m);
         batch_member_done(s, b);
@@ -266,6 +287,23 @@ static bool advertised(const Manifest *mf, const char *cap, const char *sub) {
         return c && (!sub || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(c, sub)));
 }
 
+bool session_announces(const Manifest *mf, const char *cap) {
+        if (mf->capabilities)
+                return advertised(mf, cap, "listChanged");
+        return streq(cap, "tools") || advertised(mf, cap, NULL);
+}
+
+cJSON *session_capabilities_new(const Session *s, bool modern) {
+        cJSON *caps = capabilities_new(s->manifest);
+
+        /* resources/subscribe is gone in 2026-07-28, and a listen stream does not carry resource
+         * updates yet. */
+        if (modern && caps)
+                cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(caps, "resources"),
+                                                        "subscribe");
+        return caps;
+}
+
 static cJSON *initialize_result_new(Session *s, const char *version) {
         _cleanup_json_ cJSON *r = cJSON_CreateObject();
         cJSON *caps, *info;
@@ -298,6 +336,8 @@ static void handle_initialize(Session *s, Message *m, Batch *batch) {
                 return reply_error(s, batch, m->id_json, JSONRPC_INVALID_REQUEST, "the session is already initialized");
         version = negotiate_version(v->valuestring);
         s->protocol_version = strdup(version);
+        /* A modern request may have come first (a probe, then the fallback): initialize says it all. */
+        cJSON_Delete(s->client_params);
         s->client_params = cJSON_Duplicate(m->params, true);
         if (!s->protocol_version || !s->client_params) {
                 log_oom();
@@ -362,7 +402,9 @@ static void handle_tools_list(Session *s, Message *m, Batch *batch) {
         if (cursor_parse(s->manifest, m->params, &offset) < 0)
                 return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
                                    "unknown cursor: pass back a nextCursor from an earlier tools/list, or none");
-        reply(s, batch, jsonrpc_result_new(m->id_json, tools_page_new(s->manifest, offset)));
+        cJSON *r = tools_page_new(s->manifest, offset);
+        modern_list_result(s, m, r);
+        reply(s, batch, jsonrpc_result_new(m->id_json, r));
 }
 
 static void handle_core_request(Session *s, Message *m, Batch *batch);
@@ -392,6 +434,7 @@ static int pending_new(Session *s, Message *m, Batch *batch, Pending **ret) {
         p->upstream = NULL;
         p->batch = batch;
         p->is_tool_call = streq(m->method, "tools/call");
+        p->modern = modern_request(m);
         r = hashmap_put(s->pending, p->key, p);
         if (r < 0) {
                 free(p->key);
@@ -474,6 +517,7 @@ static void handle_surface_list(Session *s, Message *m, Batch *batch, size_t off
                 cJSON_ArrayForEach (it, l)
                         cJSON_AddItemReferenceToArray(list, (cJSON *) it);
         }
+        modern_list_result(s, m, r);
         reply(s, batch, jsonrpc_result_new(m->id_json, TAKE_PTR(r)));
 }
 
@@ -547,6 +591,9 @@ static void handle_request(Session *s, Message *m, Batch *batch) {
 
         const Manifest *mf = s->manifest;
 
+        if (modern_intercept(s, m, batch))
+                return;
+
         /* What is not advertised (see capabilities_new()) is not there. */
         if ((!advertised(mf, "resources", NULL) && strncmp(m->method, "resources/", 10) == 0) ||
             (!advertised(mf, "prompts", NULL) && strncmp(m->method, "prompts/", 8) == 0) ||
@@ -596,6 +643,8 @@ static void handle_cancelled(Session *s, Message *m) {
         _cleanup_free_ char *key = n == 1 ? strndup(f[0].text, f[0].len) : NULL;
         Pending *p = key ? hashmap_get(s->pending, key) : NULL;
 
+        if (key && modern_cancel(s, key))
+                return;
         if (!p)
                 return;
         upstream_cancel(s, p, m);
@@ -774,6 +823,7 @@ static void notify_if_changed(Session *s, const Manifest *old, const Manifest *n
         n = jsonrpc_notification_new(method, NULL);
         if (n && s->protocol_version)
                 session_send(s, n);
+        modern_list_changed(s, method);
 }
 
 int session_load_manifest(const Options *o, Manifest **ret, char **ret_error) {

@@ -99,7 +99,8 @@ test("JSON-RPC errors: parse, invalid, unknown method, unknown tool, no answer t
     ['{"jsonrpc":"1.0","id":5,"method":"ping"}', 5, -32600],
     ['{"jsonrpc":"2.0","id":6,"method":7}', 6, -32600],
     ['{"jsonrpc":"2.0","id":null,"method":"ping"}', null, -32600],
-    ['{"jsonrpc":"2.0","id":8,"method":"server/discover"}', 8, -32601],
+    ['{"jsonrpc":"2.0","id":8,"method":"server/discover"}', 8, -32602], // no envelope: see eras.test.mjs
+    ['{"jsonrpc":"2.0","id":8,"method":"no/such-method"}', 8, -32601],
     ['{"jsonrpc":"2.0","id":9,"method":"resources/list"}', 9, -32601],
     ['{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"nope"}}', 10, -32602],
     ['{"jsonrpc":"2.0","id":11,"method":"tools/call"}', 11, -32602],

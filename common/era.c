@@ -1,0 +1,127 @@
+/* What differs between MCP's handshake era and the 2026-07-28 era: the request envelope, the era's
+ * own errors, caching hints. */
+#include <errno.h>
+#include <string.h>
+
+#include "era.h"
+#include "jsonrpc.h"
+#include "macros.h"
+
+const char *const era_legacy_versions[] = {"2024-11-05", "2025-03-26", "2025-06-18", ERA_NEWEST_LEGACY};
+const unsigned era_n_legacy_versions = ELEMENTSOF(era_legacy_versions);
+
+static const char *const removed_methods[] = {
+        "initialize",   "ping",       "logging/setLevel", "resources/subscribe", "resources/unsubscribe",
+        "tasks/result", "tasks/list",
+};
+
+int era_envelope_parse(const cJSON *params, Envelope *ret, const char **ret_problem) {
+        const cJSON *meta = cJSON_GetObjectItemCaseSensitive(params, "_meta");
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(meta, META_PROTOCOL_VERSION);
+        const cJSON *caps = cJSON_GetObjectItemCaseSensitive(meta, META_CLIENT_CAPABILITIES);
+        const cJSON *info = cJSON_GetObjectItemCaseSensitive(meta, META_CLIENT_INFO);
+        const cJSON *level = cJSON_GetObjectItemCaseSensitive(meta, META_LOG_LEVEL);
+
+        *ret = (Envelope){};
+        if (!v && !caps && !info && !level)
+                return 0;
+        *ret_problem = NULL;
+        if (!cJSON_IsObject(meta))
+                *ret_problem = "params._meta must be an object";
+        else if (!cJSON_IsString(v))
+                *ret_problem = "params._meta must carry the string " META_PROTOCOL_VERSION;
+        else if (!cJSON_IsObject(caps))
+                *ret_problem = "params._meta must carry the object " META_CLIENT_CAPABILITIES;
+        else if (info && !cJSON_IsObject(info))
+                *ret_problem = "params._meta." META_CLIENT_INFO " must be an object";
+        else if (level && !cJSON_IsString(level))
+                *ret_problem = "params._meta." META_LOG_LEVEL " must be a string";
+        if (*ret_problem)
+                return -EINVAL;
+        ret->version = v->valuestring;
+        ret->capabilities = caps;
+        ret->client_info = info;
+        ret->log_level = level ? level->valuestring : NULL;
+        if (!streq(v->valuestring, ERA_MODERN_VERSION))
+                return -EPROTONOSUPPORT;
+        return 1;
+}
+
+cJSON *era_supported_versions_new(void) {
+        _cleanup_json_ cJSON *a = cJSON_CreateArray();
+
+        if (!a || !cJSON_AddItemToArray(a, cJSON_CreateString(ERA_MODERN_VERSION)))
+                return NULL;
+        for (unsigned i = era_n_legacy_versions; i > 0; i--)
+                if (!cJSON_AddItemToArray(a, cJSON_CreateString(era_legacy_versions[i - 1])))
+                        return NULL;
+        return TAKE_PTR(a);
+}
+
+cJSON *era_unsupported_version_new(const cJSON *id, const char *requested) {
+        _cleanup_json_ cJSON *e = jsonrpc_error_new(id, MCP_UNSUPPORTED_VERSION, "Unsupported protocol version");
+        cJSON *data = cJSON_CreateObject(), *err = cJSON_GetObjectItemCaseSensitive(e, "error");
+
+        if (!data || !err || !cJSON_AddItemToObject(err, "data", data)) {
+                cJSON_Delete(data);
+                return NULL;
+        }
+        if (!cJSON_AddItemToObject(data, "supported", era_supported_versions_new()) ||
+            !cJSON_AddStringToObject(data, "requested", requested))
+                return NULL;
+        return TAKE_PTR(e);
+}
+
+cJSON *era_missing_capability_new(const cJSON *id, const char *text, cJSON *required) {
+        _cleanup_json_ cJSON *e = jsonrpc_error_new(id, MCP_MISSING_CLIENT_CAPABILITY, text);
+        cJSON *data = cJSON_CreateObject(), *err = cJSON_GetObjectItemCaseSensitive(e, "error");
+
+        if (!data || !err || !cJSON_AddItemToObject(err, "data", data)) {
+                cJSON_Delete(data);
+                cJSON_Delete(required);
+                return NULL;
+        }
+        if (!required || !cJSON_AddItemToObject(data, "requiredCapabilities", required)) {
+                cJSON_Delete(required);
+                return NULL;
+        }
+        return TAKE_PTR(e);
+}
+
+bool era_method_removed(const char *method) {
+        for (size_t i = 0; i < ELEMENTSOF(removed_methods); i++)
+                if (streq(method, removed_methods[i]))
+                        return true;
+        return false;
+}
+
+int era_result_complete(cJSON *result, uint64_t ttl_ms, bool public, const cJSON *server_info) {
+        cJSON *meta;
+
+        if (!result)
+                return -ENOMEM;
+        if (!cJSON_AddStringToObject(result, "resultType", "complete") ||
+            !cJSON_AddNumberToObject(result, "ttlMs", (double) ttl_ms) ||
+            !cJSON_AddStringToObject(result, "cacheScope", public ? "public" : "private"))
+                return -ENOMEM;
+        if (!server_info)
+                return 0;
+        meta = cJSON_GetObjectItemCaseSensitive(result, "_meta");
+        if (!meta && !(meta = cJSON_AddObjectToObject(result, "_meta")))
+                return -ENOMEM;
+        /* A copy: a batch's answers wait for its slowest member, and a reload may free the manifest. */
+        if (!cJSON_AddItemToObject(meta, META_SERVER_INFO, cJSON_Duplicate(server_info, true)))
+                return -ENOMEM;
+        return 0;
+}
+
+cJSON *era_initialize_params_new(const Envelope *e) {
+        _cleanup_json_ cJSON *p = cJSON_CreateObject();
+
+        if (!p || !cJSON_AddStringToObject(p, "protocolVersion", ERA_NEWEST_LEGACY) ||
+            !cJSON_AddItemToObject(p, "capabilities", cJSON_Duplicate(e->capabilities, true)))
+                return NULL;
+        if (e->client_info && !cJSON_AddItemToObject(p, "clientInfo", cJSON_Duplicate(e->client_info, true)))
+                return NULL;
+        return TAKE_PTR(p);
+}

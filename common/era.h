@@ -1,0 +1,47 @@
+/* What differs between MCP's handshake era (up to 2025-11-25) and the 2026-07-28 era on the wire. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <cjson/cJSON.h>
+
+#define ERA_MODERN_VERSION       "2026-07-28"
+#define ERA_NEWEST_LEGACY        "2025-11-25"
+#define META_PROTOCOL_VERSION    "io.modelcontextprotocol/protocolVersion"
+#define META_CLIENT_CAPABILITIES "io.modelcontextprotocol/clientCapabilities"
+#define META_CLIENT_INFO         "io.modelcontextprotocol/clientInfo"
+#define META_LOG_LEVEL           "io.modelcontextprotocol/logLevel"
+#define META_SERVER_INFO         "io.modelcontextprotocol/serverInfo"
+#define META_SUBSCRIPTION_ID     "io.modelcontextprotocol/subscriptionId"
+
+#define MCP_MISSING_CLIENT_CAPABILITY -32021
+#define MCP_UNSUPPORTED_VERSION       -32022
+
+/* The handshake-era versions, oldest first. */
+extern const char *const era_legacy_versions[];
+extern const unsigned era_n_legacy_versions;
+
+/* The per-request _meta envelope of a 2026-07-28 request; pointers into the request. */
+typedef struct Envelope {
+        const char *version;
+        const cJSON *capabilities; /* an object */
+        const cJSON *client_info;  /* an object, or NULL */
+        const char *log_level;     /* or NULL */
+} Envelope;
+
+/* 0: the request carries no envelope (a handshake-era request); 1: a valid envelope in *ret;
+ * -EINVAL: a malformed one (*ret_problem says what is wrong); -EPROTONOSUPPORT: a version this
+ * side does not speak (ret->version names it). */
+int era_envelope_parse(const cJSON *params, Envelope *ret, const char **ret_problem);
+/* -32022 with data.supported / data.requested. */
+cJSON *era_unsupported_version_new(const cJSON *id, const char *requested);
+/* -32021 with data.requiredCapabilities (takes required). */
+cJSON *era_missing_capability_new(const cJSON *id, const char *text, cJSON *required);
+/* Every version mcp-lazy serves, newest first: what server/discover and -32022 list. */
+cJSON *era_supported_versions_new(void);
+/* Methods the 2026-07-28 era removed. */
+bool era_method_removed(const char *method);
+/* resultType "complete", ttlMs and cacheScope on a cacheable result; serverInfo in its _meta. */
+int era_result_complete(cJSON *result, uint64_t ttl_ms, bool public, const cJSON *server_info);
+/* initialize params speaking for a modern client to a handshake-era server. */
+cJSON *era_initialize_params_new(const Envelope *e);

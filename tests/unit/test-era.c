@@ -1,0 +1,74 @@
+/* The 2026-07-28 request envelope and the era's own answers. */
+#include <errno.h>
+
+#include "era.h"
+#include "macros.h"
+#include "tests.h"
+
+static int parse(const char *json, Envelope *e, const char **problem) {
+        _cleanup_json_ cJSON *p = cJSON_Parse(json);
+        static cJSON *keep;
+        int r;
+
+        cJSON_Delete(keep);
+        r = era_envelope_parse(p, e, problem);
+        keep = TAKE_PTR(p); /* e points into it until the next call */
+        return r;
+}
+
+int main(void) {
+        const char *problem = NULL;
+        Envelope e;
+        _cleanup_json_ cJSON *err = NULL, *init = NULL, *result = NULL, *info = NULL;
+        _cleanup_free_ char *printed = NULL;
+
+        CHECK(parse("{}", &e, &problem) == 0);
+        CHECK(parse("{\"_meta\":{\"progressToken\":1}}", &e, &problem) == 0);
+        CHECK(parse("null", &e, &problem) == 0);
+        CHECK(parse("{\"_meta\":{\"" META_PROTOCOL_VERSION "\":\"2026-07-28\",\"" META_CLIENT_CAPABILITIES
+                    "\":{\"sampling\":{}},\"" META_CLIENT_INFO "\":{\"name\":\"c\"},\"" META_LOG_LEVEL "\":\"debug\"}}",
+                    &e, &problem) == 1);
+        CHECK_STREQ(e.version, "2026-07-28");
+        CHECK(cJSON_GetObjectItemCaseSensitive(e.capabilities, "sampling") != NULL);
+        CHECK_STREQ(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e.client_info, "name")), "c");
+        CHECK_STREQ(e.log_level, "debug");
+        CHECK(parse("{\"_meta\":{\"" META_PROTOCOL_VERSION "\":\"2026-07-28\"}}", &e, &problem) == -EINVAL);
+        CHECK_STREQ(problem, "params._meta must carry the object " META_CLIENT_CAPABILITIES);
+        CHECK(parse("{\"_meta\":{\"" META_CLIENT_CAPABILITIES "\":{}}}", &e, &problem) == -EINVAL);
+        CHECK(parse("{\"_meta\":{\"" META_PROTOCOL_VERSION "\":7,\"" META_CLIENT_CAPABILITIES "\":{}}}", &e,
+                    &problem) == -EINVAL);
+        CHECK(parse("{\"_meta\":{\"" META_PROTOCOL_VERSION "\":\"2026-07-28\",\"" META_CLIENT_CAPABILITIES
+                    "\":{},\"" META_LOG_LEVEL "\":3}}",
+                    &e, &problem) == -EINVAL);
+        CHECK(parse("{\"_meta\":{\"" META_PROTOCOL_VERSION "\":\"2025-11-25\",\"" META_CLIENT_CAPABILITIES "\":{}}}",
+                    &e, &problem) == -EPROTONOSUPPORT);
+        CHECK_STREQ(e.version, "2025-11-25");
+
+        err = era_unsupported_version_new(NULL, "1900-01-01");
+        printed = cJSON_PrintUnformatted(err);
+        CHECK_STREQ(printed, "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32022,\"message\":\"Unsupported "
+                             "protocol version\",\"data\":{\"supported\":[\"2026-07-28\",\"2025-11-25\",\"2025-06-18\","
+                             "\"2025-03-26\",\"2024-11-05\"],\"requested\":\"1900-01-01\"}}}");
+        CHECK(era_method_removed("ping") && era_method_removed("resources/subscribe") &&
+              !era_method_removed("tools/call"));
+
+        CHECK(parse("{\"_meta\":{\"" META_PROTOCOL_VERSION "\":\"2026-07-28\",\"" META_CLIENT_CAPABILITIES
+                    "\":{\"roots\":{}},\"" META_CLIENT_INFO "\":{\"name\":\"c\",\"version\":\"1\"}}}",
+                    &e, &problem) == 1);
+        init = era_initialize_params_new(&e);
+        free(printed);
+        printed = cJSON_PrintUnformatted(init);
+        CHECK_STREQ(printed, "{\"protocolVersion\":\"2025-11-25\",\"capabilities\":{\"roots\":{}},\"clientInfo\":{"
+                             "\"name\":\"c\",\"version\":\"1\"}}");
+
+        result = cJSON_Parse("{\"tools\":[]}");
+        info = cJSON_Parse("{\"name\":\"s\"}");
+        CHECK(era_result_complete(result, 1500, false, info) == 0);
+        free(printed);
+        printed = cJSON_PrintUnformatted(result);
+        CHECK_STREQ(printed,
+                    "{\"tools\":[],\"resultType\":\"complete\",\"ttlMs\":1500,\"cacheScope\":\"private\",\"_meta\":{"
+                    "\"" META_SERVER_INFO "\":{\"name\":\"s\"}}}");
+        parse("{}", &e, &problem); /* frees the last kept tree */
+        return tests_finish("test-era");
+}
