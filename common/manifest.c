@@ -220,7 +220,7 @@ static int parse_path(Loader *l, const YNode *n, const char *what, bool relative
 static const char *const backend_keys[] = {
         "command", "env", "cwd", "idle_timeout", "init_timeout", "sharing", "socket", "resources", "resource_templates",
         "prompts", "server_info", "instructions", "capabilities", "client_capabilities", "host", "remote_name", "lifecycle",
-        "max_sessions", NULL,
+        "max_sessions", "protocol", NULL,
 };
 
 /* resources, resource_templates, prompts: lists of objects, passed to the client as they are,
@@ -453,6 +453,17 @@ static int parse_backend(Loader *l, const YNode *key, const YNode *n, Backend *b
         }
         if ((v = ynode_get(n, "lifecycle")))
                 parse_lifecycle(l, v, b);
+        if ((v = ynode_get(n, "protocol")) && expect_kind(l, v, YNODE_SCALAR, "protocol")) {
+                if (streq(v->value, "auto"))
+                        b->protocol = PROTOCOL_AUTO;
+                else if (streq(v->value, "modern"))
+                        b->protocol = PROTOCOL_MODERN;
+                else if (streq(v->value, "legacy"))
+                        b->protocol = PROTOCOL_LEGACY;
+                else
+                        loader_error(l, v, "protocol of backend '%s' must be 'auto', 'modern' or 'legacy', not '%s'",
+                                     b->name, v->value);
+        }
         return 0;
 }
 
@@ -614,8 +625,8 @@ static int parse_tools(Loader *l, const YNode *n) {
         return 0;
 }
 
-static const char *const server_keys[] = {"name",      "title",       "version", "instructions",
-                                         "page_size", "cache_ttl", "cache_scope", NULL};
+static const char *const server_keys[] = {"name",      "title",     "version",     "instructions",
+                                          "page_size", "cache_ttl", "cache_scope", NULL};
 
 static int parse_server(Loader *l, const YNode *n) {
         const YNode *v;
@@ -641,7 +652,8 @@ static int parse_server(Loader *l, const YNode *n) {
                 } else if (streq(*k, "cache_ttl")) {
                         uint64_t usec;
                         if (duration_parse(v->value, &usec) < 0)
-                                loader_error(l, v, "cache_ttl '%s' is not a duration; write e.g. 0, 30s or 5m", v->value);
+                                loader_error(l, v, "cache_ttl '%s' is not a duration; write e.g. 0, 30s or 5m",
+                                             v->value);
                         else
                                 l->m->cache_ttl_ms = usec / 1000;
                 } else if (streq(*k, "cache_scope")) {

@@ -41,6 +41,13 @@ typedef enum Lifecycle {
         LIFECYCLE_RESIDENT, /* started with the shim, never idle, restarted after a crash */
 } Lifecycle;
 
+/* Which era of MCP the shim speaks to a backend: found out (server/discover, else initialize), or pinned. */
+typedef enum Protocol {
+        PROTOCOL_AUTO,
+        PROTOCOL_MODERN, /* 2026-07-28: no handshake, the envelope on every request */
+        PROTOCOL_LEGACY, /* initialize first */
+} Protocol;
+
 typedef struct Backend {
         char *name;
         char **command;             /* argv, NULL-terminated, never empty; NULL for a remote backend */
@@ -52,6 +59,7 @@ typedef struct Backend {
         Sharing sharing;
         Lifecycle lifecycle;
         unsigned max_sessions; /* connections served at once; more get a clear refusal */
+        Protocol protocol;
         size_t n_tools;
         cJSON *resources;          /* resources/list entries, or NULL */
         cJSON *resource_templates; /* resources/templates/list entries, or NULL */
@@ -60,7 +68,7 @@ typedef struct Backend {
         cJSON *server_info;  /* serverInfo, every field it had */
         char *instructions;  /* instructions */
         cJSON *capabilities; /* capabilities as the backend declared them */
-        Remote remote;             /* kind REMOTE_NONE: a local backend */
+        Remote remote;       /* kind REMOTE_NONE: a local backend */
 } Backend;
 
 typedef struct Tool {
@@ -75,10 +83,10 @@ typedef struct Manifest {
         size_t n_backends;
         Tool *tools;
         size_t n_tools;
-        cJSON *server_info;  /* initialize's serverInfo */
-        char *instructions;  /* NULL if none */
-        size_t page_size;    /* tools per tools/list page; 0: all in one */
-        cJSON *capabilities; /* initialize's capabilities as recorded (one backend's), or NULL: derived */
+        cJSON *server_info;    /* initialize's serverInfo */
+        char *instructions;    /* NULL if none */
+        size_t page_size;      /* tools per tools/list page; 0: all in one */
+        cJSON *capabilities;   /* initialize's capabilities as recorded (one backend's), or NULL: derived */
         uint64_t cache_ttl_ms; /* ttlMs of lists answered to 2026-07-28 requests */
         bool cache_private;    /* cacheScope "private" instead of "public" */
         /* Whether any backend declares these: decided once at load, for initialize and routing. */
