@@ -51,7 +51,7 @@ void contract_request(Instance *i) {
                 /* Resources and prompts only where the manifest declares some: the backend may have none. */
                 if (lists[k].offset != (size_t) -1 && !backend_list(i->shim->backend, lists[k].offset))
                         continue;
-                m = jsonrpc_request_new(id, lists[k].method, NULL);
+                m = jsonrpc_request_new(id, lists[k].method, bridge_contract_params(i));
                 if (m && i->ch)
                         (void) channel_send_json(i->ch, m);
         }

@@ -105,9 +105,12 @@ int instance_get(Shim *s, Client *c, Instance **ret) {
                 return -ENOMEM;
         /* Pooled: one backend per distinct client version and capabilities, since a backend acts on what
          * its client declared (sampling, roots, elicitation) and must not be shown someone else's. */
+        /* A modern backend reads the client's capabilities from each request instead: one serves every
+         * session. */
+        bool modern = s->backend->protocol == PROTOCOL_MODERN || s->learned_era == BACKEND_ERA_MODERN;
         if (s->backend->sharing == SHARING_POOLED)
                 for (i = s->instances; i; i = i->next)
-                        if (!i->session_owned && streq(i->key, key)) {
+                        if (!i->session_owned && (modern || i->era == BACKEND_ERA_MODERN || streq(i->key, key))) {
                                 i->n_clients++;
                                 i->unclaimed = false;
                                 *ret = i;
@@ -152,6 +155,9 @@ static void route_free(Route *r) {
         free(r->backend_token);
         free(r->sent);
         free(r->method);
+        cJSON_Delete(r->request);
+        cJSON_Delete(r->input_responses);
+        free(r->request_state);
         free(r);
 }
 
@@ -175,6 +181,24 @@ static Route *route_find(Instance *i, int64_t id) {
         return hashmap_get(i->routes, key);
 }
 
+Route *instance_route(Instance *i, int64_t backend_id) {
+        return route_find(i, backend_id);
+}
+
+int route_retarget(Instance *i, Route *r) {
+        char old[32], key[32];
+        int k;
+
+        snprintf(old, sizeof old, "%lld", (long long) r->backend_id);
+        snprintf(key, sizeof key, "%lld", (long long) i->next_id);
+        k = hashmap_put(i->routes, key, r);
+        if (k < 0)
+                return k;
+        hashmap_remove(i->routes, old);
+        r->backend_id = i->next_id++;
+        return 0;
+}
+
 static void reply_failure(Client *c, const char *id_text, bool tool_call, const char *text) {
         _cleanup_json_ cJSON *id = cJSON_CreateRaw(id_text), *m = NULL;
 
@@ -184,6 +208,13 @@ static void reply_failure(Client *c, const char *id_text, bool tool_call, const 
                       : jsonrpc_error_new(id, JSONRPC_INTERNAL_ERROR, text);
         if (m)
                 client_send(c, m);
+}
+
+void route_fail(Instance *i, Route *r, const char *text) {
+        if (r->client)
+                reply_failure(r->client, r->client_id, r->is_tool_call, text);
+        route_remove(i, r);
+        shim_update(i->shim);
 }
 
 static void queue_item_free(QueueItem *q) {
@@ -304,6 +335,7 @@ Instance *instance_free(Instance *i) {
         hashmap_free(i->tasks);
         cJSON_Delete(i->init_result);
         cJSON_Delete(i->init_params);
+        cJSON_Delete(i->late_discover);
         free(i->last_exit);
         free(i->key);
         free(i);
@@ -317,7 +349,7 @@ unsigned instance_in_flight(const Instance *i) {
         return n;
 }
 
-static int instance_send(Instance *i, const cJSON *m) {
+int instance_send(Instance *i, const cJSON *m) {
         return i->ch ? channel_send_json(i->ch, m) : -ENOTCONN;
 }
 
@@ -326,6 +358,14 @@ int instance_send_text(Instance *i, const char *text, size_t len) {
 }
 
 /* resources/updated goes to the connections that subscribed to the URI. */
+int route_send(Instance *i, Route *r) {
+        int k = instance_send_text(i, r->sent, r->sent_len);
+
+        if (k >= 0)
+                r->sent_end = channel_sent_bytes(i->ch);
+        return k;
+}
+
 static void track_subscription(Client *c, const Message *m) {
         const cJSON *uri = cJSON_GetObjectItemCaseSensitive(m->params, "uri");
         bool sub = streq(m->method, "resources/subscribe");
@@ -494,6 +534,8 @@ static void forward_request(Instance *i, Client *c, const Message *m) {
         track_subscription(c, m);
         k = translate_for_backend(i, r, m, &r->sent, &r->sent_len);
         if (k >= 0)
+                k = bridge_prepare_request(i, c, r);
+        if (k >= 0)
                 k = instance_send_text(i, r->sent, r->sent_len);
         if (k < 0) {
                 client_fail_request(c, m,
@@ -507,7 +549,9 @@ static void forward_request(Instance *i, Client *c, const Message *m) {
 }
 
 static void reply_initialize(Instance *i, Client *c, const Message *m) {
-        _cleanup_json_ cJSON *r = jsonrpc_result_new(m->id_json, cJSON_Duplicate(i->init_result, true));
+        _cleanup_json_ cJSON *r = jsonrpc_result_new(
+                m->id_json, i->era == BACKEND_ERA_MODERN ? bridge_initialize_result_new(i, c->init_params)
+                                                         : cJSON_Duplicate(i->init_result, true));
         if (r)
                 client_send(c, r);
 }
@@ -539,6 +583,9 @@ static void deliver(Instance *i, Client *c, const Message *m) {
                 return;
         else if (m->kind == JSONRPC_REQUEST)
                 forward_request(i, c, m);
+        else if (m->kind == JSONRPC_NOTIFICATION && i->era == BACKEND_ERA_MODERN &&
+                 streq(m->method, "notifications/roots/list_changed"))
+                return; /* gone in 2026-07-28: roots come with each request that needs them */
         else if (m->kind == JSONRPC_NOTIFICATION)
                 (void) send_to_backend(i, NULL, m);
 }
@@ -582,6 +629,52 @@ static int arm_timer(Instance *i, uint64_t usec);
 static void instance_terminate(Instance *i, bool close_stdin);
 static int instance_spawn(Instance *i, const cJSON *init_params, char *text, size_t size);
 
+static void instance_ready(Instance *i);
+
+static void refuse_start(Instance *i, const char *text) {
+        log_warning("%s", text);
+        fail_everything(i, text);
+        i->broken = true;
+        instance_stop(i);
+}
+
+/* server/discover answered in time: a modern backend is ready, a handshake-era one gets initialize. */
+static void handle_probe_response(Instance *i, const cJSON *msg) {
+        _cleanup_json_ cJSON *init = NULL;
+        char text[512];
+        int era = bridge_probe_verdict(i, msg, text, sizeof text);
+
+        if (era < 0)
+                return refuse_start(i, text);
+        i->era = i->shim->learned_era = era;
+        if (era == BACKEND_ERA_LEGACY) {
+                init = bridge_initialize_request_new(i->init_params);
+                if (!init || instance_send(i, init) < 0)
+                        refuse_start(i, "cannot send initialize to the backend");
+                return;
+        }
+        i->init_result = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(msg, "result"), true);
+        if (!i->init_result) {
+                fail_everything(i, "out of memory");
+                return instance_stop(i);
+        }
+        instance_ready(i);
+}
+
+/* The answer to server/discover: the verdict, or, when initialize already followed (no answer in
+ * time), kept in case initialize is refused. */
+static void handle_probe_answer(Instance *i, const cJSON *msg) {
+        const cJSON *result = cJSON_GetObjectItemCaseSensitive(msg, "result");
+        char text[512];
+
+        if (i->probing)
+                return handle_probe_response(i, msg);
+        if (!i->probe_pending)
+                return;
+        if (bridge_probe_verdict(i, msg, text, sizeof text) == BACKEND_ERA_MODERN && !i->late_discover)
+                i->late_discover = cJSON_Duplicate(result, true);
+}
+
 static void handle_init_response(Instance *i, const Message *m) {
         const cJSON *msg = m->json;
         const cJSON *result = cJSON_GetObjectItemCaseSensitive(msg, "result");
@@ -589,13 +682,17 @@ static void handle_init_response(Instance *i, const Message *m) {
         _cleanup_json_ cJSON *initialized = NULL;
         char text[512];
 
+        if (!cJSON_IsObject(result) && i->late_discover) {
+                /* It answered server/discover after all, as a modern server that refuses initialize. */
+                log_info("Backend '%s' refused initialize but answered server/discover as a modern server.", iname(i));
+                i->era = i->shim->learned_era = BACKEND_ERA_MODERN;
+                i->init_result = TAKE_PTR(i->late_discover);
+                return instance_ready(i);
+        }
         if (!cJSON_IsObject(result)) {
                 snprintf(text, sizeof text, "backend '%s' refused initialize: %s", iname(i),
                          cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(err, "message")) ?: "no result");
-                log_warning("%s", text);
-                fail_everything(i, text);
-                i->broken = true;
-                return instance_stop(i);
+                return refuse_start(i, text);
         }
         i->init_result = cJSON_Duplicate(result, true);
         initialized = jsonrpc_notification_new("notifications/initialized", NULL);
@@ -603,6 +700,11 @@ static void handle_init_response(Instance *i, const Message *m) {
                 fail_everything(i, "out of memory");
                 return instance_stop(i);
         }
+        i->era = BACKEND_ERA_LEGACY;
+        instance_ready(i);
+}
+
+static void instance_ready(Instance *i) {
         i->state = INSTANCE_READY;
         sd_event_source_set_enabled(i->timer_source, SD_EVENT_OFF);
         log_info("Backend '%s' (pid %d) is ready after %llu ms.", iname(i), (int) i->pid,
@@ -673,6 +775,11 @@ static void handle_backend_response(Instance *i, const Message *m) {
 
         if (!backend_id_of(m, &id))
                 return;
+        if (id == PROBE_REQUEST_ID) {
+                if (i->state == INSTANCE_STARTING)
+                        handle_probe_answer(i, m->json);
+                return;
+        }
         if (id < 0) {
                 if (contract_handle_response(i, id, m->json))
                         i->shim->contract_checked = true;
@@ -689,7 +796,13 @@ static void handle_backend_response(Instance *i, const Message *m) {
                           (long long) id);
                 return;
         }
-        send_to_client(i, r, m);
+        switch (bridge_response(i, r, m)) {
+        case BRIDGE_CONTINUES:
+                return; /* input the client is asked for, in its era's way; the call goes on */
+        case BRIDGE_PASS:
+                send_to_client(i, r, m);
+                break;
+        }
         i->answered = true;
         i->shim->calls_served++;
         i->shim->last_call_realtime_usec = realtime_usec();
@@ -904,6 +1017,32 @@ static void instance_restart(Instance *i) {
         shim_update(i->shim);
 }
 
+/* Some handshake-era servers exit on any request before initialize: one that dies on server/discover
+ * is started again and initialized, and what waits for it waits on. */
+static bool probe_died(Instance *i, const char *how) {
+        char text[512];
+
+        /* Starting, or stopping since it closed its pipes: not a stop we asked for. */
+        if (!i->probe_pending || i->shim->backend->protocol != PROTOCOL_AUTO ||
+            (i->state != INSTANCE_STARTING && !(i->state == INSTANCE_STOPPING && i->broken)))
+                return false;
+        log_info("Backend '%s' (pid %d) %s on server/discover: a handshake-era server, starting it again.", iname(i),
+                 (int) i->pid, how);
+        i->shim->learned_era = BACKEND_ERA_LEGACY;
+        i->probing = i->probe_pending = false;
+        i->late_discover = (cJSON_Delete(i->late_discover), NULL);
+        i->child_source = sd_event_source_disable_unref(i->child_source);
+        sd_event_source_set_enabled(i->timer_source, SD_EVENT_OFF);
+        i->ch = channel_free(i->ch);
+        i->pid = 0;
+        i->state = INSTANCE_DOWN;
+        if (instance_spawn(i, i->init_params, text, sizeof text) < 0) {
+                fail_everything(i, text);
+                shim_update(i->shim);
+        }
+        return true;
+}
+
 static int on_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
         Instance *i = userdata;
         Shim *shim = i->shim;
@@ -923,6 +1062,8 @@ static int on_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
         process_describe_exit(si, how, sizeof how);
         free(i->last_exit);
         i->last_exit = strdup(how);
+        if (probe_died(i, how))
+                return 0;
         if (unexpected) {
                 i->crashes = i->answered || now - i->started_usec > 30 * USEC_PER_SEC ? 1 : i->crashes + 1;
                 i->retry_after_usec = now + backoff_usec(i->crashes);
@@ -947,6 +1088,9 @@ static int on_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
         i->init_result = (cJSON_Delete(i->init_result), NULL);
         i->pid = 0;
         i->state = INSTANCE_DOWN;
+        i->era = BACKEND_ERA_UNKNOWN;
+        i->probing = i->probe_pending = false;
+        i->late_discover = (cJSON_Delete(i->late_discover), NULL);
         if (i->session_owned && i->n_clients == 0)
                 instance_free(i);
         else {
@@ -963,9 +1107,25 @@ static int on_timer(sd_event_source *s, uint64_t usec, void *userdata) {
         char text[512], d[32];
 
         (void) s, (void) usec;
-        if (i->state == INSTANCE_DOWN)
+        if (i->state == INSTANCE_DOWN) {
                 instance_restart(i);
-        else if (i->state == INSTANCE_STARTING) {
+                return 0;
+        }
+        if (i->state == INSTANCE_STARTING && i->probing && i->shim->backend->protocol == PROTOCOL_AUTO) {
+                /* No answer to server/discover in time: a handshake-era server (the spec), initialized on
+                 * the same pipe, within what is left of init_timeout. A late answer still counts. */
+                const uint64_t init = i->shim->backend->init_timeout_usec;
+                _cleanup_json_ cJSON *req = bridge_initialize_request_new(i->init_params);
+                log_info("Backend '%s' did not answer server/discover within %llu ms: initializing it.", iname(i),
+                         (unsigned long long) (PROBE_TIMEOUT_USEC / USEC_PER_MSEC));
+                i->probing = false;
+                i->era = i->shim->learned_era = BACKEND_ERA_LEGACY;
+                if (req && instance_send(i, req) >= 0 &&
+                    (init == USEC_INFINITY ||
+                     arm_timer(i, init > PROBE_TIMEOUT_USEC ? init - PROBE_TIMEOUT_USEC : 1) >= 0))
+                        return 0;
+        }
+        if (i->state == INSTANCE_STARTING) {
                 snprintf(text, sizeof text,
                          "backend '%s' did not answer initialize within %s (init_timeout); stopped it", iname(i),
                          duration_format(i->shim->backend->init_timeout_usec, d, sizeof d));
@@ -997,11 +1157,12 @@ static int arm_timer(Instance *i, uint64_t usec) {
         return r;
 }
 
-/* Starts the backend and sends it initialize with these params (a client's, or our own for a start
- * ahead of any call); they are kept for a resident backend's restart. */
+/* Starts the backend and sends it its first request (server/discover, or initialize) with these
+ * params (a client's, or our own for a start ahead of any call); they are kept for the probe's
+ * fallback and a resident backend's restart. */
 static int instance_spawn(Instance *i, const cJSON *init_params, char *text, size_t size) {
         const Backend *b = i->shim->backend;
-        _cleanup_json_ cJSON *id = cJSON_CreateNumber(INIT_REQUEST_ID), *init = NULL;
+        _cleanup_json_ cJSON *init = NULL;
         cJSON *params = cJSON_Duplicate(init_params, true);
         int in_fd = -EBADF, out_fd = -EBADF, r;
         uint64_t now = now_usec();
@@ -1035,9 +1196,13 @@ static int instance_spawn(Instance *i, const cJSON *init_params, char *text, siz
                  * hold it off; on_child() reads what is left in the pipe first. */
                 r = sd_event_add_child(i->shim->event, &i->child_source, i->pid, WEXITED, on_child, i);
         }
-        if (r >= 0 && b->init_timeout_usec != USEC_INFINITY)
+        /* What era it speaks is learned as a dual-era client learns it: server/discover first. */
+        init = bridge_first_request_new(i, params);
+        /* Pinned modern: no fallback, the probe has all of init_timeout. */
+        if (r >= 0 && i->probing && b->protocol == PROTOCOL_AUTO)
+                r = arm_timer(i, b->init_timeout_usec < PROBE_TIMEOUT_USEC ? b->init_timeout_usec : PROBE_TIMEOUT_USEC);
+        else if (r >= 0 && b->init_timeout_usec != USEC_INFINITY)
                 r = arm_timer(i, b->init_timeout_usec);
-        init = jsonrpc_request_new(id, "initialize", cJSON_Duplicate(i->init_params, true));
         if (r >= 0 && (!init || instance_send(i, init) < 0))
                 r = -ENOMEM;
         if (r < 0) {

@@ -31,6 +31,8 @@
 #define STOP_TERM_GRACE_USEC  (3ULL * 1000000ULL)
 #define DRAINING_METHOD       "notifications/mcp-lazy/draining"
 #define INIT_REQUEST_ID       0
+#define PROBE_REQUEST_ID      (-100)               /* server/discover; the contract check uses -1 to -3 */
+#define PROBE_TIMEOUT_USEC    (2ULL * 1000000ULL)  /* then initialize follows; a late answer still counts */
 #define PROGRESS_TOKEN_PREFIX "mcp-lazy-progress:" /* a token of ours, where a client's was taken */
 #define UPCALL_ID_PREFIX      "mcp-lazy-upcall:"
 /* initialize of a backend started ahead of any call (lifecycle warm, resident) */
@@ -40,6 +42,13 @@ typedef struct Shim Shim;
 typedef struct Client Client;
 typedef struct Instance Instance;
 typedef struct QueueItem QueueItem;
+
+/* The era of MCP a backend process speaks (manifest `protocol`, or found out when it starts). */
+typedef enum BackendEra {
+        BACKEND_ERA_UNKNOWN,
+        BACKEND_ERA_LEGACY, /* initialize first */
+        BACKEND_ERA_MODERN, /* 2026-07-28: the envelope on every request */
+} BackendEra;
 
 typedef enum InstanceState {
         INSTANCE_DOWN,     /* no process (never started, stopped, or crashed) */
@@ -62,6 +71,12 @@ typedef struct Route {
         size_t sent_len;
         uint64_t sent_end; /* its end in the backend's stdin (channel_sent_bytes()) */
         bool resend;       /* the backend died before reading it: it goes to the next one */
+        /* A handshake-era client's request at a modern backend (bridge.c). */
+        bool legacy_client;
+        cJSON *request; /* as sent, for a retry with the client's answers (tools/call, prompts/get, resources/read) */
+        cJSON *input_responses; /* collected while the client answers */
+        char *request_state;    /* the backend's, echoed exactly */
+        unsigned awaiting, rounds;
 } Route;
 
 struct Instance {
@@ -70,13 +85,19 @@ struct Instance {
         InstanceState state;
         pid_t pid;
         sd_event_source *child_source, *timer_source;
-        Channel *ch;        /* backend stdout (in) and stdin (out) */
-        cJSON *init_result; /* the backend's initialize result, handed to later sessions */
-        cJSON *init_params; /* the initialize params it was started with */
-        QueueItem *queue;   /* requests waiting for READY, oldest first */
-        Hashmap *routes;    /* backend id -> Route */
-        Hashmap *tokens;    /* progress token text the backend got -> Route */
-        Hashmap *tasks;     /* task id text (the backend's) -> Client whose call created it */
+        Channel *ch;         /* backend stdout (in) and stdin (out) */
+        cJSON *init_result;  /* the backend's initialize result, handed to later sessions; for a modern
+                              * backend its DiscoverResult */
+        cJSON *init_params;  /* the initialize params it was started with (for the probe's fallback
+                              * and a resident backend's restart) */
+        BackendEra era;
+        bool probing;         /* server/discover sent, no verdict yet (initialize not sent) */
+        bool probe_pending;   /* server/discover not answered yet (also after initialize followed) */
+        cJSON *late_discover; /* a DiscoverResult that came after initialize was sent */
+        QueueItem *queue;     /* requests waiting for READY, oldest first */
+        Hashmap *routes;      /* backend id -> Route */
+        Hashmap *tokens;      /* progress token text the backend got -> Route */
+        Hashmap *tasks;       /* task id text (the backend's) -> Client whose call created it */
         int64_t next_id;
         unsigned n_clients; /* clients attached */
         unsigned crashes;   /* consecutive unexpected exits */
@@ -125,6 +146,7 @@ struct Shim {
         sd_event_source *idle_source, *drain_source;
         Hashmap *upcalls; /* id given to a client -> Upcall (a backend's request to a client) */
         uint64_t next_upcall;
+        BackendEra learned_era; /* what the last backend process turned out to be */
         bool draining, inetd;
         size_t max_line; /* --max-line-bytes */
         uint64_t calls_served, next_client_serial;
@@ -145,6 +167,27 @@ void upcall_forget_client(Shim *s, Client *c);
 void upcall_forget_instance(Shim *s, Instance *i);
 /* The backend cancelled one of its requests: tell the client it went to. */
 void upcall_cancelled(Instance *i, const Message *m);
+
+/* bridge.c: the backend's era, and what the shim translates for clients of the other era */
+enum { BRIDGE_PASS, BRIDGE_SENT, BRIDGE_CONTINUES };
+/* The first request to a new backend process: server/discover (sets i->probing), or initialize. */
+cJSON *bridge_first_request_new(Instance *i, const cJSON *init_params);
+cJSON *bridge_initialize_request_new(const cJSON *init_params);
+/* The answer to server/discover: BACKEND_ERA_MODERN or _LEGACY, or -EPROTO with text saying why not. */
+int bridge_probe_verdict(Instance *i, const cJSON *msg, char *text, size_t size);
+/* A modern backend's answer to a handshake-era client's initialize. */
+cJSON *bridge_initialize_result_new(const Instance *i, const cJSON *init_params);
+/* params for the shim's own requests (the contract check): the envelope for a modern backend. */
+cJSON *bridge_contract_params(const Instance *i);
+/* r->sent on its way to a modern backend: a handshake-era client's request gets its envelope. */
+int bridge_prepare_request(Instance *i, Client *c, Route *r);
+/* The backend answered r: BRIDGE_PASS (send it on as it is), BRIDGE_SENT (an adapted answer went to
+ * the client), BRIDGE_CONTINUES (input_required: the client is asked, the request retried). */
+int bridge_response(Instance *i, Route *r, const Message *m);
+/* The client answered one input request of a bridged call. */
+void bridge_input_answer(Instance *i, int64_t route_id, const char *input_key, const cJSON *msg);
+/* upcalls.c: an input request of a bridged call, sent to the call's client. */
+int upcall_bridge(Instance *i, Route *r, const char *input_key, const char *method, const cJSON *params);
 
 /* contract.c: the backend's own lists against the manifest */
 void contract_request(Instance *i);
@@ -191,5 +234,13 @@ int instance_send_text(Instance *i, const char *text, size_t len);
 /* One line the backend wrote to its stdout (also the fuzz target's way in). */
 void instance_handle_backend_line(Instance *i, const char *line, size_t len);
 void instance_stop(Instance *i);
+int instance_send(Instance *i, const cJSON *m);
+Route *instance_route(Instance *i, int64_t backend_id);
+/* A route under a new backend id (a retry is a new request). */
+int route_retarget(Instance *i, Route *r);
+/* Sends r->sent (again: a retry), and notes where it ends in the backend's stdin. */
+int route_send(Instance *i, Route *r);
+/* Answers the route's client with a failure, and forgets the route. */
+void route_fail(Instance *i, Route *r, const char *text);
 unsigned instance_in_flight(const Instance *i);
 const char *shim_backend_name(const Shim *s);

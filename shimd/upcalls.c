@@ -14,12 +14,16 @@ typedef struct Upcall {
         Client *client;
         char *backend_id; /* the exact text of the backend's id */
         char *key;        /* our id, as given to the client (without quotes) */
+        /* An input request of a bridged call (bridge.c): the call's route and the request's key. */
+        int64_t bridge_route;
+        char *input_key;
 } Upcall;
 
 static void upcall_free(Upcall *u) {
         if (!u)
                 return;
         free(u->backend_id);
+        free(u->input_key);
         free(u->key);
         free(u);
 }
@@ -119,6 +123,32 @@ void upcall_forward(Instance *i, const Message *m) {
         send_translated(m, id, c, NULL);
 }
 
+int upcall_bridge(Instance *i, Route *r, const char *input_key, const char *method, const cJSON *params) {
+        Shim *s = i->shim;
+        _cleanup_json_ cJSON *req = NULL, *id = NULL;
+        Upcall *u;
+        char key[64];
+
+        if (hashmap_size(s->upcalls) >= CLIENT_MAX_PENDING)
+                return -ENOBUFS;
+        snprintf(key, sizeof key, UPCALL_ID_PREFIX "%llu", (unsigned long long) ++s->next_upcall);
+        u = calloc(1, sizeof *u);
+        id = cJSON_CreateString(key);
+        req = id ? jsonrpc_request_new(id, method, params ? cJSON_Duplicate(params, true) : NULL) : NULL;
+        if (!u || !req || !(u->key = strdup(key)) || !(u->input_key = strdup(input_key)) ||
+            hashmap_put(s->upcalls, u->key, u) < 0) {
+                upcall_free(u);
+                return -ENOMEM;
+        }
+        u->instance = i;
+        u->client = r->client;
+        u->bridge_route = r->backend_id;
+        log_debug("Asking connection %llu for %s ('%s') for backend '%s'.", (unsigned long long) r->client->serial,
+                  method, input_key, shim_backend_name(s));
+        client_send(r->client, req);
+        return 0;
+}
+
 bool upcall_answer(Client *c, const Message *m) {
         Shim *s = c->shim;
         Upcall *u;
@@ -129,7 +159,10 @@ bool upcall_answer(Client *c, const Message *m) {
         if (!u || u->client != c)
                 return false;
         hashmap_remove(s->upcalls, u->key);
-        send_translated(m, u->backend_id, NULL, u->instance);
+        if (u->input_key)
+                bridge_input_answer(u->instance, u->bridge_route, u->input_key, m->json);
+        else
+                send_translated(m, u->backend_id, NULL, u->instance);
         upcall_free(u);
         return true;
 }
@@ -155,7 +188,7 @@ static void forget(Shim *s, Client *c, Instance *i) {
                 Upcall *u = v;
                 if ((c && u->client != c) || (i && u->instance != i))
                         continue;
-                if (c)
+                if (c && u->backend_id)
                         reply_backend_error(u->instance, u->backend_id,
                                             "the client session that was asked has gone away");
                 hashmap_remove(s->upcalls, u->key);
@@ -184,7 +217,7 @@ void upcall_cancelled(Instance *i, const Message *m) {
                 Upcall *u = v;
                 _cleanup_free_ char *id = NULL;
 
-                if (u->instance != i || strlen(u->backend_id) != rid->len ||
+                if (u->instance != i || !u->backend_id || strlen(u->backend_id) != rid->len ||
                     memcmp(u->backend_id, rid->text, rid->len) != 0)
                         continue;
                 if (asprintf(&id, "\"%s\"", u->key) >= 0)

@@ -18,6 +18,7 @@
 // 7. throughput to floor.c's backend alone vs through one pooled shim and the frontend (throughput.mjs);
 // 8. a fleet on one pooled shim: 1 vs 1000 open sessions, the shim's RSS and descriptors, a call
 //    from every session at once, and one session's call latency while the others stay open.
+// 9. both eras: the cost of the 2026-07-28 envelope per call, beside the handshake-era path.
 //
 // Targets are printed beside the figures; missing one never fails the run. A section that cannot
 // run prints FAILED with the reason, and the run then exits 1. Nothing is left running.
@@ -35,7 +36,7 @@ import { addFarHost } from "../integration/lib/far.mjs";
 import { sectionThroughput } from "./throughput.mjs";
 import { SESSIONS as SESSIONS_SCRIPT, recorderBox } from "../integration/lib/recorder-box.mjs";
 import {
-  Peer, alive, cmdline, descendants, leftovers, demoTools, generateManifest, heading, initialize, initialized, killAllTracked, median,
+  CLIENT_INFO, Peer, alive, cmdline, descendants, leftovers, demoTools, generateManifest, heading, initialize, initialized, killAllTracked, median,
   mib, ms, now, p90, p99, procCpuMs, procPss, procStatus, processesMatching, ratio, reapTree, table, toolsCall, toolsList,
   trackPid, untrackPid, us,
 } from "./lib.mjs";
@@ -366,6 +367,76 @@ async function sectionWarm(manifest) {
   console.log(`  (sequential raw JSON-RPC calls on stdio after ${RUNS.warmUp} warm-up calls each, the three paths interleaved;`);
   console.log("   'added' = that quantile minus the direct path's; the relays: socat STDIO UNIX-CONNECT -> socat UNIX-LISTEN EXEC)");
   console.log(`  target: mcp-lazy's added cost <= 1.15x the relays', median and p99 -> ${verdicts.join("; ")}`);
+}
+
+// ---- 9. both eras --------------------------------------------------------------------------
+
+const MODERN_SERVER = join(TESTS, "servers/modern.mjs");
+const ENVELOPE = {
+  "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+  "io.modelcontextprotocol/clientCapabilities": {},
+  "io.modelcontextprotocol/clientInfo": CLIENT_INFO,
+};
+
+// Sequential calls on several peers, round robin (the order rotating), after warm-up calls each.
+async function roundRobin(entries) {
+  const call = async (e) => {
+    const id = (e.next = (e.next ?? 0) + 1);
+    const t0 = now();
+    const { t, msg } = await e.peer.request(id, "tools/call", e.params, 60000);
+    checkToolResult(msg, e.label);
+    return t - t0;
+  };
+  for (let i = 0; i < RUNS.warmUp; i++) for (const e of entries) await call(e);
+  for (const e of entries) e.times = [];
+  for (let i = 0; i < RUNS.warmCalls; i++)
+    for (let k = 0; k < entries.length; k++) {
+      const e = entries[(i + k) % entries.length];
+      e.times.push(await call(e));
+    }
+}
+
+async function sectionEras(directManifest) {
+  heading("9. Both eras: the 2026-07-28 envelope per call, beside the handshake-era path");
+  const manifest = join(WORK, "modern.json");
+  writeFileSync(manifest, JSON.stringify({
+    backends: { modern: { command: [NODE, MODERN_SERVER], socket: `${WORK}/absent-modern.sock` } },
+    tools: [{ name: "echo", backend: "modern", inputSchema: { type: "object", properties: { message: { type: "string" } } } }],
+  }));
+  const args = { message: "hello from mcp-lazy-bench" };
+  const legacy = { name: "echo", arguments: args };
+  const modern = { name: "echo", arguments: args, _meta: ENVELOPE };
+  const peers = [];
+  const entry = (label, peer, params) => (peers.push(peer), { label, peer, params });
+  const entries = [
+    entry("modern server, modern client, direct", new Peer(NODE, [MODERN_SERVER], { stderr: true }), modern),
+    entry("modern server, modern client, via mcp-lazy", lazyDirect(manifest), modern),
+    entry("modern server, legacy client, via mcp-lazy", lazyDirect(manifest), legacy),
+    entry("everything, legacy client, via mcp-lazy", lazyDirect(directManifest), legacy),
+    entry("everything, modern client, via mcp-lazy", lazyDirect(directManifest), modern),
+  ];
+  try {
+    await handshake(entries[2].peer);
+    await handshake(entries[3].peer);
+    await roundRobin(entries);
+  } finally {
+    await Promise.all(peers.map((p) => p.close()));
+  }
+  const [md, mm, , el, em] = entries.map((e) => e.times);
+  const row = (e, base) => [e.label, e.times.length, us(median(e.times)), us(p90(e.times)), us(p99(e.times)),
+    base ? ratio(median(e.times), median(base)) : "", base ? `${us(median(e.times) - median(base))}` : ""];
+  table(["path", "calls", "median", "p90", "p99", "ratio med", "added med"], [
+    row(entries[0]),
+    row(entries[1], md),
+    row(entries[2], mm),
+    row(entries[3]),
+    row(entries[4], el),
+  ]);
+  console.log("  (ratios: mcp-lazy in front of a modern server vs the server itself; the legacy client's path");
+  console.log("   (envelope added, modern fields stripped by the shim) vs the modern client's; a modern client of a");
+  console.log("   handshake-era server (envelope carried, resultType added) vs a legacy client of the same)");
+  console.log(`  target: the modern envelope costs <1.15x -> ${median(em) / median(el) < 1.15 && median(mm) / median(md) < 1.15 ? "met" : "NOT met"}` +
+    ` (${ratio(median(em), median(el))} on everything, ${ratio(median(mm), median(md))} in front of the modern server)`);
 }
 
 // ---- 3. cold first call -------------------------------------------------------------------
@@ -840,6 +911,7 @@ async function main() {
     await section("section 5", () => sectionFrontends({ mcpLazy: MCP_LAZY, work: WORK, runs: QUICK ? 3 : 10, n: QUICK ? 200 : 500 }));
   if (!quickSkip(6, "a backend on another host: a second box") && want(6)) await section("section 6", sectionRemote);
   if (!quickSkip(8, "1000 sessions in a box") && want(8)) await section("section 8", sectionFleetScale);
+  if (want(9)) await section("section 9", () => sectionEras(direct));
 
   // Anything of ours still running is a bug in the bench or in mcp-lazy's shutdown.
   await new Promise((r) => setTimeout(r, 200));

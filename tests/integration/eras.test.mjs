@@ -1,13 +1,13 @@
 // Both eras of MCP: the 2026-07-28 test server itself, and the frontend serving modern clients from the manifest.
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, renameSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
-import { INIT, MCP_LAZY, RawPeer, SERVER_SCRIPTS, SHIMD, cleanupPeers, descendants, sleep } from "./lib/env.mjs";
-import { ENVELOPE, MODERN, MODERN_SERVER, MREQ, connectV2, modernScript, normalise } from "./lib/eras.mjs";
+import { INIT, MCP_LAZY, RawPeer, SERVER_SCRIPTS, SHIMD, TESTS, cleanupPeers, descendants, sleep } from "./lib/env.mjs";
+import { ENVELOPE, MODERN, MODERN_SERVER, MREQ, connectV2, modernManifest, modernScript, normalise } from "./lib/eras.mjs";
 
 after(cleanupPeers);
 
@@ -226,6 +226,111 @@ test("the v2 client in auto and pinned modes through mcp-lazy to a handshake-era
     assert.deepEqual((await script(c)).map(normalise), want, mode);
     await c.close();
   }
+});
+
+// The shim driving 2026-07-28 backends (direct activation: the frontend starts the shim itself).
+const direct = (m) => ["--manifest", m, "--activation=direct", "--shimd", SHIMD];
+
+test("differential: the modern test server straight and through mcp-lazy, for the v2 client in legacy, auto and pinned modes", async () => {
+  const m = await modernManifest(join(dir, "modern.json"));
+  for (const mode of ["legacy", "auto", "pin"]) {
+    const straight = await connectV2(mode, "node", [MODERN_SERVER]);
+    const want = await modernScript(straight);
+    await straight.close();
+    const through = await connectV2(mode, MCP_LAZY, direct(m));
+    assert.deepEqual(await modernScript(through), want, mode);
+    assert.match(through.stderrText, /Backend 'modern' speaks 2026-07-28 \(it answered server\/discover\)/);
+    await through.close();
+  }
+});
+
+test("a handshake-era client of a backend that serves only 2026-07-28: mcp-lazy bridges, with what the SDK's own bridge gives", async () => {
+  const only = await modernManifest(join(dir, "modern-only.json"), { args: ["--legacy", "reject"] });
+  const straight = await connectV2("legacy", "node", [MODERN_SERVER]);
+  const want = await modernScript(straight);
+  await straight.close();
+  // Without mcp-lazy this pairing does not work at all.
+  const refused = await connectV2("legacy", "node", [MODERN_SERVER, "--legacy", "reject"]).catch((e) => e);
+  assert.ok(refused instanceof Error, "a legacy client cannot use a modern-only server directly");
+  const through = await connectV2("legacy", MCP_LAZY, direct(only));
+  assert.deepEqual(await modernScript(through), want);
+  assert.deepEqual(through.seen, ["the answer?"], "the elicitation reached the client as a request");
+  await through.close();
+});
+
+test("protocol: legacy in the manifest drives a dual-era backend through initialize; protocol: modern refuses a handshake-era one clearly", async () => {
+  const m = await modernManifest(join(dir, "modern-legacy.json"), { extra: { protocol: "legacy" } });
+  const c = await connectV2("pin", MCP_LAZY, direct(m));
+  const r = await c.callTool({ name: "echo", arguments: { message: "hey" } });
+  assert.deepEqual(r.content, [{ type: "text", text: "Echo: hey" }]);
+  assert.doesNotMatch(c.stderrText, /speaks 2026-07-28/);
+  await c.close();
+
+  const pinned = manifest(
+    "pinned-modern.yaml",
+    `backends:
+  everything:
+    command: [node, ${SERVER_SCRIPTS.everything}, stdio]
+    protocol: modern
+tools:
+  - {name: echo, backend: everything, input_schema: {type: object}}
+`,
+  );
+  const d = await connectV2("legacy", MCP_LAZY, direct(pinned));
+  const e = await d.callTool({ name: "echo", arguments: { message: "x" } });
+  assert.equal(e.isError, true);
+  assert.match(e.content[0].text, /pinned to protocol: modern in the manifest, but did not answer server\/discover as a 2026-07-28 server: Method not found/);
+  await d.close();
+  const bad = manifest("bad-protocol.yaml", `backends: {b: {command: [x], protocol: newest}}\ntools: []\n`);
+  const w = new RawPeer(MCP_LAZY, ["check", bad]);
+  await w.exited;
+  assert.match(w.stderr, /protocol of backend 'b' must be 'auto', 'modern' or 'legacy', not 'newest'/);
+});
+
+test("a handshake-era backend that exits on server/discover is started again and initialized, with no error for the client", async () => {
+  const starts = join(dir, "strict-starts");
+  const m = manifest(
+    "strict.yaml",
+    `backends:
+  strict:
+    command: [node, ${join(TESTS, "servers/strict-legacy.mjs")}]
+    env: {STRICT_LEGACY_STARTS: ${starts}}
+tools:
+  - {name: echo, backend: strict, input_schema: {type: object, properties: {message: {type: string}}}}
+  - {name: get-sum, backend: strict, input_schema: {type: object}}
+`,
+  );
+  for (const mode of ["legacy", "pin"]) {
+    writeFileSync(starts, "");
+    const c = await connectV2(mode, MCP_LAZY, direct(m));
+    const r = await c.callTool({ name: "echo", arguments: { message: "still here" } });
+    assert.deepEqual(r.content, [{ type: "text", text: "Echo: still here" }], mode);
+    assert.equal((await c.callTool({ name: "get-sum", arguments: { a: 1, b: 2 } })).isError, undefined);
+    assert.match(c.stderrText, /exited with status 3 on server\/discover: a handshake-era server, starting it again/);
+    assert.equal(readFileSync(starts, "utf8"), "start\nstart\n", "one probe, one real start");
+    await c.close();
+  }
+});
+
+test("an input_required answer asking for what the request's envelope did not declare becomes -32021", async () => {
+  const m = manifest(
+    "careless.yaml",
+    `backends:
+  careless:
+    command: [node, ${join(TESTS, "servers/careless-modern.mjs")}]
+tools:
+  - {name: ask, backend: careless, input_schema: {type: object}}
+`,
+  );
+  const p = new RawPeer(MCP_LAZY, direct(m));
+  const refused = await p.request(MREQ(1, "tools/call", { name: "ask", arguments: {} }, { roots: {} }), 30000);
+  assert.deepEqual(refused.error.data, { requiredCapabilities: { elicitation: {} } });
+  assert.equal(refused.error.code, -32021);
+  assert.equal(refused.id, 1);
+  const passed = await p.request(MREQ(2, "tools/call", { name: "ask", arguments: {} }, { roots: {}, elicitation: {} }));
+  assert.equal(passed.result.resultType, "input_required");
+  assert.equal(passed.result.requestState, "s");
+  await p.close();
 });
 
 test("per-backend mode (--backend): server/discover and lists are that backend's own", async () => {

@@ -32,7 +32,7 @@ function build() {
             for (let i = 1; i <= n; i++) {
                 if (token !== undefined)
                     await ctx.mcpReq.notify({ method: 'notifications/progress', params: { progressToken: token, progress: i, total: n } });
-                await new Promise(r => setTimeout(r, 5));
+                await new Promise(r => setTimeout(r, 20));
             }
             return { content: [{ type: 'text', text: `counted to ${n}` }] };
         });

@@ -1,4 +1,5 @@
 // The 2026-07-28 era in tests: the v2 SDK client in its three modes, the modern test server, envelopes.
+import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/client";
 import { StdioClientTransport } from "@modelcontextprotocol/client/stdio";
@@ -23,7 +24,8 @@ export const MREQ = (id, method, params = {}, capabilities = {}) => ({
 
 // The v2 SDK client: mode is 'legacy', 'auto' or 'pin' (2026-07-28 with no fallback). Its handlers
 // answer elicitation and sampling with `answer` so a test can tell sessions apart.
-export async function connectV2(mode, command, args, { answer = "forty-two", env } = {}) {
+// gate, if given, is awaited before an elicitation is answered.
+export async function connectV2(mode, command, args, { answer = "forty-two", env, gate } = {}) {
   const versionNegotiation = mode === "pin" ? { mode: { pin: MODERN } } : { mode };
   const client = new Client(
     { name: `v2-${mode}`, version: "1.0.0" },
@@ -32,6 +34,7 @@ export async function connectV2(mode, command, args, { answer = "forty-two", env
   client.seen = [];
   client.setRequestHandler("elicitation/create", async (r) => {
     client.seen.push(r.params.message);
+    if (gate) await gate();
     return { action: "accept", content: { answer } };
   });
   client.setRequestHandler("sampling/createMessage", async () => ({
@@ -75,4 +78,20 @@ export async function modernScript(client) {
   out.resource = normalise(await client.readResource({ uri: "modern://greeting" }));
   out.prompt = normalise(await client.getPrompt({ name: "greet", arguments: { who: "Ada" } }));
   return out;
+}
+
+// A JSON manifest for the modern test server, its entries exactly what the server lists (asked in the
+// 2026-07-28 era). extra: more backend keys (protocol, sharing...).
+export async function modernManifest(path, { args = [], extra = {}, name = "modern" } = {}) {
+  const c = await connectV2("pin", "node", [MODERN_SERVER, ...args]);
+  const { tools } = await c.listTools();
+  const { resources } = await c.listResources();
+  const { prompts } = await c.listPrompts();
+  await c.close();
+  const manifest = {
+    backends: { [name]: { command: ["node", MODERN_SERVER, ...args], resources, prompts, ...extra } },
+    tools: tools.map((t) => ({ ...t, backend: name })),
+  };
+  writeFileSync(path, JSON.stringify(manifest, null, 1));
+  return path;
 }

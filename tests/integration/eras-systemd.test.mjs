@@ -1,0 +1,102 @@
+// Both eras under a real systemd: a 2026-07-28 backend pooled behind socket activation, reached by
+// v2 clients in every mode; a modern-only backend bridged for handshake-era clients; two sessions'
+// MRTR elicitations at once on one backend.
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtempSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { boxFleet, enableSockets } from "./lib/fleet.mjs";
+import { MCP_LAZY, cleanupPeers } from "./lib/env.mjs";
+import { MODERN_SERVER, connectV2, modernManifest, modernScript } from "./lib/eras.mjs";
+
+after(cleanupPeers);
+const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-eras-box-"));
+let fleet;
+const clients = new Set();
+
+// One manifest per backend (their tools have the same names); the unit of each gets its own.
+const MANIFESTS = { modern: "/etc/mcp-lazy/modern.json", modernonly: "/etc/mcp-lazy/modernonly.json" };
+
+before(async () => {
+  const local = {
+    modern: await modernManifest(join(dir, "modern.json"), { name: "modern" }),
+    modernonly: await modernManifest(join(dir, "modernonly.json"), { name: "modernonly", args: ["--legacy", "reject"] }),
+  };
+  fleet = await boxFleet();
+  for (const [name, path] of Object.entries(MANIFESTS)) {
+    const w = await fleet.box.exec("bash", ["-c", `cat > ${path}`], { input: readFileSync(local[name], "utf8") });
+    assert.equal(w.code, 0, w.stderr);
+    await fleet.sh(`mkdir -p /etc/systemd/system/mcp-lazy@${name}.service.d
+      printf '[Service]\\nEnvironment=MCP_LAZY_MANIFEST=${path}\\n' > /etc/systemd/system/mcp-lazy@${name}.service.d/manifest.conf`);
+  }
+  await enableSockets(fleet, Object.keys(MANIFESTS));
+});
+
+after(async () => {
+  for (const c of clients) await c.close().catch(() => {});
+  if (fleet) await fleet.stop();
+});
+
+async function session(mode, name, opts) {
+  const [cmd, ...pre] = fleet.box.nsenterArgs();
+  const c = await connectV2(mode, cmd, [...pre, MCP_LAZY, "--manifest", MANIFESTS[name]], opts);
+  clients.add(c);
+  return c;
+}
+
+async function close(c) {
+  clients.delete(c);
+  await c.close();
+}
+
+test("differential under systemd: the modern server straight and through mcp-lazy, for the v2 client in legacy, auto and pinned modes", async () => {
+  for (const mode of ["legacy", "auto", "pin"]) {
+    const straight = await connectV2(mode, "node", [MODERN_SERVER]);
+    const want = await modernScript(straight);
+    await straight.close();
+    const c = await session(mode, "modern");
+    assert.deepEqual(await modernScript(c), want, mode);
+    await close(c);
+  }
+  // Every mode was served by one backend process: capabilities travel with each request.
+  assert.equal((await fleet.backendPids("modern")).length, 1);
+});
+
+test("under systemd, a handshake-era client of a modern-only backend gets what a dual-era server would give it", async () => {
+  const straight = await connectV2("legacy", "node", [MODERN_SERVER]);
+  const want = await modernScript(straight);
+  await straight.close();
+  const c = await session("legacy", "modernonly");
+  assert.deepEqual(await modernScript(c), want);
+  await close(c);
+});
+
+// Each client's elicitation handler waits until both have been asked: the two calls are at the
+// backend at once, and each session must answer its own.
+async function concurrentAsk(modes, name) {
+  let arrived = 0;
+  let release;
+  const both = new Promise((r) => (release = r));
+  const sessions = [];
+  const gate = async () => {
+    if (++arrived === modes.length) release();
+    await both;
+  };
+  for (const [k, mode] of modes.entries()) sessions.push(await session(mode, name, { answer: `answer-${k}`, gate }));
+  const results = await Promise.all(
+    sessions.map((c, k) => c.callTool({ name: "ask", arguments: { question: `question-${k}` } })),
+  );
+  for (const [k, c] of sessions.entries()) {
+    assert.equal(results[k].content[0].text, `ask:question-${k} -> answer-${k}`, `${modes[k]} session ${k}`);
+    assert.deepEqual(c.seen, [`question-${k}`], "each session was asked only its own question");
+  }
+  for (const c of sessions) await close(c);
+}
+
+test("two pooled sessions call an MRTR elicitation tool at once: each answers only its own, both complete", async () => {
+  await concurrentAsk(["pin", "auto"], "modern");
+  await concurrentAsk(["legacy", "pin"], "modernonly");
+  await concurrentAsk(["legacy", "legacy"], "modernonly");
+  assert.equal((await fleet.backendPids("modernonly")).length, 1, "one backend for every session");
+});
