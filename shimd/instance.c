@@ -1026,8 +1026,13 @@ static bool probe_died(Instance *i, const char *how) {
         if (!i->probe_pending || i->shim->backend->protocol != PROTOCOL_AUTO ||
             (i->state != INSTANCE_STARTING && !(i->state == INSTANCE_STOPPING && i->broken)))
                 return false;
+        uint64_t now = now_usec();
+
         log_info("Backend '%s' (pid %d) %s on server/discover: a handshake-era server, starting it again.", iname(i),
                  (int) i->pid, how);
+        /* It counts as a failed start: one that keeps dying whatever it is sent meets the backoff. */
+        i->crashes = i->answered || now - i->started_usec > 30 * USEC_PER_SEC ? 1 : i->crashes + 1;
+        i->retry_after_usec = now + backoff_usec(i->crashes);
         i->shim->learned_era = BACKEND_ERA_LEGACY;
         i->probing = i->probe_pending = false;
         i->late_discover = (cJSON_Delete(i->late_discover), NULL);
