@@ -1043,6 +1043,7 @@ static bool probe_died(Instance *i, const char *how) {
         i->state = INSTANCE_DOWN;
         if (instance_spawn(i, i->init_params, text, sizeof text) < 0) {
                 fail_everything(i, text);
+                schedule_restart(i); /* resident: after the backoff, as for any failed start */
                 shim_update(i->shim);
         }
         return true;
