@@ -1,13 +1,13 @@
 // Both eras under a real systemd: a 2026-07-28 backend pooled behind socket activation, reached by
 // v2 clients in every mode; a modern-only backend bridged for handshake-era clients; two sessions'
-// MRTR elicitations at once on one backend.
+// MRTR elicitations at once on one backend; a resident modern-only backend started ahead of any call.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { boxFleet, enableSockets } from "./lib/fleet.mjs";
-import { MCP_LAZY, cleanupPeers } from "./lib/env.mjs";
+import { MCP_LAZY, cleanupPeers, waitFor } from "./lib/env.mjs";
 import { MODERN_SERVER, connectV2, modernManifest, modernScript } from "./lib/eras.mjs";
 
 after(cleanupPeers);
@@ -16,12 +16,21 @@ let fleet;
 const clients = new Set();
 
 // One manifest per backend (their tools have the same names); the unit of each gets its own.
-const MANIFESTS = { modern: "/etc/mcp-lazy/modern.json", modernonly: "/etc/mcp-lazy/modernonly.json" };
+const MANIFESTS = {
+  modern: "/etc/mcp-lazy/modern.json",
+  modernonly: "/etc/mcp-lazy/modernonly.json",
+  modernres: "/etc/mcp-lazy/modernres.json",
+};
 
 before(async () => {
   const local = {
     modern: await modernManifest(join(dir, "modern.json"), { name: "modern" }),
     modernonly: await modernManifest(join(dir, "modernonly.json"), { name: "modernonly", args: ["--legacy", "reject"] }),
+    modernres: await modernManifest(join(dir, "modernres.json"), {
+      name: "modernres",
+      args: ["--legacy", "reject"],
+      extra: { lifecycle: "resident" },
+    }),
   };
   fleet = await boxFleet();
   for (const [name, path] of Object.entries(MANIFESTS)) {
@@ -99,4 +108,33 @@ test("two pooled sessions call an MRTR elicitation tool at once: each answers on
   await concurrentAsk(["legacy", "pin"], "modernonly");
   await concurrentAsk(["legacy", "legacy"], "modernonly");
   assert.equal((await fleet.backendPids("modernonly")).length, 1, "one backend for every session");
+});
+
+// lifecycle and era together: the backend started ahead of any session (as a 2025-11-25 client with
+// no capabilities would start it) is probed like any other, found modern, and serves a handshake-era
+// session bridged; after a crash it is started (and probed) again without waiting for a call.
+test("a resident modern-only backend: started with its shim, found modern, bridged for the first session, restarted after a crash", async () => {
+  const ready = async () => /^backend pid \d+ \(ready\)/.test(await fleet.sh("systemctl show -P StatusText mcp-lazy@modernres.service"));
+  await fleet.sh("systemctl start mcp-lazy@modernres.service");
+  assert.ok(await waitFor(ready, 20000), "started ahead and ready");
+  const [pid] = await fleet.backendPids("modernres");
+  assert.ok(pid > 0);
+  const straight = await connectV2("legacy", "node", [MODERN_SERVER]);
+  const want = await modernScript(straight);
+  await straight.close();
+  const c = await session("legacy", "modernres");
+  assert.deepEqual(await modernScript(c), want);
+  await close(c);
+  assert.deepEqual(await fleet.backendPids("modernres"), [pid], "the session took the backend started ahead");
+  const log = await fleet.sh("journalctl -q -o cat -u mcp-lazy@modernres.service");
+  assert.match(log, /Starting backend 'modernres' ahead of any call \(lifecycle: resident\)/);
+  assert.match(log, /started ahead, serves its first session/);
+  await fleet.sh(`kill -9 ${pid}`);
+  const again = async () => (await ready()) && (await fleet.backendPids("modernres")).some((p) => p !== pid);
+  assert.ok(await waitFor(again, 20000), "started again without a call");
+  const c2 = await session("pin", "modernres");
+  const res = await c2.callTool({ name: "echo", arguments: { message: "again" } });
+  assert.ok(!res.isError, JSON.stringify(res));
+  assert.match(res.content[0].text, /again/);
+  await close(c2);
 });
