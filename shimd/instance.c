@@ -111,6 +111,9 @@ int instance_get(Shim *s, Client *c, Instance **ret) {
         if (s->backend->sharing == SHARING_POOLED)
                 for (i = s->instances; i; i = i->next)
                         if (!i->session_owned && (modern || i->era == BACKEND_ERA_MODERN || streq(i->key, key))) {
+                                if (i->unclaimed)
+                                        log_info("Backend '%s' (pid %d), started ahead, serves its first session.",
+                                                 iname(i), (int) i->pid);
                                 i->n_clients++;
                                 i->unclaimed = false;
                                 *ret = i;
