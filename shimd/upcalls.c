@@ -174,7 +174,14 @@ bool upcall_fail(Client *c, const cJSON *id, const char *text) {
         if (!cJSON_IsString(id) || !(u = hashmap_get(s->upcalls, id->valuestring)) || u->client != c)
                 return false;
         hashmap_remove(s->upcalls, u->key);
-        reply_backend_error(u->instance, u->backend_id, text);
+        if (u->input_key) {
+                /* An input request of a bridged call: that call fails, saying why. */
+                _cleanup_json_ cJSON *m = cJSON_CreateObject();
+                cJSON *e = m ? cJSON_AddObjectToObject(m, "error") : NULL;
+                if (e && cJSON_AddStringToObject(e, "message", text))
+                        bridge_input_answer(u->instance, u->bridge_route, u->input_key, m);
+        } else
+                reply_backend_error(u->instance, u->backend_id, text);
         upcall_free(u);
         return true;
 }
