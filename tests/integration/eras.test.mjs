@@ -365,3 +365,17 @@ tools:
   assert.deepEqual(ack.params.notifications, { promptsListChanged: true });
   await p.close();
 });
+
+test("a handshake-era client's over-long answer to a bridged elicitation fails that call, saying so", async () => {
+  const only = await modernManifest(join(dir, "modern-only-long.json"), { args: ["--legacy", "reject"] });
+  const p = new RawPeer(MCP_LAZY, [...direct(only), "--max-line-bytes", "4096"]);
+  assert.ok((await p.request(INIT("2025-06-18", { elicitation: {} }))).result);
+  p.send({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "ask", arguments: { question: "q" } } });
+  const [ask] = await p.next(1, 30000);
+  assert.equal(ask.method, "elicitation/create", JSON.stringify(ask));
+  p.send({ jsonrpc: "2.0", id: ask.id, result: { action: "accept", content: { answer: "x".repeat(8000) } } });
+  const [r] = await p.next(1);
+  assert.equal(r.id, 1, JSON.stringify(r));
+  assert.match(JSON.stringify(r), /longer than the 4096-byte limit/);
+  await p.close();
+});
