@@ -1,8 +1,10 @@
-/* Open-addressing hash map with tombstones; small and good enough for a few thousand ids. */
+/* Open-addressing hash map with tombstones, keyed SipHash: small, and safe on ids a peer chooses. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "hashmap.h"
 
@@ -18,11 +20,74 @@ struct Hashmap {
         size_t size, used, n_buckets; /* used counts tombstones too */
 };
 
+#define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
+
+static void sip_round(uint64_t v[4]) {
+        v[0] += v[1], v[1] = ROTL(v[1], 13), v[1] ^= v[0], v[0] = ROTL(v[0], 32);
+        v[2] += v[3], v[3] = ROTL(v[3], 16), v[3] ^= v[2];
+        v[0] += v[3], v[3] = ROTL(v[3], 21), v[3] ^= v[0];
+        v[2] += v[1], v[1] = ROTL(v[1], 17), v[1] ^= v[2], v[2] = ROTL(v[2], 32);
+}
+
+/* SipHash-c-d (Aumasson and Bernstein, "SipHash: a fast short-input PRF", 2012), written from the
+ * paper's description: the state initialised from the 128-bit key, each little-endian 64-bit word of
+ * the message (the last one padded with the length's low byte on top) mixed in with c rounds, then
+ * d rounds after 0xff is XORed into v2. */
+uint64_t siphash(const uint8_t key[16], const void *data, size_t len, unsigned c_rounds, unsigned d_rounds) {
+        const uint8_t *p = data, *end = p + (len & ~(size_t) 7);
+        uint64_t k0 = 0, k1 = 0, m, b = (uint64_t) len << 56;
+
+        for (int i = 7; i >= 0; i--) {
+                k0 = (k0 << 8) | key[i];
+                k1 = (k1 << 8) | key[8 + i];
+        }
+        uint64_t v[4] = {k0 ^ 0x736f6d6570736575ULL, k1 ^ 0x646f72616e646f6dULL, k0 ^ 0x6c7967656e657261ULL,
+                         k1 ^ 0x7465646279746573ULL};
+        for (; p < end; p += 8) {
+                m = 0;
+                for (int i = 7; i >= 0; i--)
+                        m = (m << 8) | p[i];
+                v[3] ^= m;
+                for (unsigned r = 0; r < c_rounds; r++)
+                        sip_round(v);
+                v[0] ^= m;
+        }
+        for (size_t i = 0; i < (len & 7); i++)
+                b |= (uint64_t) p[i] << (8 * i);
+        v[3] ^= b;
+        for (unsigned r = 0; r < c_rounds; r++)
+                sip_round(v);
+        v[0] ^= b;
+        v[2] ^= 0xff;
+        for (unsigned r = 0; r < d_rounds; r++)
+                sip_round(v);
+        return v[0] ^ v[1] ^ v[2] ^ v[3];
+}
+
+/* The keys are a peer's ids: with a fixed hash function a peer could pick ids that all land in one
+ * probe chain (hash flooding). A key drawn once per process from getrandom() makes where an id lands
+ * unpredictable to peers. */
+static uint8_t hash_key[16];
+static bool hash_key_set;
+
+static void hash_key_init(void) {
+        size_t got = 0;
+
+        while (got < sizeof hash_key) {
+                ssize_t n = getrandom(hash_key + got, sizeof hash_key - got, 0);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n <= 0)
+                        abort(); /* Linux >= 3.17 has getrandom(); without it there is no safe key */
+                got += (size_t) n;
+        }
+        hash_key_set = true;
+}
+
 static uint64_t hash_string(const char *s) {
-        uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-        for (; *s; s++)
-                h = (h ^ (uint8_t) *s) * 1099511628211ULL;
-        return h;
+        if (!hash_key_set)
+                hash_key_init();
+        return siphash(hash_key, s, strlen(s), 1, 3); /* SipHash-1-3: ids are short */
 }
 
 Hashmap *hashmap_new(void) {

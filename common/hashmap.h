@@ -2,6 +2,7 @@
 #pragma once
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct Hashmap Hashmap;
 
@@ -15,3 +16,5 @@ void *hashmap_remove(Hashmap *h, const char *key);
 size_t hashmap_size(const Hashmap *h);
 /* Iteration: *state starts at 0; returns 0 at the end. Removing the current entry is allowed. */
 int hashmap_iterate(Hashmap *h, size_t *state, const char **ret_key, void **ret_value);
+/* SipHash-c-d of data under a 128-bit key (the map uses SipHash-1-3 with a random key per process). */
+uint64_t siphash(const uint8_t key[16], const void *data, size_t len, unsigned c_rounds, unsigned d_rounds);

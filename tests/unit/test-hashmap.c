@@ -1,0 +1,56 @@
+/* The id map: SipHash against the paper's test vectors, and the map itself with many keys. */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "hashmap.h"
+#include "tests.h"
+
+int main(void) {
+        uint8_t key[16], in[64];
+        char k[32];
+
+        for (unsigned i = 0; i < 16; i++)
+                key[i] = (uint8_t) i;
+        for (unsigned i = 0; i < 64; i++)
+                in[i] = (uint8_t) i;
+        /* SipHash-2-4 of 00 01 02 ... (length n) under the key 00 01 ... 0f (the paper's appendix). */
+        CHECK(siphash(key, in, 0, 2, 4) == 0x726fdb47dd0e0e31ULL);
+        CHECK(siphash(key, in, 7, 2, 4) == 0xab0200f58b01d137ULL);
+        CHECK(siphash(key, in, 8, 2, 4) == 0x93f5f5799a932462ULL);
+        CHECK(siphash(key, in, 15, 2, 4) == 0xa129ca6149be45e5ULL);
+        CHECK(siphash(key, in, 63, 2, 4) == 0x958a324ceb064572ULL);
+        /* The key changes every hash: a peer that cannot read the key cannot aim at one bucket. */
+        uint8_t other[16] = {1};
+        CHECK(siphash(key, "mcp-lazy-upcall:1", 17, 1, 3) != siphash(other, "mcp-lazy-upcall:1", 17, 1, 3));
+        CHECK(siphash(key, "a", 1, 1, 3) == siphash(key, "a", 1, 1, 3));
+
+        /* The map: put, get, remove, iterate, across resizes and tombstones. */
+        Hashmap *h = hashmap_new();
+        CHECK(h);
+        for (unsigned i = 0; i < 5000; i++) {
+                snprintf(k, sizeof k, "%u", i);
+                CHECK(hashmap_put(h, k, (void *) (uintptr_t) (i + 1)) == 0);
+        }
+        CHECK(hashmap_put(h, "17", (void *) 1) == -EEXIST);
+        for (unsigned i = 0; i < 5000; i += 2) {
+                snprintf(k, sizeof k, "%u", i);
+                CHECK(hashmap_remove(h, k) == (void *) (uintptr_t) (i + 1));
+        }
+        CHECK(hashmap_size(h) == 2500);
+        bool all = true;
+        for (unsigned i = 0; i < 5000; i++) {
+                snprintf(k, sizeof k, "%u", i);
+                void *v = hashmap_get(h, k);
+                all = all && v == (i % 2 ? (void *) (uintptr_t) (i + 1) : NULL);
+        }
+        CHECK(all);
+        size_t state = 0, n = 0;
+        const char *key_text;
+        void *v;
+        while (hashmap_iterate(h, &state, &key_text, &v))
+                n++;
+        CHECK(n == 2500);
+        hashmap_free(h);
+        return tests_finish("test-hashmap");
+}
