@@ -395,6 +395,31 @@ static void set_problem(Message *m, const char *fmt, const char *arg) {
         m->kind = JSONRPC_INVALID;
 }
 
+/* Every id a hop keeps in a table (request ids, progress tokens, task ids, cancelled ids) has a
+ * bounded length: past it the message is invalid, and an over-long id of its own is not echoed. */
+static void check_id_lengths(Message *m) {
+        IdField f[16];
+        size_t n = ids_fields(m, f, ELEMENTSOF(f));
+
+        for (size_t i = 0; i < n && i < ELEMENTSOF(f); i++) {
+                if (f[i].len <= MESSAGE_MAX_ID_BYTES)
+                        continue;
+                if (f[i].path == ID_PATH_ID) {
+                        m->id = NULL, m->id_text = NULL;
+                        m->id_json = (cJSON_Delete(m->id_json), NULL);
+                }
+                snprintf(m->problem_buf, sizeof m->problem_buf, "%s is longer than %u bytes, the limit",
+                         f[i].kind == ID_KIND_PROGRESS ? "the progress token"
+                         : f[i].kind == ID_KIND_TASK   ? "the task id"
+                         : f[i].path == ID_PATH_ID     ? "\"id\""
+                                                       : "\"requestId\"",
+                         MESSAGE_MAX_ID_BYTES);
+                m->problem = m->problem_buf;
+                m->kind = JSONRPC_INVALID;
+                return;
+        }
+}
+
 /* The envelope: the same rules jsonrpc_classify() applies, with ids taken by their text. */
 static void classify(Message *m) {
         const cJSON *j = m->json, *v, *method, *id, *params;
@@ -456,13 +481,13 @@ static void classify(Message *m) {
                 m->kind = id ? JSONRPC_REQUEST : JSONRPC_NOTIFICATION;
                 m->method = method->valuestring;
                 m->params = params;
-                return;
+                return check_id_lengths(m);
         }
         if (cJSON_HasObjectItem(j, "result") != cJSON_HasObjectItem(j, "error") && id) {
                 /* A response to a request never sent is dropped by the caller; its id may be null. */
                 m->kind = JSONRPC_RESPONSE;
                 m->id = id;
-                return;
+                return check_id_lengths(m);
         }
         m->problem = "a message needs \"method\", or \"id\" with exactly one of \"result\" and \"error\"";
 }

@@ -10,6 +10,9 @@
 #include "ids.h"
 #include "jsonrpc.h"
 
+/* The longest id (request id, progress token, task id, as JSON text) a message may carry. */
+#define MESSAGE_MAX_ID_BYTES 1024U
+
 typedef struct Span {
         size_t start, len; /* len 0: absent */
 } Span;

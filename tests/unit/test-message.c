@@ -171,8 +171,53 @@ static void test_method_kind(void) {
         CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\"}") == JSONRPC_REQUEST);
 }
 
+/* Ids a hop keeps in its tables have a bounded length: 1024 bytes of JSON text, quotes included. */
+static void test_id_length(void) {
+        char line[4096], id[2000];
+
+        memset(id, 'a', sizeof id - 1);
+        id[sizeof id - 1] = 0;
+        /* 1022 letters and two quotes: just the limit. */
+        snprintf(line, sizeof line, "{\"jsonrpc\":\"2.0\",\"id\":\"%.1022s\",\"method\":\"ping\"}", id);
+        CHECK(kind_of(line) == JSONRPC_REQUEST);
+        snprintf(line, sizeof line, "{\"jsonrpc\":\"2.0\",\"id\":\"%.1023s\",\"method\":\"ping\"}", id);
+        _cleanup_message_ Message *a = parse(line);
+        CHECK(a && a->kind == JSONRPC_INVALID && !a->id_json && strstr(a->problem, "\"id\" is longer than 1024 bytes"));
+        /* An integer id too (any size is allowed, not any length). */
+        memset(id, '7', sizeof id - 1);
+        snprintf(line, sizeof line, "{\"jsonrpc\":\"2.0\",\"id\":%.1025s,\"result\":{}}", id);
+        _cleanup_message_ Message *b = parse(line);
+        CHECK(b && b->kind == JSONRPC_INVALID && strstr(b->problem, "\"id\" is longer than 1024 bytes"));
+        memset(id, 'p', sizeof id - 1);
+        snprintf(line, sizeof line,
+                 "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/"
+                 "call\",\"params\":{\"_meta\":{\"progressToken\":\"%.1500s\"}}}",
+                 id);
+        _cleanup_message_ Message *c = parse(line);
+        CHECK(c && c->kind == JSONRPC_INVALID && strstr(c->problem, "progress token is longer than 1024 bytes"));
+        CHECK_STREQ(c ? c->id_text : NULL, "5"); /* its own id is fine: the error goes under it */
+        snprintf(line, sizeof line,
+                 "{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"tasks/get\",\"params\":{\"taskId\":\"%.1500s\"}}", id);
+        _cleanup_message_ Message *d = parse(line);
+        CHECK(d && d->kind == JSONRPC_INVALID && strstr(d->problem, "task id is longer than 1024 bytes"));
+        snprintf(line, sizeof line, "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"task\":{\"taskId\":\"%.1500s\"}}}",
+                 id);
+        _cleanup_message_ Message *e = parse(line);
+        CHECK(e && e->kind == JSONRPC_INVALID && strstr(e->problem, "task id is longer"));
+        snprintf(line, sizeof line,
+                 "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/"
+                 "progress\",\"params\":{\"progressToken\":\"%.1500s\"}}",
+                 id);
+        CHECK(kind_of(line) == JSONRPC_INVALID);
+        /* A long string elsewhere is no id. */
+        snprintf(line, sizeof line,
+                 "{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"tools/call\",\"params\":{\"taskId\":\"%.1500s\"}}", id);
+        CHECK(kind_of(line) == JSONRPC_REQUEST);
+}
+
 int main(void) {
         test_strict();
+        test_id_length();
         test_method_kind();
         test_duplicates();
         test_ids();
