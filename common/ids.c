@@ -16,6 +16,7 @@ const char *const id_paths[_ID_PATH_MAX][ID_PATH_DEPTH + 1] = {
         [ID_PATH_PARAMS_PROGRESS] = {"params", "progressToken"},
         [ID_PATH_PARAMS_TASK_ID] = {"params", "taskId"},
         [ID_PATH_RESULT_TASK_ID] = {"result", "task", "taskId"},
+        [ID_PATH_RESULT_TASKS] = {"result", "tasks"},
 };
 
 /* method NULL: any message of that kind. Eras add their methods' fields here. */

@@ -17,6 +17,7 @@ typedef enum IdPath {
         ID_PATH_PARAMS_PROGRESS,      /* params.progressToken */
         ID_PATH_PARAMS_TASK_ID,       /* params.taskId */
         ID_PATH_RESULT_TASK_ID,       /* result.task.taskId */
+        ID_PATH_RESULT_TASKS,         /* result.tasks: no id, but what tasks/list keeps per session */
         _ID_PATH_MAX,
 } IdPath;
 

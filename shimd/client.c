@@ -239,6 +239,8 @@ static void handle_message(Client *c, Message *m) {
                         return;
                 if (streq(m->method, "notifications/cancelled"))
                         return instance_cancel(c->instance, c, m);
+                if (streq(m->method, "notifications/progress"))
+                        return client_progress(c, m);
                 return instance_submit(c->instance, c, m);
         case JSONRPC_RESPONSE:
                 if (!upcall_answer(c, m))

@@ -172,6 +172,8 @@ static void route_remove(Instance *i, Route *r) {
         hashmap_remove(i->routes, key);
         if (r->backend_token && hashmap_get(i->tokens, r->backend_token) == r)
                 hashmap_remove(i->tokens, r->backend_token);
+        if (r->backend_token && r->client_token && streq(r->backend_token, r->client_token))
+                progress_token_ended(i, r->client_token);
         if (r->client)
                 hashmap_remove(r->client->pending, r->client_id);
         route_free(r);
@@ -336,6 +338,7 @@ Instance *instance_free(Instance *i) {
         hashmap_free(i->routes);
         hashmap_free(i->tokens);
         hashmap_free(i->tasks);
+        progress_memo_free(i);
         cJSON_Delete(i->init_result);
         cJSON_Delete(i->init_params);
         cJSON_Delete(i->late_discover);
@@ -413,7 +416,7 @@ static void task_record(Instance *i, const IdField *f, Client *c) {
                 (void) hashmap_put(i->tasks, key, c);
 }
 
-static Client *task_owner(Instance *i, const char *text, size_t len) {
+Client *instance_task_owner(Instance *i, const char *text, size_t len) {
         _cleanup_free_ char *key = strndup(text, len);
         return key ? hashmap_get(i->tasks, key) : NULL;
 }
@@ -456,7 +459,7 @@ static int map_to_backend(void *userdata, const IdField *f, char **ret) {
                 /* Ours look like PROGRESS_TOKEN_PREFIX: a client's that does is never passed on as it is. */
                 if (id_text_canonical(f->text, f->len) &&
                     strncmp(f->text, "\"" PROGRESS_TOKEN_PREFIX, strlen(PROGRESS_TOKEN_PREFIX) + 1) != 0 &&
-                    !hashmap_get(t->i->tokens, r->client_token))
+                    !hashmap_get(t->i->tokens, r->client_token) && !progress_token_used(t->i, r->client_token))
                         r->backend_token = strdup(r->client_token);
                 else
                         r->backend_token = id_text_string(PROGRESS_TOKEN_PREFIX, (unsigned long long) r->backend_id);
@@ -468,7 +471,7 @@ static int map_to_backend(void *userdata, const IdField *f, char **ret) {
                 return *ret ? 1 : -ENOMEM;
         case ID_KIND_TASK:
                 /* Made by the backend, unique there: it passes as it is, to the session that owns it. */
-                if (r && task_owner(t->i, f->text, f->len) != r->client)
+                if (r && instance_task_owner(t->i, f->text, f->len) != r->client)
                         return -ENOENT;
                 return 0;
         }
@@ -763,6 +766,16 @@ static void handle_backend_invalid(Instance *i, const Message *m) {
         Route *r;
 
         log_warning("Backend '%s' sent an invalid message (%s), ignoring it.", iname(i), m->problem);
+        if (cJSON_HasObjectItem(m->json, "method") && cJSON_HasObjectItem(m->json, "id")) {
+                /* A request all the same: its sender waits for an answer, and gets why (its own id when
+                 * that could be read, else null). */
+                _cleanup_json_ cJSON *e = NULL;
+                snprintf(text, sizeof text, "Invalid Request: %s", m->problem);
+                e = jsonrpc_error_new(m->id_json, JSONRPC_INVALID_REQUEST, text);
+                if (e)
+                        (void) instance_send(i, e);
+                return;
+        }
         if (cJSON_HasObjectItem(m->json, "method") || !backend_id_of(m, &id) || !(r = route_find(i, id)))
                 return;
         snprintf(text, sizeof text, "backend '%s' sent an invalid answer to this call (%s)", iname(i), m->problem);
@@ -803,7 +816,14 @@ static void handle_backend_response(Instance *i, const Message *m) {
         case BRIDGE_CONTINUES:
                 return; /* input the client is asked for, in its era's way; the call goes on */
         case BRIDGE_PASS:
-                send_to_client(i, r, m);
+                if (streq(r->method, "tasks/list") && !i->session_owned) {
+                        _cleanup_message_ Message *own = NULL;
+                        if (tasks_list_filter(i, r->client, m, &own) < 0)
+                                reply_failure(r->client, r->client_id, false, "cannot filter tasks/list");
+                        else
+                                send_to_client(i, r, own ?: m);
+                } else
+                        send_to_client(i, r, m);
                 break;
         }
         i->answered = true;
@@ -821,8 +841,10 @@ static void handle_progress(Instance *i, const Message *m) {
         _cleanup_free_ char *token = n == 1 ? strndup(f[0].text, f[0].len) : NULL;
         Route *r = token ? hashmap_get(i->tokens, token) : NULL;
 
-        if (!r)
+        if (!r) {
+                log_debug("Dropping backend '%s''s progress for a token of no call in flight.", iname(i));
                 return; /* the call has ended: progress for it is stale */
+        }
         send_to_client(i, r, m);
 }
 
@@ -835,7 +857,8 @@ static void handle_backend_notification(Instance *i, const Message *m) {
                 return upcall_cancelled(i, m);
         if (streq(m->method, "notifications/tasks/status")) {
                 IdField f[2];
-                Client *owner = ids_fields(m, f, ELEMENTSOF(f)) == 1 ? task_owner(i, f[0].text, f[0].len) : NULL;
+                Client *owner =
+                        ids_fields(m, f, ELEMENTSOF(f)) == 1 ? instance_task_owner(i, f[0].text, f[0].len) : NULL;
                 if (owner)
                         client_send_text(owner, m->text, m->len);
                 return;

@@ -42,6 +42,7 @@ typedef struct Shim Shim;
 typedef struct Client Client;
 typedef struct Instance Instance;
 typedef struct QueueItem QueueItem;
+typedef struct ProgressMemo ProgressMemo;
 
 /* The era of MCP a backend process speaks (manifest `protocol`, or found out when it starts). */
 typedef enum BackendEra {
@@ -98,6 +99,8 @@ struct Instance {
         Hashmap *routes;      /* backend id -> Route */
         Hashmap *tokens;      /* progress token text the backend got -> Route */
         Hashmap *tasks;       /* task id text (the backend's) -> Client whose call created it */
+        /* clients' tokens this backend has had (progress.c) */
+        ProgressMemo *progress;
         int64_t next_id;
         unsigned n_clients; /* clients attached */
         unsigned crashes;   /* consecutive unexpected exits */
@@ -188,6 +191,20 @@ int bridge_response(Instance *i, Route *r, const Message *m);
 void bridge_input_answer(Instance *i, int64_t route_id, const char *input_key, const cJSON *msg);
 /* upcalls.c: an input request of a bridged call, sent to the call's client. */
 int upcall_bridge(Instance *i, Route *r, const char *input_key, const char *method, const cJSON *params);
+
+/* progress.c */
+/* A client's token the backend got as it is, now that its call ended: never handed on again as it is. */
+void progress_token_ended(Instance *i, const char *token);
+bool progress_token_used(const Instance *i, const char *token);
+void progress_memo_free(Instance *i);
+/* notifications/progress from a client: on to the backend whose open request to c has that token. */
+void client_progress(Client *c, const Message *m);
+/* upcalls.c: the backend whose open request to c carries this progress token (its text), if any. */
+Instance *upcall_progress_target(Client *c, const char *text, size_t len);
+
+/* tasks.c: a shared backend's tasks/list answer with only the tasks of c (*ret NULL: all are c's). */
+int tasks_list_filter(Instance *i, Client *c, const Message *m, Message **ret);
+Client *instance_task_owner(Instance *i, const char *text, size_t len);
 
 /* contract.c: the backend's own lists against the manifest */
 void contract_request(Instance *i);

@@ -14,6 +14,8 @@ typedef struct Upcall {
         Client *client;
         char *backend_id; /* the exact text of the backend's id */
         char *key;        /* our id, as given to the client (without quotes) */
+        /* the backend's _meta.progressToken in it (its text), if any */
+        char *progress_token;
         /* An input request of a bridged call (bridge.c): the call's route and the request's key. */
         int64_t bridge_route;
         char *input_key;
@@ -25,6 +27,7 @@ static void upcall_free(Upcall *u) {
         free(u->backend_id);
         free(u->input_key);
         free(u->key);
+        free(u->progress_token);
         free(u);
 }
 
@@ -118,6 +121,11 @@ void upcall_forward(Instance *i, const Message *m) {
         }
         u->instance = i;
         u->client = c;
+        IdField f[4];
+        size_t n = ids_fields(m, f, ELEMENTSOF(f));
+        for (size_t k = 0; k < n && k < ELEMENTSOF(f); k++)
+                if (f[k].kind == ID_KIND_PROGRESS && !u->progress_token)
+                        u->progress_token = strndup(f[k].text, f[k].len);
         log_debug("Forwarding %s from backend '%s' to connection %llu as %s.", m->method, shim_backend_name(s),
                   (unsigned long long) c->serial, u->key);
         send_translated(m, id, c, NULL);
@@ -147,6 +155,19 @@ int upcall_bridge(Instance *i, Route *r, const char *input_key, const char *meth
                   method, input_key, shim_backend_name(s));
         client_send(r->client, req);
         return 0;
+}
+
+Instance *upcall_progress_target(Client *c, const char *text, size_t len) {
+        size_t state = 0;
+        void *v;
+
+        while (hashmap_iterate(c->shim->upcalls, &state, NULL, &v)) {
+                Upcall *u = v;
+                if (u->client == c && u->progress_token && strlen(u->progress_token) == len &&
+                    memcmp(u->progress_token, text, len) == 0)
+                        return u->instance;
+        }
+        return NULL;
 }
 
 bool upcall_answer(Client *c, const Message *m) {

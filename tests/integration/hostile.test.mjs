@@ -24,7 +24,7 @@ writeFileSync(
     command: [${process.execPath}, ${ECHO}]
     socket: ${dir}/absent.sock
 tools:
-${["raw", "slow", "seen", "task", "progress", "ask", "touch", "nan"].map((t) => `  - {name: ${t}, backend: echo, input_schema: {type: object}}`).join("\n")}
+${["raw", "slow", "seen", "task", "progress", "ask", "touch", "nan", "late", "askp", "badreq"].map((t) => `  - {name: ${t}, backend: echo, input_schema: {type: object}}`).join("\n")}
 `,
 );
 
@@ -168,6 +168,100 @@ describe("a hostile session on a pooled backend", () => {
     assert.match(e.error.message, /is a request/, JSON.stringify(e));
     const seen = await a.request(call("s", "seen", { marker: "taskmarker" }));
     assert.equal(text(seen), "[]", "the backend never saw b's task named by a");
+  });
+});
+
+describe("a hostile session on a pooled backend (issue 7's review)", () => {
+  let shim, sockPath;
+  const peers = [];
+  const session = async () => {
+    const p = new SockPeer(sockPath);
+    peers.push(p);
+    const r = await p.request(INIT("2025-06-18", {}));
+    assert.ok(r.result, JSON.stringify(r));
+    return p;
+  };
+  before(async () => {
+    sockPath = join(dir, "echo2.sock");
+    shim = spawn("systemd-socket-activate", ["-l", sockPath, SHIMD, "--manifest", manifest, "echo"], { stdio: ["ignore", "ignore", "inherit"] });
+    assert.ok(await waitFor(async () => {
+      try {
+        await new Promise((res, rej) => connect(sockPath).on("connect", function () { this.end(); res(); }).on("error", rej));
+        return true;
+      } catch {
+        return false;
+      }
+    }, 5000), "the socket is listening");
+  });
+  after(() => {
+    peers.forEach((p) => p.close());
+    shim?.kill("SIGTERM");
+  });
+
+  test("tasks/list shows each session only its own tasks, with the backend's nextCursor", async () => {
+    const a = await session();
+    const b = await session();
+    const mine = (await a.request(call(1, "task"))).result?.task?.taskId;
+    await a.next(); // its notifications/tasks/status
+    const theirs = (await b.request(call(1, "task"))).result?.task?.taskId;
+    await b.next();
+    assert.ok(mine && theirs && mine !== theirs);
+    const la = await a.request({ jsonrpc: "2.0", id: 2, method: "tasks/list", params: {} });
+    assert.deepEqual(la.result.tasks.map((t) => t.taskId), [mine], JSON.stringify(la));
+    assert.equal(la.result.nextCursor, "more");
+    const lb = await b.request({ jsonrpc: "2.0", id: 2, method: "tasks/list" });
+    assert.deepEqual(lb.result.tasks.map((t) => t.taskId), [theirs], JSON.stringify(lb));
+  });
+
+  test("progress a backend sends after its call ended does not land on a later call with the same token", async () => {
+    const a = await session();
+    const withToken = (id, name, args) => ({ ...call(id, name, args), params: { name, arguments: args, _meta: { progressToken: "T" } } });
+    assert.equal(text(await a.request(withToken(1, "late", { ms: 300 }))), "early");
+    a.send(withToken(2, "slow", { ms: 900 }));
+    const r = await a.next(5000);
+    assert.equal(r.id, 2, `only the answer, no stale progress: ${JSON.stringify(r)}`);
+    assert.equal(text(r), "slow done");
+  });
+
+  test("a session cannot send progress for another session's request from the backend", async () => {
+    const a = await session();
+    const b = await session();
+    b.send(call("b1", "askp"));
+    const ask = await b.next();
+    assert.equal(ask.method, "sampling/createMessage", JSON.stringify(ask));
+    const token = ask.params._meta.progressToken;
+    const progress = (marker) => ({ jsonrpc: "2.0", method: "notifications/progress", params: { progressToken: token, progress: 1, message: marker } });
+    a.send(progress("spoofmarker"));
+    a.send({ jsonrpc: "2.0", method: "notifications/progress", params: { progressToken: "whatever", progress: 1, message: "spoofmarker" } });
+    b.send(progress("ownmarker"));
+    await sleep(200);
+    b.send({ jsonrpc: "2.0", id: ask.id, result: { role: "assistant", content: { type: "text", text: "ok" }, model: "m" } });
+    assert.equal((await b.next()).id, "b1");
+    assert.equal(text(await a.request(call("s", "seen", { marker: "spoofmarker" }))), "[]", "the backend never saw a's progress");
+    assert.equal(JSON.parse(text(await a.request(call("s2", "seen", { marker: "ownmarker" })))).length, 1, "b's own progress reached it");
+  });
+
+  test("an invalid request from the backend is answered with the JSON-RPC error", async () => {
+    const a = await session();
+    const r = await a.request(call(1, "badreq"), 5000);
+    const e = JSON.parse(text(r));
+    assert.equal(e.code, -32600, JSON.stringify(r));
+    assert.match(e.message, /"params" must be an object or an array/);
+  });
+
+  test("ids, progress tokens and task ids longer than 1024 bytes are refused, naming the limit", async () => {
+    const a = await session();
+    const e = await a.request({ jsonrpc: "2.0", id: "i".repeat(2000), method: "ping" });
+    assert.equal(e.id, null);
+    assert.equal(e.error?.code, -32600, JSON.stringify(e).slice(0, 200));
+    assert.match(e.error.message, /"id" is longer than 1024 bytes, the limit/);
+    const p = await a.request({ ...call(5, "progress"), params: { name: "progress", arguments: {}, _meta: { progressToken: "p".repeat(1100) } } });
+    assert.equal(p.id, 5);
+    assert.match(p.error?.message ?? "", /progress token is longer than 1024 bytes/);
+    const t = await a.request({ jsonrpc: "2.0", id: 6, method: "tasks/get", params: { taskId: "t".repeat(1100) } });
+    assert.match(t.error?.message ?? "", /task id is longer than 1024 bytes/);
+    const after = await a.request(call(7, "raw"));
+    assert.equal(after.id, 7, "the session goes on");
   });
 });
 
