@@ -4,17 +4,24 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "frontend.h"
+#include "jsonrpc.h"
 #include "macros.h"
+#include "printable.h"
 #include "status-remote.h"
 
 #define OUT_MAX    (4U * 1024U * 1024U)
 #define ERR_KEEP   4096U
 #define CHECK_USEC (15ULL * USEC_PER_SEC) /* connect (5 s) and the remote's answer */
+#define TEXT_MAX   512U                   /* a line of the remote's that we print */
+#define JSON_DEPTH 16U                    /* `status --json` nests 4 deep */
+#define PID_LIMIT  4194304.0              /* the kernel's PID_MAX_LIMIT */
+#define COUNT_MAX  9007199254740992.0     /* 2^53: every integer below it is exact */
 
 typedef struct HostCheck {
         const Backend *b; /* the first backend on that host */
@@ -198,7 +205,54 @@ static char *last_line(const char *text) {
                 if (*tok)
                         line = tok;
         }
-        return line ? strdup(line) : NULL;
+        return line ? text_printable(line, TEXT_MAX) : NULL;
+}
+
+static bool string_in(const char *s, const char *const *set) {
+        for (; *set; set++)
+                if (streq(s, *set))
+                        return true;
+        return false;
+}
+
+static bool count_valid(const cJSON *v, double max) {
+        return cJSON_IsNull(v) || (cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= max &&
+                                   v->valuedouble == (double) (int64_t) v->valuedouble);
+}
+
+/* The remote's entry for one backend is peer input: every field we read is typed and bounded here, so
+ * that what the table and --json show is what `mcp-lazy status --json` can say, nothing else. */
+static const char *remote_entry_problem(const cJSON *e) {
+        static const char *const sockets[] = {"listening", "failed", "not enabled", "inactive", "not installed", NULL};
+        static const char *const services[] = {"active", "idle", "failed", "starting", "stopping", NULL};
+        static const char *const counts[] = {"uptime_sec", "memory_bytes",      "sessions", "in_flight",
+                                             "calls",      "last_call_sec_ago", NULL};
+        const cJSON *v, *pid;
+        unsigned n = 0;
+
+        v = cJSON_GetObjectItemCaseSensitive(e, "socket");
+        if (v && !cJSON_IsNull(v) && !(cJSON_IsString(v) && string_in(v->valuestring, sockets)))
+                return "socket";
+        v = cJSON_GetObjectItemCaseSensitive(e, "service");
+        if (v && !cJSON_IsNull(v) && !(cJSON_IsString(v) && string_in(v->valuestring, services)))
+                return "service";
+        for (const char *const *k = counts; *k; k++) {
+                v = cJSON_GetObjectItemCaseSensitive(e, *k);
+                if (v && !count_valid(v, COUNT_MAX))
+                        return *k;
+        }
+        v = cJSON_GetObjectItemCaseSensitive(e, "pids");
+        if (v && !cJSON_IsArray(v))
+                return "pids";
+        cJSON_ArrayForEach (pid, v)
+                if (++n > 8 || cJSON_IsNull(pid) || !count_valid(pid, PID_LIMIT) || pid->valuedouble < 1)
+                        return "pids";
+        for (const char *const *k = (const char *const[]){"manifest_check", "status_text", NULL}; *k; k++) {
+                v = cJSON_GetObjectItemCaseSensitive(e, *k);
+                if (v && !cJSON_IsNull(v) && !(cJSON_IsString(v) && text_is_printable(v->valuestring, TEXT_MAX)))
+                        return *k;
+        }
+        return NULL;
 }
 
 static void host_result(const HostCheck *h, const char *remote_name, RemoteLook *ret) {
@@ -231,23 +285,34 @@ static void host_result(const HostCheck *h, const char *remote_name, RemoteLook 
                              h->too_big ? "answered too much" : "failed", said ? ": " : "", said ?: "");
                 return (void) (r < 0 ? ret->reason = NULL : NULL);
         }
-        answer = cJSON_Parse(h->out);
+        if (jsonrpc_parse(h->out, h->out_len, JSON_DEPTH, &answer) < 0)
+                answer = NULL;
         list = cJSON_GetObjectItemCaseSensitive(answer, "backends");
-        if (!cJSON_IsArray(list)) {
+        if (!cJSON_IsObject(answer) || !cJSON_IsArray(list)) {
                 ret->reason = strdup("there, 'mcp-lazy status --json' answered something else than its status");
                 return;
         }
         if (cJSON_IsString(cJSON_GetObjectItemCaseSensitive(answer, "problem"))) {
-                r = asprintf(&ret->reason, "there, %s",
-                             cJSON_GetObjectItemCaseSensitive(answer, "problem")->valuestring);
+                _cleanup_free_ char *problem =
+                        text_printable(cJSON_GetObjectItemCaseSensitive(answer, "problem")->valuestring, TEXT_MAX);
+                r = asprintf(&ret->reason, "there, %s", problem ?: "?");
                 return (void) (r < 0 ? ret->reason = NULL : NULL);
         }
         cJSON_ArrayForEach (e, list) {
                 const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "name");
-                if (cJSON_IsString(name) && streq(name->valuestring, remote_name)) {
-                        ret->there = cJSON_Duplicate(e, true);
-                        return;
+                const char *bad;
+                if (!cJSON_IsString(name) || !streq(name->valuestring, remote_name))
+                        continue;
+                bad = cJSON_IsObject(e) ? remote_entry_problem(e) : "the entry";
+                if (bad) {
+                        r = asprintf(&ret->reason,
+                                     "there, 'mcp-lazy status --json' answered a '%s' for backend '%s' that is not "
+                                     "what it can say; shown as unknown",
+                                     bad, remote_name);
+                        return (void) (r < 0 ? ret->reason = NULL : NULL);
                 }
+                ret->there = cJSON_Duplicate(e, true);
+                return;
         }
         r = asprintf(&ret->reason, "there, the manifest has no backend '%s'", remote_name);
         if (r < 0)

@@ -44,7 +44,10 @@ static char *json_dup_string(const cJSON *o, const char *key) {
 
 static int64_t json_int(const cJSON *o, const char *key) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-        return cJSON_IsNumber(v) && v->valuedouble >= 0 ? (int64_t) v->valuedouble : -1;
+        /* Checked by status-remote.c; a double past int64_t must never reach the cast. */
+        return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= 9007199254740992.0
+                       ? (int64_t) v->valuedouble
+                       : -1;
 }
 
 /* A remote backend's row: what its host said about it there. */
@@ -58,7 +61,8 @@ static void row_from_remote(Row *r) {
         r->status_text = json_dup_string(o, "status_text");
         r->contract = json_dup_string(o, "manifest_check");
         cJSON_ArrayForEach (pid, cJSON_GetObjectItemCaseSensitive(o, "pids"))
-                if (cJSON_IsNumber(pid) && r->n_pids < MAX_PIDS)
+                if (cJSON_IsNumber(pid) && pid->valuedouble >= 1 && pid->valuedouble <= 4194304.0 &&
+                    r->n_pids < MAX_PIDS)
                         r->pids[r->n_pids++] = (pid_t) pid->valuedouble;
         r->up_sec = json_int(o, "uptime_sec");
         r->memory = json_int(o, "memory_bytes") < 0 ? UINT64_MAX : (uint64_t) json_int(o, "memory_bytes");

@@ -1,0 +1,11 @@
+/* Text from a peer (a remote host's answer, ssh's stderr, a client config's names) made safe to print
+ * on a terminal: no control characters, no escape sequences, valid UTF-8, bounded. */
+#pragma once
+
+#include <stddef.h>
+
+/* A copy of s with every C0/C1 control character, DEL and invalid UTF-8 byte as '?', and at most max
+ * bytes of it (cut at a character, then "..."). NULL only when out of memory. */
+char *text_printable(const char *s, size_t max);
+/* s has nothing text_printable() would change (and is at most max bytes). */
+int text_is_printable(const char *s, size_t max);

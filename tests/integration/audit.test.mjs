@@ -1,0 +1,82 @@
+// An attacker's review of the subcommands (issue 7's standard: every peer is hostile): what a remote
+// host answers to `mcp-lazy status`, what `mcp-lazy warm` is asked to start, and client configs that
+// `mcp-lazy import` reads and rewrites. Without systemd; ssh is a script that plays a hostile host.
+import { after, test } from "node:test";
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { MCP_LAZY } from "./lib/env.mjs";
+
+const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-audit-"));
+after(() => rmSync(dir, { recursive: true, force: true }));
+
+// An ssh that answers `mcp-lazy status --json` with what the test puts in FAKE_OUT / FAKE_ERR.
+const SSH = join(dir, "ssh");
+writeFileSync(SSH, `#!/bin/sh\nprintf '%s' "$FAKE_OUT"\nprintf '%s' "$FAKE_ERR" >&2\nexit "\${FAKE_EXIT:-0}"\n`);
+chmodSync(SSH, 0o755);
+const REMOTE_MANIFEST = join(dir, "remote.yaml");
+writeFileSync(
+  REMOTE_MANIFEST,
+  `backends:
+  far:
+    host: ssh://alice@far.example
+    remote_name: db
+tools:
+  - {name: query, backend: far, input_schema: {type: object}}
+`,
+);
+
+function status(out, { err = "", exit = 0 } = {}) {
+  const env = { PATH: process.env.PATH, HOME: dir, MCP_LAZY_SSH: SSH, FAKE_OUT: out, FAKE_ERR: err, FAKE_EXIT: String(exit) };
+  const r = spawnSync(MCP_LAZY, ["status", "--json", "--manifest", REMOTE_MANIFEST], { env, encoding: "utf8", timeout: 30000 });
+  assert.equal(r.status, 0, r.stdout + r.stderr);
+  assert.doesNotMatch(r.stderr, /runtime error|Sanitizer/);
+  const row = JSON.parse(r.stdout).backends[0];
+  assert.equal(row.name, "far");
+  return row;
+}
+
+const entry = (fields) => JSON.stringify({ manifest: "/x", manager: "user", systemd: true, problem: null, backends: [{ name: "db", ...fields }] });
+
+test("status: the remote's own status of a backend is shown when it is what 'status --json' says", () => {
+  const row = status(entry({ socket: "listening", service: "active", pids: [4242], uptime_sec: 12, memory_bytes: 1048576, sessions: 2, in_flight: 0, calls: 17, last_call_sec_ago: 3, manifest_check: "matches", status_text: "backend pid 4242 (ready), 2 sessions" }));
+  assert.equal(row.remote.reachability, "reachable");
+  assert.equal(row.remote.reason, null);
+  assert.deepEqual([row.socket, row.service, row.pids, row.sessions, row.calls, row.manifest_check], ["listening", "active", [4242], 2, 17, "matches"]);
+});
+
+test("status: a remote's numbers, pids and words that 'status --json' never says are refused, not shown", () => {
+  for (const [field, value] of [
+    ["pids", [1e20]],
+    ["pids", [-5]],
+    ["pids", [1, 2, 3, 4, 5, 6, 7, 8, 9]],
+    ["pids", "4242"],
+    ["memory_bytes", 1e300],
+    ["uptime_sec", -1],
+    ["sessions", 1.5],
+    ["socket", "listening\u001b[2J"],
+    ["service", { state: "active" }],
+    ["manifest_check", "matches\u001b]0;owned\u0007"],
+    ["status_text", "x".repeat(100000)],
+  ]) {
+    const row = status(entry({ socket: "listening", service: "active", [field]: value }));
+    assert.equal(row.remote.reachability, "reachable");
+    assert.equal(row.remote.reason, `there, 'mcp-lazy status --json' answered a '${field}' for backend 'db' that is not what it can say; shown as unknown`, JSON.stringify(value));
+    assert.deepEqual([row.socket, row.service, row.pids, row.memory_bytes, row.uptime_sec], [null, null, [], null, null]);
+  }
+  // Not JSON, nested past any status, or not an object: said so.
+  for (const out of ["[1,2", "[".repeat(5000) + "]".repeat(5000), '"backends"', '{"backends":[]} trailing']) {
+    const row = status(out);
+    assert.equal(row.remote.reason, "there, 'mcp-lazy status --json' answered something else than its status");
+  }
+});
+
+test("status: text from the remote host and from ssh reaches the terminal without control sequences", () => {
+  let row = status("", { err: "ssh: connect to host far.example: \u001b]52;c;cm0gLXJmIH4=\u0007\u001b[1A\u009b2K refused\n", exit: 255 });
+  assert.equal(row.remote.reachability, "unreachable");
+  assert.equal(row.remote.reason, "ssh: connect to host far.example: ?]52;c;cm0gLXJmIH4=??[1A??2K refused");
+  row = status(JSON.stringify({ problem: "systemd \u001b[31mis not\u001b[0m running", backends: [] }));
+  assert.equal(row.remote.reason, "there, systemd ?[31mis not?[0m running");
+});

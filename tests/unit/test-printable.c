@@ -1,0 +1,36 @@
+/* Peer text made safe for a terminal. */
+#include <stdlib.h>
+
+#include "printable.h"
+#include "tests.h"
+
+static char *p(const char *s, size_t max) {
+        static char *last;
+        free(last);
+        return last = text_printable(s, max);
+}
+
+int main(void) {
+        CHECK_STREQ(p("plain text", 100), "plain text");
+        CHECK_STREQ(p("caf\xc3\xa9 \xe2\x9c\x93", 100), "caf\xc3\xa9 \xe2\x9c\x93");
+        /* ESC sequences: a title, the clipboard (OSC 52), a cursor move, a C1 CSI */
+        CHECK_STREQ(p("a\x1b]0;pwned\x07z", 100), "a?]0;pwned?z");
+        CHECK_STREQ(p("\x1b]52;c;ZXZpbA==\x1b\\", 100), "?]52;c;ZXZpbA==?\\");
+        CHECK_STREQ(p("row\r\nfake row\t\x7f", 100), "row??fake row??");
+        CHECK_STREQ(p("\xc2\x9b"
+                      "31m",
+                      100),
+                    "??31m");
+        /* invalid UTF-8: a lone continuation, an overlong '/', a surrogate, a cut sequence */
+        CHECK_STREQ(p("\x80x\xc0\xafy\xed\xa0\x80z\xe2\x9c", 100), "?x??y???z??");
+        /* bounded: cut at a character, then "..." */
+        CHECK_STREQ(p("abcdef", 4), "abcd...");
+        CHECK_STREQ(p("ab\xc3\xa9", 3), "ab...");
+        CHECK_STREQ(p("abc", 3), "abc");
+        CHECK(text_is_printable("fine, 100%", 64));
+        CHECK(!text_is_printable("no\x1b[2J", 64));
+        CHECK(!text_is_printable("\xff", 64));
+        CHECK(!text_is_printable("too long", 3));
+        p("", 0);
+        return tests_finish("test-printable");
+}
