@@ -15,6 +15,7 @@
 #include "frontend.h"
 #include "log.h"
 #include "macros.h"
+#include "printable.h"
 
 /* OpenSSH's sshd allows 10 sessions per connection (MaxSessions); we put at most this many on one
  * master and open another master past it. */
@@ -40,7 +41,7 @@ struct RemoteChild {
         uint64_t wait_start;
         char err[STDERR_KEEP + 1];
         size_t err_len;
-        bool exited, stderr_done, waiting, stderr_eagain;
+        bool exited, stderr_done, waiting;
         int exit_code, exit_status; /* siginfo_t si_code, si_status */
         remote_done_t done;
         void *userdata;
@@ -134,24 +135,17 @@ static void stderr_stop(RemoteChild *c) {
         c->stderr_fd = -EBADF;
 }
 
-static int on_ssh_stderr(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
-        RemoteChild *c = userdata;
+/* Reads what ssh wrote to stderr: > 0 read some, 0 at its end, -EAGAIN nothing now. Keeps the end:
+ * ssh says what went wrong last. */
+static int stderr_read(RemoteChild *c) {
         char buf[4096];
-        ssize_t n = read(fd, buf, sizeof buf);
+        ssize_t n = read(c->stderr_fd, buf, sizeof buf);
 
-        (void) s;
-        (void) revents;
-        c->stderr_eagain = n < 0 && errno == EAGAIN;
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
+                return -EAGAIN;
+        if (n <= 0)
                 return 0;
-        if (n <= 0) {
-                c->stderr_done = true;
-                stderr_stop(c);
-                remote_child_check_done(c);
-                return 0;
-        }
         log_debug("ssh: %.*s", (int) n, buf);
-        /* Keep the end: ssh says what went wrong last. */
         if ((size_t) n >= STDERR_KEEP) {
                 memcpy(c->err, buf + n - STDERR_KEEP, STDERR_KEEP);
                 c->err_len = STDERR_KEEP;
@@ -165,6 +159,20 @@ static int on_ssh_stderr(sd_event_source *s, int fd, uint32_t revents, void *use
                 c->err_len += (size_t) n;
         }
         c->err[c->err_len] = 0;
+        return 1;
+}
+
+static int on_ssh_stderr(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        RemoteChild *c = userdata;
+
+        (void) s;
+        (void) fd;
+        (void) revents;
+        if (stderr_read(c) != 0)
+                return 0;
+        c->stderr_done = true;
+        stderr_stop(c);
+        remote_child_check_done(c); /* may free c */
         return 0;
 }
 
@@ -182,10 +190,11 @@ static int on_ssh_exit(sd_event_source *s, const siginfo_t *si, void *userdata) 
         c->seat_fd = safe_close(c->seat_fd);
         c->master_lock_fd = safe_close(c->master_lock_fd);
         c->child_source = sd_event_source_unref(c->child_source);
-        /* The master it may have forked keeps its stderr open: take what is there and stop reading. */
-        while (c->stderr_source && on_ssh_stderr(c->stderr_source, c->stderr_fd, EPOLLIN, c) == 0 && c->stderr_source &&
-               !c->stderr_eagain)
-                ;
+        /* The master it may have forked keeps its stderr open: take what is there and stop reading.
+         * (Only here is the waiter told: it may free c.) */
+        if (!c->stderr_done)
+                while (stderr_read(c) > 0)
+                        ;
         c->stderr_done = true;
         stderr_stop(c);
         remote_child_check_done(c);
@@ -466,7 +475,9 @@ int remote_spawn(const Backend *b, sd_event *e, RemoteChild **ret_child, int *re
                                   strerror(-r));
         }
         r = ssh_argv(b, c->control_path, false, 10, NULL, &c->argv);
-        if (r >= 0 && (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC | O_NONBLOCK) < 0))
+        /* ssh's stderr blocks, as any program's does; only our end is non-blocking. */
+        if (r >= 0 && (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 || pipe2(err, O_CLOEXEC) < 0 ||
+                       fcntl(err[0], F_SETFL, fcntl(err[0], F_GETFL) | O_NONBLOCK) < 0))
                 r = -errno;
         c->child_fds[0] = in[0];
         c->child_fds[1] = out[1];
@@ -509,7 +520,11 @@ static char *ssh_said(const RemoteChild *c) {
                 memmove(s, s + n - 600, 601);
                 memcpy(s, "...", 3);
         }
-        return s;
+        /* The far side writes there too (the remote shell, mcp-lazy connect): no escape sequences for
+         * the client to show. */
+        w = text_printable(s, 640);
+        free(s);
+        return w;
 }
 
 static bool said(const RemoteChild *c, const char *what) {
@@ -577,10 +592,11 @@ char *remote_child_explain(const RemoteChild *c, const Backend *b, const char *n
                 const char *m = NULL;
                 for (const char *q = c->err; (q = strstr(q, CONNECT_ERROR_PREFIX)); q++)
                         m = q;
-                _cleanup_free_ char *remote = strdup(m ? m + strlen(CONNECT_ERROR_PREFIX) : c->err);
+                _cleanup_free_ char *remote = strdup(m ? m + strlen(CONNECT_ERROR_PREFIX) : c->err), *shown = NULL;
                 if (remote)
                         remote[strcspn(remote, "\n")] = 0;
-                r = asprintf(&text, "%s: there, %s", who, remote ?: "the backend is unreachable");
+                shown = remote ? text_printable(remote, 640) : NULL;
+                r = asprintf(&text, "%s: there, %s", who, shown ?: "the backend is unreachable");
                 return r < 0 ? NULL : text;
         } else if (c->exit_status == 0 && !established)
                 r = asprintf(&what, "the remote mcp-lazy ended the connection before the backend answered");

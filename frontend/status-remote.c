@@ -128,6 +128,11 @@ static int on_deadline(sd_event_source *s, uint64_t usec, void *userdata) {
         return 0;
 }
 
+static int fd_set_nonblock(int fd) {
+        int flags = fcntl(fd, F_GETFL);
+        return flags < 0 ? -1 : fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+}
+
 static int host_start(Checks *cs, HostCheck *h) {
         static const char *const command[] = {"mcp-lazy", "status", "--json", NULL};
         _cleanup_strv_free_ char **argv = NULL;
@@ -137,9 +142,11 @@ static int host_start(Checks *cs, HostCheck *h) {
         r = remote_ssh_check_argv(h->b, command, &argv);
         if (r < 0)
                 return r;
-        if (pipe2(out, O_CLOEXEC | O_NONBLOCK) < 0)
+        /* Non-blocking on our side only: ssh's own stdout and stderr block, as any program's do (a
+         * non-blocking one cuts its output at the pipe's 64 KiB with EAGAIN). */
+        if (pipe2(out, O_CLOEXEC) < 0)
                 return -errno;
-        if (pipe2(err, O_CLOEXEC | O_NONBLOCK) < 0) {
+        if (pipe2(err, O_CLOEXEC) < 0 || fd_set_nonblock(out[0]) < 0 || fd_set_nonblock(err[0]) < 0) {
                 r = -errno;
                 goto fail;
         }

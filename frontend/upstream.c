@@ -13,11 +13,11 @@ struct UpConn {
         Upstream *up;
         Channel *ch;
         unsigned n_pending;
-        bool draining; /* the shim is stopping: nothing new goes here, answers still come */
+        bool draining;      /* the shim is stopping: nothing new goes here, answers still come */
         RemoteChild *child; /* ssh, for a backend on another host: its stdio is ch */
         bool established;   /* the shim answered our initialize */
         bool ending;        /* ssh's output ended: waiting for it to exit and say why */
-        UpConn *next;  /* in Upstream.old */
+        UpConn *next;       /* in Upstream.old */
 };
 
 struct Upstream {
@@ -427,6 +427,10 @@ static int upstream_attach_pair(Upstream *u, int in_fd, int out_fd, RemoteChild 
         channel_set_backpressure(c->ch, false);
         channel_set_last_line(c->ch, false);
         r = upconn_handshake(c);
+        /* ssh that has already gone (it could not connect): its exit status and stderr, which the write
+         * error is now waiting for, say why; a bare "Broken pipe" would not. */
+        if (r == -EPIPE && child)
+                r = 0;
         if (r < 0) {
                 channel_free(c->ch);
                 remote_child_free(child);
@@ -483,6 +487,8 @@ void upstream_forward(Upstream *u, Pending *p) {
         p->conn = u->current;
         p->conn->n_pending++;
         r = channel_send(p->conn->ch, p->request->text, p->request->len);
+        if (r == -EPIPE && p->conn->child)
+                return; /* ssh has ended: its explanation fails this call with the others (upconn_remote_ended) */
         if (r < 0)
                 session_fail(s, p, "backend connection failed while sending the request");
 }

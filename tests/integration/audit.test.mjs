@@ -7,10 +7,13 @@ import { spawnSync } from "node:child_process";
 import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { MCP_LAZY } from "./lib/env.mjs";
+import { INIT, MCP_LAZY, RawPeer, cleanupPeers } from "./lib/env.mjs";
 
 const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-audit-"));
-after(() => rmSync(dir, { recursive: true, force: true }));
+after(() => {
+  cleanupPeers();
+  rmSync(dir, { recursive: true, force: true });
+});
 
 // An ssh that answers `mcp-lazy status --json` with what the test puts in FAKE_OUT / FAKE_ERR.
 const SSH = join(dir, "ssh");
@@ -79,4 +82,31 @@ test("status: text from the remote host and from ssh reaches the terminal withou
   assert.equal(row.remote.reason, "ssh: connect to host far.example: ?]52;c;cm0gLXJmIH4=??[1A??2K refused");
   row = status(JSON.stringify({ problem: "systemd \u001b[31mis not\u001b[0m running", backends: [] }));
   assert.equal(row.remote.reason, "there, systemd ?[31mis not?[0m running");
+});
+
+test("a remote backend's failure: ssh's own words, without control sequences, however fast ssh ended", async () => {
+  const calls = async (err, exit, n) => {
+    const env = { PATH: process.env.PATH, HOME: dir, MCP_LAZY_SSH: SSH, FAKE_OUT: "", FAKE_ERR: err, FAKE_EXIT: String(exit) };
+    const p = new RawPeer(MCP_LAZY, ["--manifest", REMOTE_MANIFEST], { env });
+    p.send(INIT());
+    await p.next();
+    const texts = new Set();
+    // Each call starts ssh anew; some of them find it gone before the request is written (the race
+    // that gave "unreachable: Broken pipe" instead of what ssh said).
+    for (let i = 0; i < n; i++) {
+      p.send({ jsonrpc: "2.0", id: 10 + i, method: "tools/call", params: { name: "query", arguments: {} } });
+      const [r] = await p.next(1, 20000);
+      assert.equal(r.result.isError, true);
+      texts.add(r.result.content[0].text);
+    }
+    p.child.stdin.end();
+    await p.exited;
+    return [...texts];
+  };
+  assert.deepEqual(await calls("\u001b]0;owned\u0007ssh: connect to host far.example port 22: Connection refused\u001b[2K\n", 255, 30), [
+    "backend 'far' on ssh://alice@far.example (backend 'db' there): far.example refused the connection: is sshd running there? (ssh said: ?]0;owned?ssh: connect to host far.example port 22: Connection refused?[2K)",
+  ]);
+  assert.deepEqual(await calls("mcp-lazy connect: backend 'db' is \u001b[8mnot enabled\n", 69, 1), [
+    "backend 'far' on ssh://alice@far.example (backend 'db' there): there, backend 'db' is ?[8mnot enabled",
+  ]);
 });
