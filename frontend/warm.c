@@ -4,12 +4,19 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "macros.h"
 #include "manager.h"
 #include "manifest.h"
 
 #define WARM_TIMEOUT_USEC (30ULL * USEC_PER_SEC)
+
+static uint64_t now_usec(clockid_t clock) {
+        struct timespec ts;
+        clock_gettime(clock, &ts);
+        return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
+}
 
 typedef struct Job {
         const char *path; /* the job StartUnit queued */
@@ -35,7 +42,7 @@ static int start_unit(sd_bus *bus, ManagerScope scope, const char *unit) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
         _cleanup_(sd_bus_slot_unrefp) sd_bus_slot *slot = NULL;
         Job job = {};
-        uint64_t waited = 0;
+        uint64_t deadline = now_usec(CLOCK_MONOTONIC) + WARM_TIMEOUT_USEC, t;
         int r;
 
         r = sd_bus_match_signal(bus, &slot, "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
@@ -56,16 +63,16 @@ static int start_unit(sd_bus *bus, ManagerScope scope, const char *unit) {
                 fprintf(stderr, "mcp-lazy: cannot start %s: %s\n", unit, e.message ?: strerror(-r));
                 return r;
         }
-        while (!job.result && waited < WARM_TIMEOUT_USEC) {
+        /* By the clock: every unit's JobRemoved wakes us, and a busy manager must not shorten the wait. */
+        while (!job.result && (t = now_usec(CLOCK_MONOTONIC)) < deadline) {
                 r = sd_bus_process(bus, NULL);
                 if (r < 0)
                         break;
                 if (r > 0)
                         continue;
-                r = sd_bus_wait(bus, 100 * USEC_PER_MSEC);
+                r = sd_bus_wait(bus, deadline - t);
                 if (r < 0)
                         break;
-                waited += 100 * USEC_PER_MSEC;
         }
         if (!job.result) {
                 fprintf(stderr, "mcp-lazy: %s: no answer from systemd about the start job%s%s\n", unit,
@@ -135,6 +142,13 @@ int warm_main(int argc, char *argv[]) {
                 const Backend *b = manifest_find_backend(m, argv[i]);
                 if (!b) {
                         fprintf(stderr, "mcp-lazy: backend '%s' is not in %s\n", argv[i], path);
+                        return 1;
+                }
+                if (b->remote.kind != REMOTE_NONE) {
+                        fprintf(stderr,
+                                "mcp-lazy: backend '%s' runs on %s, as '%s' there: warm it there ('mcp-lazy warm %s' "
+                                "on that host)\n",
+                                argv[i], b->remote.host, b->remote.remote_name, b->remote.remote_name);
                         return 1;
                 }
                 if (b->lifecycle == LIFECYCLE_LAZY) {

@@ -110,3 +110,9 @@ test("a remote backend's failure: ssh's own words, without control sequences, ho
     "backend 'far' on ssh://alice@far.example (backend 'db' there): there, backend 'db' is ?[8mnot enabled",
   ]);
 });
+
+test("warm: a backend on another host is warmed there, and mcp-lazy says so instead of starting a local unit", () => {
+  const r = spawnSync(MCP_LAZY, ["warm", "--manifest", REMOTE_MANIFEST, "far"], { env: { PATH: process.env.PATH, HOME: dir }, encoding: "utf8" });
+  assert.equal(r.status, 1);
+  assert.equal(r.stderr, "mcp-lazy: backend 'far' runs on ssh://alice@far.example, as 'db' there: warm it there ('mcp-lazy warm db' on that host)\n");
+});
