@@ -436,6 +436,10 @@ int manifest_doc_emit(const ManifestDoc *d, char **ret_text, size_t *ret_len, ch
 /* ---- files ------------------------------------------------------------------------------------- */
 
 int read_file_full(const char *path, size_t max, char **ret, size_t *ret_len) {
+        return read_file_stat(path, max, ret, ret_len, NULL);
+}
+
+int read_file_stat(const char *path, size_t max, char **ret, size_t *ret_len, struct stat *ret_st) {
         _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
         _cleanup_free_ char *buf = NULL;
         size_t len = 0, alloc = 0;
@@ -471,6 +475,8 @@ int read_file_full(const char *path, size_t max, char **ret, size_t *ret_len) {
         buf[len] = 0;
         *ret = TAKE_PTR(buf);
         *ret_len = len;
+        if (ret_st)
+                *ret_st = st;
         return 0;
 }
 

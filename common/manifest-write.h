@@ -4,6 +4,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
+#include <sys/stat.h>
 #include <cjson/cJSON.h>
 
 #include "yaml_tree.h"
@@ -53,5 +54,7 @@ int manifest_doc_emit(const ManifestDoc *d, char **ret_text, size_t *ret_len, ch
 int write_file_atomic(const char *path, const char *data, size_t len, mode_t mode, bool keep_owner);
 /* Reads a whole regular file (up to max bytes; -EFBIG past it). */
 int read_file_full(const char *path, size_t max, char **ret, size_t *ret_len);
+/* The same, and the identity and mode of the file that was read (fstat of the descriptor read from). */
+int read_file_stat(const char *path, size_t max, char **ret, size_t *ret_len, struct stat *ret_st);
 /* mkdir -p with mode for the directories it creates. */
 int mkdir_parents(const char *dir, mode_t mode);

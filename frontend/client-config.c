@@ -372,6 +372,32 @@ static char *dir_of(const char *path, unsigned up) {
 
 static int client_config_parse(ClientConfig *c, const char *client, char **ret_error);
 
+/* Import runs the commands a config names, as us: only from a file that no one else can have written
+ * (what ssh asks of its own config). Root importing in another user's project directory would
+ * otherwise run that user's .mcp.json as root, and install it as a system backend. */
+static int config_owner_check(const char *path, const struct stat *st, char **ret_error) {
+        const char *why = NULL;
+        char owner[64];
+
+        if (st->st_uid != geteuid() && st->st_uid != 0) {
+                snprintf(owner, sizeof owner, "belongs to uid %u", (unsigned) st->st_uid);
+                why = owner;
+        } else if (st->st_mode & S_IWOTH)
+                why = "is writable by every user";
+        else if ((st->st_mode & S_IWGRP) && st->st_gid != getegid()) {
+                snprintf(owner, sizeof owner, "is writable by group %u", (unsigned) st->st_gid);
+                why = owner;
+        }
+        if (!why)
+                return 0;
+        if (asprintf(ret_error,
+                     "%s %s: someone else may have put the commands in it that import would run as you (chown or "
+                     "chmod it, or import it as its owner)",
+                     path, why) < 0)
+                *ret_error = NULL;
+        return -EPERM;
+}
+
 int client_config_load(const char *path, const char *client, ClientConfig **ret, char **ret_error) {
         _cleanup_(client_config_freep) ClientConfig *c = calloc(1, sizeof *c);
         int r;
@@ -379,14 +405,15 @@ int client_config_load(const char *path, const char *client, ClientConfig **ret,
         *ret_error = NULL;
         if (!c || !(c->path = strdup(path)))
                 return -ENOMEM;
-        r = read_file_full(path, CONFIG_MAX_SIZE, &c->text, &c->len);
+        r = read_file_stat(path, CONFIG_MAX_SIZE, &c->text, &c->len, &c->st);
         if (r < 0) {
                 if (asprintf(ret_error, "%s: %s", path, strerror(-r)) < 0)
                         *ret_error = NULL;
                 return r;
         }
-        if (stat(path, &c->st) < 0)
-                return -errno;
+        r = config_owner_check(path, &c->st, ret_error);
+        if (r < 0)
+                return r;
         r = client_config_parse(c, client, ret_error);
         if (r < 0)
                 return r;

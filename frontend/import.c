@@ -411,6 +411,20 @@ static int store_command(ManifestDoc *doc, const Target *t) {
 
 /* ---- the client configs ------------------------------------------------------------------------ */
 
+/* Discovery takes up to --timeout per server, and a running client rewrites its config when it likes
+ * (~/.claude.json on every session): what we rewrite must still be what we read, or its change is lost. */
+static int config_unchanged(const ClientConfig *c) {
+        _cleanup_free_ char *now = NULL;
+        struct stat st;
+        size_t len;
+        int r = read_file_stat(c->path, c->len + 1, &now, &len, &st);
+
+        if (r == -EFBIG || (r >= 0 && (len != c->len || memcmp(now, c->text, len) != 0 || st.st_dev != c->st.st_dev ||
+                                       st.st_ino != c->st.st_ino)))
+                return -ESTALE;
+        return r < 0 ? r : 0;
+}
+
 static int rewrite_config(Import *im, ClientConfig *c) {
         _cleanup_free_ char *text = NULL;
         bool any = false;
@@ -442,6 +456,9 @@ static int rewrite_config(Import *im, ClientConfig *c) {
                 printf("--- %s (would be rewritten)\n%s", c->path, text);
                 return 0;
         }
+        r = config_unchanged(c);
+        if (r < 0)
+                return r;
         r = undo_save_and_write(c->path, c->text, c->len, text, len, c->st.st_mode & 07777);
         if (r < 0)
                 return r;
@@ -609,7 +626,14 @@ static int import_store_all(Import *im) {
 static void import_rewrite_configs(Import *im) {
         for (size_t i = 0; i < im->n_configs; i++) {
                 int r = rewrite_config(im, im->configs[i]);
-                if (r < 0) {
+                if (r == -ESTALE) {
+                        fprintf(stderr,
+                                "mcp-lazy: %s changed while import ran (its client rewrote it?); left as it is now: "
+                                "quit the client and run 'mcp-lazy import' again (the manifest has the backends "
+                                "already)\n",
+                                im->configs[i]->path);
+                        im->failures++;
+                } else if (r < 0) {
                         fprintf(stderr, "mcp-lazy: cannot rewrite %s: %s; left as it was\n", im->configs[i]->path,
                                 strerror(-r));
                         im->failures++;

@@ -4,7 +4,7 @@
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { appendFileSync, chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { INIT, MCP_LAZY, RawPeer, cleanupPeers } from "./lib/env.mjs";
@@ -115,4 +115,79 @@ test("warm: a backend on another host is warmed there, and mcp-lazy says so inst
   const r = spawnSync(MCP_LAZY, ["warm", "--manifest", REMOTE_MANIFEST, "far"], { env: { PATH: process.env.PATH, HOME: dir }, encoding: "utf8" });
   assert.equal(r.status, 1);
   assert.equal(r.stderr, "mcp-lazy: backend 'far' runs on ssh://alice@far.example, as 'db' there: warm it there ('mcp-lazy warm db' on that host)\n");
+});
+
+// A stdio MCP server with one tool; with TOUCH set, it first appends to that file (a client that
+// rewrites its config while import runs: Claude Code does on every session).
+const SERVER = join(dir, "server.mjs");
+writeFileSync(
+  SERVER,
+  `import { appendFileSync } from "node:fs";
+import { createInterface } from "node:readline";
+if (process.env.TOUCH) appendFileSync(process.env.TOUCH, "\\n");
+const send = (m) => process.stdout.write(JSON.stringify(m) + "\\n");
+createInterface({ input: process.stdin }).on("line", (line) => {
+  const m = JSON.parse(line);
+  if (m.method === "initialize") send({ jsonrpc: "2.0", id: m.id, result: { protocolVersion: m.params.protocolVersion, capabilities: { tools: {} }, serverInfo: { name: "audit", version: "1" } } });
+  else if (m.method === "tools/list") send({ jsonrpc: "2.0", id: m.id, result: { tools: [{ name: "t", inputSchema: { type: "object" } }] } });
+  else if (m.id !== undefined) send({ jsonrpc: "2.0", id: m.id, error: { code: -32601, message: "no" } });
+});
+`,
+);
+let homes = 0;
+function importHome(config) {
+  const h = join(dir, `home${++homes}`);
+  mkdirSync(h, { recursive: true });
+  const path = join(h, "cfg.json");
+  writeFileSync(path, config(path));
+  chmodSync(path, 0o644);
+  return { h, path, text: readFileSync(path, "utf8") };
+}
+function importFrom(h, path) {
+  const env = { PATH: process.env.PATH, HOME: h, XDG_STATE_HOME: join(h, "state"), XDG_CONFIG_HOME: join(h, "config") };
+  // --manifest: as root, the default is /etc/mcp-lazy/manifest.yaml
+  const r = spawnSync(MCP_LAZY, ["import", "--no-enable", "--manifest", join(h, "manifest.yaml"), "--from", path], { env, cwd: h, encoding: "utf8", timeout: 60000 });
+  return { code: r.status, out: r.stdout, err: r.stderr };
+}
+
+test("import: a config its client rewrote while import ran keeps the client's version (nothing lost, nothing overwritten)", () => {
+  const { h, path, text } = importHome((p) => JSON.stringify({ mcpServers: { toucher: { command: process.execPath, args: [SERVER], env: { TOUCH: p } } } }, null, 2));
+  const r = importFrom(h, path);
+  assert.equal(r.code, 1, r.out + r.err);
+  assert.equal(readFileSync(path, "utf8"), text + "\n", "the client's own change stays");
+  assert.equal(existsSync(path + ".mcp-lazy-backup"), false);
+  assert.match(r.err, new RegExp(`^mcp-lazy: ${path} changed while import ran \\(its client rewrote it\\?\\); left as it is now: quit the client and run 'mcp-lazy import' again \\(the manifest has the backends already\\)$`, "m"));
+  assert.match(readFileSync(join(h, "manifest.yaml"), "utf8"), /^  toucher:\n/m);
+});
+
+test("import: a config that someone else can have written is not run, and says why", (t) => {
+  const marker = join(dir, "ran");
+  const config = () => JSON.stringify({ mcpServers: { planted: { command: "/bin/sh", args: ["-c", `touch ${marker}`] } } });
+  const cases = [[0o666, null, "is writable by every user"], [0o664, 65534, null]];
+  for (const [mode, gid, why] of cases) {
+    const { h, path, text } = importHome(config);
+    chmodSync(path, mode);
+    let expect = why;
+    if (gid !== null) {
+      if (process.getuid() !== 0) {
+        t.diagnostic("group and owner cases need root to chown; only the mode case ran");
+        continue;
+      }
+      chownSync(path, 0, gid);
+      expect = `is writable by group ${gid}`;
+    }
+    const r = importFrom(h, path);
+    assert.equal(r.code, 1, r.out + r.err);
+    assert.equal(r.err, `mcp-lazy: ${path} ${expect}: someone else may have put the commands in it that import would run as you (chown or chmod it, or import it as its owner); left untouched\n`);
+    assert.equal(readFileSync(path, "utf8"), text);
+    assert.equal(existsSync(marker), false, "its command never ran");
+  }
+  if (process.getuid() === 0) {
+    // Root in another user's project: that user's config is theirs to import.
+    const { h, path } = importHome(config);
+    chownSync(path, 1234, 1234);
+    const r = importFrom(h, path);
+    assert.equal(r.err, `mcp-lazy: ${path} belongs to uid 1234: someone else may have put the commands in it that import would run as you (chown or chmod it, or import it as its owner); left untouched\n`);
+    assert.equal(existsSync(marker), false, "its command never ran");
+  }
 });
