@@ -23,6 +23,20 @@ static size_t peer_queued(const Shim *s, uid_t uid) {
         return n;
 }
 
+static unsigned peer_sessions(const Shim *s, uid_t uid) {
+        unsigned n = 0;
+        for (const Client *c = s->clients; c; c = c->next)
+                if (c->uid == uid && !c->over_limit)
+                        n++;
+        return n;
+}
+
+/* Root and the shim's own user have no share: root could raise max_sessions anyway. */
+static bool peer_over_session_share(const Shim *s, uid_t uid) {
+        unsigned share = PEER_SESSIONS_SHARE(s->max_clients);
+        return uid != s->own_uid && uid != 0 && peer_sessions(s, uid) >= (share > 0 ? share : 1);
+}
+
 static unsigned peer_pending(const Shim *s, uid_t uid) {
         unsigned n = 0;
         for (const Client *c = s->clients; c; c = c->next)
@@ -106,10 +120,15 @@ static void reply_error(Client *c, const cJSON *id, int code, const char *text) 
                 client_send(c, m);
 }
 
-static void over_limit_text(const Shim *s, char *text, size_t size) {
+static void over_limit_text(const Shim *s, const Client *c, char *text, size_t size) {
         const char *n = shim_backend_name(s);
 
-        if (s->fd_bound)
+        if (c->over_share)
+                snprintf(text, size,
+                         "uid %u already holds %u of the %u sessions backend '%s' serves, the most one user may; call "
+                         "again when one of them has ended (or raise max_sessions of backend '%s' in the manifest)",
+                         (unsigned) c->uid, PEER_SESSIONS_SHARE(s->max_clients), s->max_clients, n, n);
+        else if (s->fd_bound)
                 snprintf(text, size,
                          "backend '%s' is serving %u sessions, as many as its file descriptor limit allows: raise "
                          "LimitNOFILE= of mcp-lazy@%s.service ('systemctl edit mcp-lazy@%s.service'), or call again "
@@ -207,7 +226,7 @@ static void handle_message(Client *c, Message *m) {
         char text[512];
 
         if (c->over_limit) {
-                over_limit_text(c->shim, text, sizeof text);
+                over_limit_text(c->shim, c, text, sizeof text);
                 return client_fail_request(c, m, text);
         }
         if (m->kind == JSONRPC_REQUEST && c->uid != c->shim->own_uid && !streq(m->method, "initialize") &&
@@ -321,6 +340,18 @@ static void on_client(Channel *ch, ChannelEvent ev, const char *line, size_t len
         }
 }
 
+/* The oldest refused connection goes when more wait to be refused: that bounds their descriptors. */
+void refused_make_room(Shim *s) {
+        Client *oldest = NULL;
+
+        if (s->n_over_limit < SHIM_MAX_REFUSED)
+                return;
+        for (Client *c = s->clients; c; c = c->next)
+                if (c->over_limit)
+                        oldest = c; /* new connections go to the head */
+        client_free(oldest);
+}
+
 int client_new(Shim *s, int fd, bool over_limit) {
         Client *c = calloc(1, sizeof *c);
         struct ucred cred = {.pid = 0, .uid = (uid_t) -1, .gid = (gid_t) -1};
@@ -340,6 +371,11 @@ int client_new(Shim *s, int fd, bool over_limit) {
                                   (unsigned long long) c->serial);
         c->uid = cred.uid;
         c->pid = cred.pid;
+        /* One user's share of the sessions: past it, refused as past max_sessions, with its own reason. */
+        if (!over_limit && peer_over_session_share(s, c->uid)) {
+                over_limit = c->over_limit = c->over_share = true;
+                refused_make_room(s);
+        }
         c->pending = hashmap_new();
         if (!c->pending) {
                 free(c);
@@ -357,7 +393,7 @@ int client_new(Shim *s, int fd, bool over_limit) {
         if (over_limit) {
                 char text[512];
                 s->n_over_limit++;
-                over_limit_text(s, text, sizeof text);
+                over_limit_text(s, c, text, sizeof text);
                 log_warning("Connection %llu from pid %d uid %u refused: %s.", (unsigned long long) c->serial,
                             (int) c->pid, (unsigned) c->uid, text);
         } else {

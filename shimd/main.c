@@ -174,18 +174,6 @@ static int on_accept_retry(sd_event_source *src, uint64_t usec, void *userdata) 
         return 0;
 }
 
-/* The oldest refused connection goes when more wait to be refused: that bounds their descriptors. */
-static void refused_make_room(Shim *s) {
-        Client *oldest = NULL;
-
-        if (s->n_over_limit < SHIM_MAX_REFUSED)
-                return;
-        for (Client *c = s->clients; c; c = c->next)
-                if (c->over_limit)
-                        oldest = c; /* new connections go to the head */
-        client_free(oldest);
-}
-
 static int on_accept(sd_event_source *src, int fd, uint32_t revents, void *userdata) {
         Shim *s = userdata;
         bool refuse = s->n_clients >= s->max_clients;

@@ -35,6 +35,8 @@
 #define PROBE_TIMEOUT_USEC    (2ULL * 1000000ULL)  /* then initialize follows; a late answer still counts */
 #define PROGRESS_TOKEN_PREFIX "mcp-lazy-progress:" /* a token of ours, where a client's was taken */
 #define UPCALL_ID_PREFIX      "mcp-lazy-upcall:"
+/* Sessions per peer (uid) other than root and the shim's own user: a share of max_sessions. */
+#define PEER_SESSIONS_SHARE(max) ((max) - (max) / 4U)
 /* initialize of a backend started ahead of any call (lifecycle warm, resident) */
 #define SHIM_AHEAD_PROTOCOL_VERSION "2025-11-25"
 
@@ -129,6 +131,7 @@ struct Client {
         char *refused;        /* why initialize found no backend for it, told to each later call */
         bool overflow;        /* stopped reading its answers: to be closed */
         bool over_limit;      /* past the session limit: every request gets why, then it is closed */
+        bool over_share;      /* ...because its uid holds its share of the sessions already */
         bool eof;
         Client *next;
 };
@@ -218,6 +221,8 @@ unsigned shim_in_flight(const Shim *s);
 /* client.c */
 /* over_limit: past the session limit (answered with why, then closed). */
 int client_new(Shim *s, int fd, bool over_limit);
+/* Closes the oldest refused connection when SHIM_MAX_REFUSED of them wait. */
+void refused_make_room(Shim *s);
 /* Per-peer shares: false (with a sentence in text) when uid may not have more. */
 bool peer_may_start_instance(Shim *s, uid_t uid, char *text, size_t size);
 Client *client_free(Client *c);

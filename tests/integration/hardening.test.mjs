@@ -4,7 +4,7 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { boxFleet, enableSockets } from "./lib/fleet.mjs";
-import { TESTS } from "./lib/env.mjs";
+import { SERVER_SCRIPTS, TESTS } from "./lib/env.mjs";
 
 const PEER = `${TESTS}/integration/lib/peer.mjs`;
 // What `systemd-analyze security` still flags, each for a reason README gives ("What a backend may do").
@@ -129,4 +129,29 @@ test("one peer gets at most 4096 requests in flight over all its connections", a
   assert.deepEqual(Object.keys(total).sort(), ["ok", text].sort());
   assert.equal(total.ok + total[text], 5 * 900);
   assert.ok(total.ok <= 4096 && total.ok >= 4096 - 5, JSON.stringify(total));
+});
+
+test("one peer holds at most 3/4 of max_sessions; root, and another user, still get a session", async () => {
+  // A backend of its own with max_sessions 4 (its own manifest, through the unit's MCP_LAZY_MANIFEST).
+  await fleet.sh(`printf 'backends:\\n  share:\\n    command: [node, ${SERVER_SCRIPTS.everything}, stdio]\\n    max_sessions: 4\\ntools:\\n  - {name: echo, backend: share, input_schema: {type: object}}\\n' > /etc/mcp-lazy/share.yaml
+    mkdir -p /etc/systemd/system/mcp-lazy@share.service.d
+    printf '[Service]\\nEnvironment=MCP_LAZY_MANIFEST=/etc/mcp-lazy/share.yaml\\n' > /etc/systemd/system/mcp-lazy@share.service.d/manifest.conf`);
+  await enableSockets(fleet, ["share"]);
+  const at = async (user, connections) => {
+    const arg = JSON.stringify({ socket: "/run/mcp-lazy/share.sock", connections }).replace(/'/g, "'\\''");
+    return JSON.parse(await fleet.sh(`${user === "root" ? "" : `runuser -u ${user} -- `}${process.execPath} ${PEER} '${arg}'`));
+  };
+  // alice opens all four sessions at once, each holding a 3 s call...
+  const alice = at("alice", Array.from({ length: 4 }, () => ({ calls: [slow] })));
+  await new Promise((r) => setTimeout(r, 1500));
+  // ...root still gets the fourth.
+  const root = await at("root", [{ calls: [{ name: "echo", arguments: { message: "root" } }] }]);
+  const a = await alice;
+  assert.deepEqual(root, [{ init: { ok: true }, answers: { ok: 1 }, n: 2 }]);
+  const refused = a.filter((c) => c.init?.error);
+  assert.deepEqual(refused.map((c) => c.init.error), [
+    "uid 1500 already holds 3 of the 4 sessions backend 'share' serves, the most one user may; call again when one of them has ended (or raise max_sessions of backend 'share' in the manifest)",
+  ]);
+  assert.deepEqual(a.filter((c) => c.init?.ok).map((c) => c.answers), Array(3).fill({ ok: 1 }));
+  assert.match(await fleet.sh("journalctl -q -o cat -u mcp-lazy@share.service"), /^Connection \d+ from pid \d+ uid 1500 refused: uid 1500 already holds 3 of the 4 sessions/m);
 });
