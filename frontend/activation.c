@@ -212,6 +212,18 @@ static int direct_spawn(const Options *o, const Backend *b, sd_event *e, int *re
         return 0;
 }
 
+int activation_mode_from_string(const char *s, ActivationMode *ret) {
+        static const char *const names[] = {
+                [ACTIVATION_AUTO] = "auto", [ACTIVATION_DIRECT] = "direct", [ACTIVATION_SYSTEMD] = "systemd"};
+
+        for (size_t i = 0; i < ELEMENTSOF(names); i++)
+                if (streq(s, names[i])) {
+                        *ret = (ActivationMode) i;
+                        return 0;
+                }
+        return -EINVAL;
+}
+
 int activation_connect(const Options *o, const Backend *b, sd_event *e, int *ret_fd, char **ret_text) {
         _cleanup_free_ char *path = backend_socket_path(b);
         int r;

@@ -201,13 +201,7 @@ int connect_main(int argc, char *argv[]) {
                         manifest = strdup(optarg);
                         break;
                 case ARG_ACTIVATION:
-                        if (streq(optarg, "auto"))
-                                o.activation = ACTIVATION_AUTO;
-                        else if (streq(optarg, "direct"))
-                                o.activation = ACTIVATION_DIRECT;
-                        else if (streq(optarg, "systemd"))
-                                o.activation = ACTIVATION_SYSTEMD;
-                        else {
+                        if (activation_mode_from_string(optarg, &o.activation) < 0) {
                                 fprintf(stderr, "mcp-lazy connect: --activation takes auto, direct or systemd\n");
                                 return 2;
                         }

@@ -148,6 +148,8 @@ void upconn_release(UpConn *c);
 /* activation.c */
 /* Connects to the backend's shim: -errno on failure with *ret_text telling the user what to do. */
 int activation_connect(const Options *o, const Backend *b, sd_event *e, int *ret_fd, char **ret_text);
+/* --activation's word: auto, direct, systemd; -EINVAL for anything else. */
+int activation_mode_from_string(const char *s, ActivationMode *ret);
 char *backend_socket_path(const Backend *b);
 
 /* remote.c */

@@ -148,13 +148,7 @@ int main(int argc, char *argv[]) {
                         manifest_arg = optarg;
                         break;
                 case ARG_ACTIVATION:
-                        if (streq(optarg, "auto"))
-                                o.activation = ACTIVATION_AUTO;
-                        else if (streq(optarg, "direct"))
-                                o.activation = ACTIVATION_DIRECT;
-                        else if (streq(optarg, "systemd"))
-                                o.activation = ACTIVATION_SYSTEMD;
-                        else {
+                        if (activation_mode_from_string(optarg, &o.activation) < 0) {
                                 fprintf(stderr, "mcp-lazy: --activation takes auto, direct or systemd\n");
                                 return 2;
                         }
