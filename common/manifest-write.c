@@ -77,10 +77,14 @@ static int doc_init_empty(ManifestDoc *d) {
 }
 
 char *manifest_default_path(void) {
+        return manifest_default_path_for(geteuid() == 0);
+}
+
+char *manifest_default_path_for(bool system) {
         const char *config = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
         char *p = NULL;
 
-        if (geteuid() == 0)
+        if (system)
                 return strdup("/etc/mcp-lazy/manifest.yaml");
         if (config && config[0] == '/')
                 return asprintf(&p, "%s/mcp-lazy/manifest.yaml", config) < 0 ? NULL : p;

@@ -18,6 +18,8 @@ typedef struct ManifestDoc {
 /* The manifest the units read: %E/mcp-lazy/manifest.yaml of the manager this user would have
  * ($XDG_CONFIG_HOME, else ~/.config), /etc/mcp-lazy/manifest.yaml for root. */
 char *manifest_default_path(void);
+/* The same for the system manager's units (/etc/mcp-lazy/manifest.yaml) or a user manager's. */
+char *manifest_default_path_for(bool system);
 
 /* Reads path (a missing file gives an empty manifest). A file that does not parse: -EINVAL with
  * *ret_error "FILE:LINE:COLUMN: sentence". The file is not checked as a manifest here: that happens

@@ -1,6 +1,5 @@
 /* The service manager for mcp-lazy's own subcommands (status, warm): bus, default manifest, unit properties. */
 #include <errno.h>
-#include <pwd.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -8,6 +7,7 @@
 
 #include "macros.h"
 #include "manager.h"
+#include "manifest-write.h"
 
 ManagerScope manager_default_scope(void) {
         return geteuid() == 0 ? MANAGER_SYSTEM : MANAGER_USER;
@@ -21,28 +21,18 @@ const char *manager_systemctl_flag(ManagerScope scope) {
         return scope == MANAGER_SYSTEM ? "" : " --user";
 }
 
-int manager_default_manifest(ManagerScope scope, char **ret) {
-        const char *config = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
-        char *p = NULL;
-        int k;
+int manager_load_manifest(ManagerScope scope, char **path, Manifest **ret) {
+        _cleanup_free_ char *err = NULL;
+        int r;
 
-        if (scope == MANAGER_SYSTEM)
-                k = asprintf(&p, "/etc/mcp-lazy/manifest.yaml");
-        else if (config && config[0] == '/')
-                k = asprintf(&p, "%s/mcp-lazy/manifest.yaml", config);
-        else {
-                if (!home || home[0] != '/') {
-                        const struct passwd *pw = getpwuid(geteuid());
-                        home = pw ? pw->pw_dir : NULL;
-                }
-                if (!home)
-                        return -ENOENT;
-                k = asprintf(&p, "%s/.config/mcp-lazy/manifest.yaml", home);
+        if (!*path && !(*path = manifest_default_path_for(scope == MANAGER_SYSTEM))) {
+                fprintf(stderr, "mcp-lazy: no home directory to find the manifest in; use --manifest FILE\n");
+                return -ENOENT;
         }
-        if (k < 0)
-                return -ENOMEM;
-        *ret = p;
-        return 0;
+        r = manifest_load_file(*path, ret, &err);
+        if (r < 0)
+                fprintf(stderr, "%s\n", err ?: strerror(-r));
+        return r;
 }
 
 int manager_bus_open(ManagerScope scope, sd_bus **ret) {

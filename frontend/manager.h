@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <systemd/sd-bus.h>
 
+#include "manifest.h"
+
 typedef enum ManagerScope {
         MANAGER_USER,
         MANAGER_SYSTEM,
@@ -15,8 +17,9 @@ ManagerScope manager_default_scope(void);
 const char *manager_scope_name(ManagerScope scope);
 /* " --user" or "" for the systemctl commands we suggest. */
 const char *manager_systemctl_flag(ManagerScope scope);
-/* The manifest the scope's units read: $XDG_CONFIG_HOME/mcp-lazy/manifest.yaml or /etc/mcp-lazy/manifest.yaml. */
-int manager_default_manifest(ManagerScope scope, char **ret);
+/* Loads *path, or (NULL) the manifest the scope's units read: $XDG_CONFIG_HOME/mcp-lazy/manifest.yaml or
+ * /etc/mcp-lazy/manifest.yaml, which *path then names. Says on stderr why not. */
+int manager_load_manifest(ManagerScope scope, char **path, Manifest **ret);
 /* 0 and a bus; -ENOMEDIUM when systemd does not run here; other -errno when the manager cannot be reached. */
 int manager_bus_open(ManagerScope scope, sd_bus **ret);
 /* The D-Bus object of mcp-lazy@NAME.SUFFIX ("socket", "service"). Reading its properties never starts it. */

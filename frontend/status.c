@@ -414,7 +414,7 @@ int status_main(int argc, char *argv[]) {
         };
         _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
         _cleanup_(manifest_freep) Manifest *m = NULL;
-        _cleanup_free_ char *path = NULL, *err = NULL, *problem = NULL;
+        _cleanup_free_ char *path = NULL, *problem = NULL;
         _cleanup_free_ Row *rows = NULL;
         _cleanup_free_ RemoteLook *looks = NULL;
         ManagerScope scope = manager_default_scope();
@@ -449,15 +449,8 @@ int status_main(int argc, char *argv[]) {
                 fprintf(stderr, "Usage: mcp-lazy status [--manifest FILE] [--system] [--json]\n");
                 return 2;
         }
-        if (!path && manager_default_manifest(scope, &path) < 0) {
-                fprintf(stderr, "mcp-lazy: no home directory to find the manifest in; use --manifest FILE\n");
+        if (manager_load_manifest(scope, &path, &m) < 0)
                 return 1;
-        }
-        r = manifest_load_file(path, &m, &err);
-        if (r < 0) {
-                fprintf(stderr, "%s\n", err ?: strerror(-r));
-                return 1;
-        }
         rows = calloc(m->n_backends + 1, sizeof *rows);
         looks = calloc(m->n_backends + 1, sizeof *looks);
         if (!rows || !looks)

@@ -97,7 +97,7 @@ int warm_main(int argc, char *argv[]) {
         };
         _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
         _cleanup_(manifest_freep) Manifest *m = NULL;
-        _cleanup_free_ char *path = NULL, *err = NULL;
+        _cleanup_free_ char *path = NULL;
         ManagerScope scope = manager_default_scope();
         int c, r, failed = 0;
 
@@ -128,15 +128,8 @@ int warm_main(int argc, char *argv[]) {
                 fprintf(stderr, "Usage: mcp-lazy warm [--manifest FILE] [--system] NAME...\n");
                 return 2;
         }
-        if (!path && manager_default_manifest(scope, &path) < 0) {
-                fprintf(stderr, "mcp-lazy: no home directory to find the manifest in; use --manifest FILE\n");
+        if (manager_load_manifest(scope, &path, &m) < 0)
                 return 1;
-        }
-        r = manifest_load_file(path, &m, &err);
-        if (r < 0) {
-                fprintf(stderr, "%s\n", err ?: strerror(-r));
-                return 1;
-        }
         /* Every name first: nothing is started when one of them is wrong. */
         for (int i = optind; i < argc; i++) {
                 const Backend *b = manifest_find_backend(m, argv[i]);
