@@ -498,29 +498,35 @@ static void help(void) {
                "  --force              with --undo: also configs changed since\n");
 }
 
+/* One config: read and added, or its problem said (and counted); -ENOMEM only. */
+static int load_config(Import *im, const char *path, const char *client) {
+        _cleanup_free_ char *err = NULL;
+        ClientConfig *c = NULL, **l;
+        int r = client_config_load(path, client, &c, &err);
+
+        if (r < 0) {
+                fprintf(stderr, "mcp-lazy: %s; left untouched\n", err ?: strerror(-r));
+                im->failures++;
+                return 0;
+        }
+        l = realloc(im->configs, (im->n_configs + 1) * sizeof *l);
+        if (!l) {
+                client_config_free(c);
+                return -ENOMEM;
+        }
+        im->configs = l;
+        im->configs[im->n_configs++] = c;
+        return 0;
+}
+
 static int load_configs(Import *im, char **from, const char *client) {
         _cleanup_strv_free_ char **paths = NULL, **clients = NULL;
-        int r;
+        int r = 0;
 
         if (from && from[0]) {
-                for (char **f = from; *f; f++) {
-                        _cleanup_free_ char *err = NULL;
-                        ClientConfig *c = NULL, **l;
-                        r = client_config_load(*f, client, &c, &err);
-                        if (r < 0) {
-                                fprintf(stderr, "mcp-lazy: %s; left untouched\n", err ?: strerror(-r));
-                                im->failures++;
-                                continue;
-                        }
-                        l = realloc(im->configs, (im->n_configs + 1) * sizeof *l);
-                        if (!l) {
-                                client_config_free(c);
-                                return -ENOMEM;
-                        }
-                        im->configs = l;
-                        im->configs[im->n_configs++] = c;
-                }
-                return 0;
+                for (char **f = from; r >= 0 && *f; f++)
+                        r = load_config(im, *f, client);
+                return r;
         }
         r = client_config_paths(client, &paths, &clients);
         if (r == -ENXIO) {
@@ -538,24 +544,10 @@ static int load_configs(Import *im, char **from, const char *client) {
                         client ? " for '" : "", client ?: "", client ? "'" : "");
                 return -ENOENT;
         }
-        for (size_t i = 0; paths[i]; i++) {
-                _cleanup_free_ char *err = NULL;
-                ClientConfig *c = NULL, **l;
-                r = client_config_load(paths[i], clients[i], &c, &err);
-                if (r < 0) {
-                        fprintf(stderr, "mcp-lazy: %s; left untouched\n", err ?: strerror(-r));
-                        im->failures++;
-                        continue;
-                }
-                l = realloc(im->configs, (im->n_configs + 1) * sizeof *l);
-                if (!l) {
-                        client_config_free(c);
-                        return -ENOMEM;
-                }
-                im->configs = l;
-                im->configs[im->n_configs++] = c;
-        }
-        return 0;
+        r = 0;
+        for (size_t i = 0; r >= 0 && paths[i]; i++)
+                r = load_config(im, paths[i], clients[i]);
+        return r;
 }
 
 static int collect_items(Import *im) {
