@@ -195,20 +195,42 @@ static bool key_equals(const char *s, size_t a, size_t b, const char *name) {
 /* mask: the id paths whose first 'level' keys lead here. */
 static int scan_value(Scanner *sc, unsigned level, uint32_t mask, bool top);
 
-static int scan_object(Scanner *sc, unsigned level, uint32_t mask) {
+/* At a container's opening bracket: steps in; 1 if it closes at once. */
+static int scan_open(Scanner *sc, char close) {
         if (++sc->depth > sc->max_depth)
                 return -E2BIG;
-        sc->pos++; /* '{' */
+        sc->pos++;
         skip_ws(sc);
-        if (sc->pos < sc->len && sc->s[sc->pos] == '}') {
+        if (sc->pos < sc->len && sc->s[sc->pos] == close) {
                 sc->pos++;
                 sc->depth--;
-                return 0;
+                return 1;
         }
-        for (;;) {
+        return 0;
+}
+
+/* After a member or an element: 1 past the closing bracket, 0 past a comma (another follows). */
+static int scan_next(Scanner *sc, char close) {
+        skip_ws(sc);
+        if (sc->pos >= sc->len)
+                return -EBADMSG;
+        if (sc->s[sc->pos] == close) {
+                sc->pos++;
+                sc->depth--;
+                return 1;
+        }
+        if (sc->s[sc->pos] != ',')
+                return -EBADMSG;
+        sc->pos++;
+        return 0;
+}
+
+static int scan_object(Scanner *sc, unsigned level, uint32_t mask) {
+        int r = scan_open(sc, '}');
+
+        while (r == 0) {
                 size_t ka, kb;
                 uint32_t sub = 0;
-                int r;
 
                 skip_ws(sc);
                 r = scan_string(sc, &ka, &kb);
@@ -233,33 +255,15 @@ static int scan_object(Scanner *sc, unsigned level, uint32_t mask) {
                 for (unsigned p = 0; sc->spans && sub && p < _ID_PATH_MAX; p++)
                         if ((sub & (1U << p)) && !id_paths[p][level + 1])
                                 sc->spans[p] = (Span){vstart, sc->pos - vstart};
-                skip_ws(sc);
-                if (sc->pos >= sc->len)
-                        return -EBADMSG;
-                if (sc->s[sc->pos] == '}') {
-                        sc->pos++;
-                        sc->depth--;
-                        return 0;
-                }
-                if (sc->s[sc->pos] != ',')
-                        return -EBADMSG;
-                sc->pos++;
+                r = scan_next(sc, '}');
         }
+        return r < 0 ? r : 0;
 }
 
 static int scan_array(Scanner *sc, bool top) {
-        if (++sc->depth > sc->max_depth)
-                return -E2BIG;
-        sc->pos++; /* '[' */
-        skip_ws(sc);
-        if (sc->pos < sc->len && sc->s[sc->pos] == ']') {
-                sc->pos++;
-                sc->depth--;
-                return 0;
-        }
-        for (;;) {
-                int r;
+        int r = scan_open(sc, ']');
 
+        while (r == 0) {
                 skip_ws(sc);
                 size_t start = sc->pos;
                 r = scan_value(sc, 0, 0, false);
@@ -276,18 +280,9 @@ static int scan_array(Scanner *sc, bool top) {
                         }
                         sc->elements[sc->n_elements++] = (Span){start, sc->pos - start};
                 }
-                skip_ws(sc);
-                if (sc->pos >= sc->len)
-                        return -EBADMSG;
-                if (sc->s[sc->pos] == ']') {
-                        sc->pos++;
-                        sc->depth--;
-                        return 0;
-                }
-                if (sc->s[sc->pos] != ',')
-                        return -EBADMSG;
-                sc->pos++;
+                r = scan_next(sc, ']');
         }
+        return r < 0 ? r : 0;
 }
 
 static int scan_value(Scanner *sc, unsigned level, uint32_t mask, bool top) {
