@@ -235,6 +235,13 @@ static void bridge_start(Instance *i, Route *r, const cJSON *result) {
         if (!r->input_responses || (cJSON_IsString(state) && !r->request_state))
                 return route_fail(i, r, "out of memory");
         r->awaiting = 0;
+        /* A map from keys to requests (the spec): each answer goes back under its request's key. */
+        if (requests && !cJSON_IsObject(requests)) {
+                snprintf(text, sizeof text,
+                         "backend '%s' answered input_required with inputRequests that is not an object",
+                         i->shim->backend->name);
+                return route_fail(i, r, text);
+        }
         cJSON_ArrayForEach (it, requests) {
                 const char *method = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, "method"));
                 if (!method || !input_method_known(method)) {
