@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "macros.h"
@@ -20,7 +21,7 @@
 #define MCP_LAZY_VERSION "0"
 #endif
 
-static char *cache_dir(void) {
+char *manifest_cache_dir(void) {
         const char *e = getenv("MCP_LAZY_CACHE_DIR"), *rt = getenv("XDG_RUNTIME_DIR");
         char *p = NULL;
 
@@ -33,8 +34,8 @@ static char *cache_dir(void) {
         return NULL;
 }
 
-static char *cache_file(const char *path) {
-        _cleanup_free_ char *dir = cache_dir();
+char *manifest_cache_file(const char *path, const char *variant, const char *suffix) {
+        _cleanup_free_ char *dir = manifest_cache_dir();
         uint64_t h = 1469598103934665603ULL;
         char *p = NULL;
 
@@ -42,11 +43,17 @@ static char *cache_file(const char *path) {
                 return NULL;
         for (const char *c = path; *c; c++)
                 h = (h ^ (uint8_t) *c) * 1099511628211ULL;
-        return asprintf(&p, "%s/%016llx.json", dir, (unsigned long long) h) < 0 ? NULL : p;
+        if (variant) {
+                /* After a byte no path holds, so that no other path hashes the same way. */
+                h = (h ^ 0xffU) * 1099511628211ULL;
+                for (const char *c = variant; *c; c++)
+                        h = (h ^ (uint8_t) *c) * 1099511628211ULL;
+        }
+        return asprintf(&p, "%s/%016llx%s", dir, (unsigned long long) h, suffix) < 0 ? NULL : p;
 }
 
 /* Everything that changes when the file does, and the path (hashes can collide). */
-static char *stamp(const char *path, const struct stat *st) {
+char *manifest_cache_stamp(const char *path, const struct stat *st) {
         char *s = NULL;
 
         if (asprintf(&s, "%d %s %s %llu %llu %lld %lld.%09ld %lld.%09ld", CACHE_FORMAT, MCP_LAZY_VERSION, path,
@@ -58,7 +65,8 @@ static char *stamp(const char *path, const struct stat *st) {
 }
 
 int manifest_cache_get(const char *path, const struct stat *st, YNode **ret) {
-        _cleanup_free_ char *file = cache_file(path), *want = stamp(path, st), *buf = NULL;
+        _cleanup_free_ char *file = manifest_cache_file(path, NULL, ".json"), *want = manifest_cache_stamp(path, st),
+                            *buf = NULL;
         _cleanup_close_ int fd = -EBADF;
         _cleanup_json_ cJSON *j = NULL;
         struct stat cst;
@@ -66,7 +74,7 @@ int manifest_cache_get(const char *path, const struct stat *st, YNode **ret) {
 
         if (!file || !want)
                 return -ENOENT;
-        fd = open(file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        fd = open(file, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK); /* a FIFO must not hang us */
         /* Only a file of our own, that no one else can have written. */
         if (fd < 0 || fstat(fd, &cst) < 0 || !S_ISREG(cst.st_mode) || cst.st_uid != geteuid() || (cst.st_mode & 0022) ||
             cst.st_size <= 0 || (uint64_t) cst.st_size > CACHE_MAX_SIZE)
@@ -84,15 +92,45 @@ int manifest_cache_get(const char *path, const struct stat *st, YNode **ret) {
         return ynode_decode(cJSON_GetArrayItem(j, 1), ret) < 0 ? -ENOENT : 0;
 }
 
-void manifest_cache_put(const char *path, const struct stat *st, const YNode *tree) {
-        _cleanup_free_ char *file = cache_file(path), *dir = cache_dir(), *s = stamp(path, st), *text = NULL,
-                            *tmp = NULL;
-        _cleanup_json_ cJSON *j = cJSON_CreateArray();
+int manifest_cache_write(const char *file, const struct iovec *iov, size_t n) {
+        _cleanup_free_ char *dir = manifest_cache_dir(), *tmp = NULL;
         _cleanup_close_ int fd = -EBADF;
-        cJSON *enc;
-        size_t len;
+        char *slash;
+        ssize_t k;
+        size_t len = 0;
 
-        if (!file || !dir || !s || !j)
+        if (!dir || asprintf(&tmp, "%s.XXXXXX", file) < 0)
+                return -ENOMEM;
+        /* The parent (a runtime dir) exists; ours is made private. */
+        slash = strrchr(dir, '/');
+        if (slash && slash != dir) {
+                *slash = 0;
+                (void) mkdir(dir, 0755);
+                *slash = '/';
+        }
+        (void) mkdir(dir, 0700);
+        fd = mkostemp(tmp, O_CLOEXEC);
+        if (fd < 0)
+                return -errno;
+        for (size_t i = 0; i < n; i++)
+                len += iov[i].iov_len;
+        /* Written whole, then renamed over: a reader sees the old file or the new one, never a part. */
+        k = writev(fd, iov, (int) n);
+        if (k != (ssize_t) len || rename(tmp, file) < 0) {
+                int r = k < 0 ? -errno : -EIO;
+                (void) unlink(tmp);
+                return r;
+        }
+        return 0;
+}
+
+void manifest_cache_put(const char *path, const struct stat *st, const YNode *tree) {
+        _cleanup_free_ char *file = manifest_cache_file(path, NULL, ".json"), *s = manifest_cache_stamp(path, st),
+                            *text = NULL;
+        _cleanup_json_ cJSON *j = cJSON_CreateArray();
+        cJSON *enc;
+
+        if (!file || !s || !j)
                 return;
         enc = ynode_encode(tree);
         if (!cJSON_AddItemToArray(j, cJSON_CreateString(s)) || !enc || !cJSON_AddItemToArray(j, enc)) {
@@ -100,22 +138,6 @@ void manifest_cache_put(const char *path, const struct stat *st, const YNode *tr
                 return;
         }
         text = cJSON_PrintUnformatted(j);
-        if (!text || asprintf(&tmp, "%s.XXXXXX", file) < 0)
-                return;
-        /* The parent (a runtime dir) exists; ours is made private. */
-        {
-                char *slash = strrchr(dir, '/');
-                if (slash && slash != dir) {
-                        *slash = 0;
-                        (void) mkdir(dir, 0755);
-                        *slash = '/';
-                }
-                (void) mkdir(dir, 0700);
-        }
-        fd = mkostemp(tmp, O_CLOEXEC);
-        if (fd < 0)
-                return;
-        len = strlen(text);
-        if (write(fd, text, len) != (ssize_t) len || rename(tmp, file) < 0)
-                (void) unlink(tmp);
+        if (text)
+                (void) manifest_cache_write(file, &(struct iovec){text, strlen(text)}, 1);
 }

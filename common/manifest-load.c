@@ -18,7 +18,8 @@ static void ynode_freep(YNode **n) {
 
 /* JSON is YAML, but cJSON reads it many times faster than libyaml. A valid JSON manifest is taken
  * that way; anything else (and any mistake, to report it with its position) takes the YAML path. */
-static int manifest_from_json_text(const char *text, size_t len, const char *name, const char *dir, Manifest **ret) {
+static int manifest_from_json_text(const char *text, size_t len, const char *name, const char *dir, Manifest **ret,
+                                   YNode **ret_tree) {
         _cleanup_json_ cJSON *j = NULL;
         _cleanup_(ynode_freep) YNode *root = NULL;
         const char *end = NULL;
@@ -31,9 +32,11 @@ static int manifest_from_json_text(const char *text, size_t len, const char *nam
         for (; end < text + len; end++)
                 if (!strchr(" \t\r\n", *end))
                         return -EINVAL;
-        if (ynode_from_json(j, &root) < 0)
+        if (ynode_from_json(j, &root) < 0 || manifest_from_tree(root, name, dir, ret, NULL) < 0)
                 return -EINVAL;
-        return manifest_from_tree(root, name, dir, ret, NULL);
+        if (ret_tree)
+                *ret_tree = TAKE_PTR(root);
+        return 0;
 }
 
 static int manifest_load_yaml(const char *text, size_t len, const char *name, const char *dir, Manifest **ret,
@@ -65,7 +68,7 @@ static bool looks_like_json(const char *text, size_t len) {
 
 int manifest_load_string(const char *text, size_t len, const char *name, const char *dir, Manifest **ret,
                          char **ret_error) {
-        if (looks_like_json(text, len) && manifest_from_json_text(text, len, name, dir, ret) >= 0)
+        if (looks_like_json(text, len) && manifest_from_json_text(text, len, name, dir, ret, NULL) >= 0)
                 return 0;
         return manifest_load_yaml(text, len, name, dir, ret, ret_error, NULL);
 }
@@ -109,12 +112,28 @@ static int read_fd(int fd, const struct stat *st, char **ret, size_t *ret_len) {
         return 0;
 }
 
-int manifest_load_file(const char *path, Manifest **ret, char **ret_error) {
+/* The directory a relative cwd in the manifest at path is relative to, wherever we were started. */
+static int manifest_dir(const char *path, char **ret) {
+        const char *slash = strrchr(path, '/');
+        char cwd[PATH_MAX];
+        int r = 0;
+
+        *ret = NULL;
+        if (path[0] == '/')
+                *ret = strndup(path, slash == path ? 1 : (size_t) (slash - path));
+        else if (!getcwd(cwd, sizeof cwd))
+                return -errno;
+        else if (slash)
+                r = asprintf(ret, "%s/%.*s", cwd, (int) (slash - path), path);
+        else
+                *ret = strdup(cwd);
+        return r < 0 || !*ret ? -ENOMEM : 0;
+}
+
+static int load_file(const char *path, Manifest **ret, struct stat *ret_st, char **ret_error) {
         _cleanup_free_ char *text = NULL, *dir = NULL;
         _cleanup_close_ int fd = -EBADF;
         YNode *tree = NULL;
-        char cwd[PATH_MAX];
-        const char *slash;
         struct stat st;
         size_t len = 0;
         int r = 0;
@@ -131,20 +150,19 @@ int manifest_load_file(const char *path, Manifest **ret, char **ret_error) {
                         *ret_error = NULL;
                 return r;
         }
-        /* A relative cwd in the manifest is relative to the manifest, wherever we were started. */
-        slash = strrchr(path, '/');
-        if (path[0] == '/')
-                dir = strndup(path, slash == path ? 1 : (size_t) (slash - path));
-        else if (!getcwd(cwd, sizeof cwd))
-                return -errno;
-        else if (slash)
-                r = asprintf(&dir, "%s/%.*s", cwd, (int) (slash - path), path);
-        else
-                dir = strdup(cwd);
-        if (r < 0 || !dir)
-                return -ENOMEM;
-        if (looks_like_json(text, len) && manifest_from_json_text(text, len, path, dir, ret) >= 0)
+        r = manifest_dir(path, &dir);
+        if (r < 0)
+                return r;
+        if (ret_st)
+                *ret_st = st;
+        if (looks_like_json(text, len) &&
+            manifest_from_json_text(text, len, path, dir, ret, ret_st ? &tree : NULL) >= 0) {
+                /* Kept for manifest_load_cached(): a JSON manifest is cached only when asked. */
+                if (tree)
+                        manifest_cache_put(path, &st, tree);
+                ynode_free(tree);
                 return 0;
+        }
         /* YAML: a tree cached from an earlier start of an unchanged file saves libyaml's work. */
         if (manifest_cache_get(path, &st, &tree) >= 0) {
                 r = manifest_from_tree(tree, path, dir, ret, NULL);
@@ -158,4 +176,26 @@ int manifest_load_file(const char *path, Manifest **ret, char **ret_error) {
                 ynode_free(tree);
         }
         return r;
+}
+
+int manifest_load_file(const char *path, Manifest **ret, char **ret_error) {
+        return load_file(path, ret, NULL, ret_error);
+}
+
+int manifest_load_file_stat(const char *path, Manifest **ret, struct stat *ret_st, char **ret_error) {
+        return load_file(path, ret, ret_st, ret_error);
+}
+
+int manifest_load_cached(const char *path, const struct stat *st, Manifest **ret) {
+        _cleanup_(ynode_freep) YNode *tree = NULL;
+        _cleanup_free_ char *dir = NULL;
+        int r;
+
+        r = manifest_cache_get(path, st, &tree);
+        if (r < 0)
+                return r;
+        r = manifest_dir(path, &dir);
+        if (r < 0)
+                return r;
+        return manifest_from_tree(tree, path, dir, ret, NULL) < 0 ? -ENOENT : 0;
 }

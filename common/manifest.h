@@ -4,6 +4,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <cjson/cJSON.h>
 
 #define MANIFEST_MAX_SIZE                  (64U * 1024U * 1024U)
@@ -96,6 +97,12 @@ typedef struct Manifest {
 /* On a manifest mistake: -EINVAL and *ret_error holds every problem found, one per line, each as
  * "FILE:LINE:COLUMN: sentence". Other negative errnos are I/O or OOM (with *ret_error saying which file). */
 int manifest_load_file(const char *path, Manifest **ret, char **ret_error);
+/* The same, also saying which version of the file was read (*ret_st, from the descriptor read), and
+ * leaving its tree in the manifest cache (a JSON manifest's too) for manifest_load_cached(). */
+int manifest_load_file_stat(const char *path, Manifest **ret, struct stat *ret_st, char **ret_error);
+/* The manifest at path as it was when stat'ed as *st, from the manifest cache only: -ENOENT when
+ * the cache holds no valid tree of that version. */
+int manifest_load_cached(const char *path, const struct stat *st, Manifest **ret);
 /* 'name' is used in messages, 'dir' to resolve a relative cwd. */
 int manifest_load_string(const char *text, size_t len, const char *name, const char *dir, Manifest **ret,
                          char **ret_error);
