@@ -515,14 +515,25 @@ fail:
 }
 
 int channel_send(Channel *c, const char *data, size_t len) {
+        return channel_sendv(c, &(const struct iovec){(void *) data, len}, 1);
+}
+
+int channel_sendv(Channel *c, const struct iovec *iov, size_t n) {
+        size_t len = 0;
         OutChunk *o;
 
         if (c->write_closed || c->close_write_pending)
                 return -EPIPE;
+        for (size_t i = 0; i < n; i++)
+                len += iov[i].iov_len;
         o = malloc(sizeof *o + len + 1);
         if (!o)
                 return -ENOMEM;
-        memcpy(o->data, data, len);
+        len = 0;
+        for (size_t i = 0; i < n; i++) {
+                memcpy(o->data + len, iov[i].iov_base, iov[i].iov_len);
+                len += iov[i].iov_len;
+        }
         o->data[len] = '\n';
         o->len = len + 1;
         o->done = 0;

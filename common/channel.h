@@ -4,6 +4,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 #include <systemd/sd-event.h>
 #include <cjson/cJSON.h>
 
@@ -45,6 +46,8 @@ Channel *channel_free(Channel *c);
 
 /* Queue one message; a '\n' is appended. Never blocks. */
 int channel_send(Channel *c, const char *data, size_t len);
+/* The same for one message in parts (iov), joined. */
+int channel_sendv(Channel *c, const struct iovec *iov, size_t n);
 int channel_send_json(Channel *c, const cJSON *message);
 /* After everything queued is written, half-close (sockets) or close (pipes) the sending side. */
 void channel_close_write(Channel *c);
