@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <systemd/sd-event.h>
 
+#include "answers.h"
 #include "channel.h"
 #include "hashmap.h"
 #include "jsonrpc.h"
@@ -59,7 +60,8 @@ typedef struct Pending {
 
 struct Session {
         sd_event *event;
-        Manifest *manifest;
+        Manifest *manifest; /* NULL until something needs it, when prepared answers stand in */
+        Answers *answers;   /* or NULL: everything is answered from the manifest */
         const Options *options;
         Channel *client;
         cJSON *client_params;   /* initialize's params, handed to each backend */
@@ -77,10 +79,20 @@ struct Session {
         struct stat watched;    /* the manifest as the stat timer last saw it */
 };
 
-/* The manifest as this frontend serves it (restricted to --backend's); errors as manifest_load_file(). */
-int session_load_manifest(const Options *o, Manifest **ret, char **ret_error);
-/* Takes m. */
+/* The manifest as this frontend serves it (restricted to --backend's); errors as manifest_load_file().
+ * With ret_st, also which version of the file was read (see manifest_load_file_stat()). */
+int session_load_manifest(const Options *o, Manifest **ret, struct stat *ret_st, char **ret_error);
+/* What the frontend serves from the start: prepared answers from the cache (*ret_manifest NULL), or
+ * the manifest, with the answers prepared from it when there is a cache to keep them in. */
+int answers_open(const Options *o, Manifest **ret_manifest, Answers **ret_answers, char **ret_error);
+/* Takes m and a (either may be NULL, not both). */
 struct Session *session_new(sd_event *e, Manifest *m, const Options *o);
+void session_set_answers(Session *s, Answers *a);
+/* The manifest, read now if only prepared answers were loaded; NULL (logged) if it cannot be. */
+const Manifest *session_manifest(Session *s);
+/* Answers m with a prepared answer (the id spliced in, the 2026-07-28 fields on a modern list
+ * request): false when there is none. */
+bool session_reply_answer(Session *s, Batch *batch, const Message *m, AnswerKind kind, size_t index);
 /* Reads the manifest again; a valid one replaces the old and the client hears what changed. */
 void session_reload(Session *s);
 int session_watch_manifest(Session *s);
@@ -99,12 +111,24 @@ void session_send_text(Session *s, const char *text, size_t len);
 void session_reply(Session *s, Batch *batch, cJSON *msg);
 /* Whether a change of the list of capability cap ("tools", "prompts", "resources") is announced. */
 bool session_announces(const Manifest *mf, const char *cap);
+/* Whether a reload that changes that list says so (a backend's recorded capabilities may say not). */
+bool session_notifies(const Manifest *mf, const char *cap);
+/* Whether initialize advertises capability cap. */
+bool session_advertises(const Manifest *mf, const char *cap);
 /* The capabilities mcp-lazy declares, for initialize or (modern) server/discover. */
-cJSON *session_capabilities_new(const Session *s, bool modern);
+cJSON *session_capabilities_new(const Manifest *mf, bool modern);
+/* The results answered from the manifest (what prepared answers are printed from). */
+cJSON *session_initialize_result_new(const Manifest *mf, const char *version);
+cJSON *session_tools_page_new(const Manifest *mf, size_t offset);
+/* resources/list and friends by offsetof(Backend, LIST), under key. */
+cJSON *session_list_new(const Manifest *mf, size_t offset, const char *key);
+/* One list's entries across the manifest, printed ((size_t) -1: the tools). */
+char *session_surface_print(const Manifest *m, size_t offset);
 
 /* modern.c: the 2026-07-28 era */
 /* Checks a request's envelope and answers what only that era has; true when it answered. */
 bool modern_intercept(Session *s, Message *m, Batch *batch);
+cJSON *modern_discover_result_new(const Manifest *mf);
 /* Whether the request carries the 2026-07-28 envelope. */
 bool modern_request(const Message *m);
 /* A list answered from the manifest: resultType, ttlMs, cacheScope and serverInfo for a modern request. */

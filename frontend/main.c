@@ -75,12 +75,14 @@ static int check(const char *path) {
 
 static int run(Options *o) {
         _cleanup_(manifest_freep) Manifest *m = NULL;
+        _cleanup_(answers_freep) Answers *a = NULL;
         _cleanup_(sd_event_unrefp) sd_event *e = NULL;
         _cleanup_free_ char *err = NULL;
         Session *s;
         int r;
 
-        r = session_load_manifest(o, &m, &err);
+        /* Prepared answers from the cache when the manifest has not changed; else the manifest. */
+        r = answers_open(o, &m, &a, &err);
         if (r < 0) {
                 fprintf(stderr, "%s\n", err ?: strerror(-r));
                 return r;
@@ -94,6 +96,7 @@ static int run(Options *o) {
         s = session_new(e, TAKE_PTR(m), o);
         if (!s)
                 return log_oom();
+        session_set_answers(s, TAKE_PTR(a));
         r = session_watch_manifest(s);
         if (r < 0)
                 log_warning_errno(r, "Cannot watch %s for changes, ignoring: %m", o->manifest_path);

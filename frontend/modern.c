@@ -42,12 +42,11 @@ static void reply_error(Session *s, Batch *batch, const cJSON *id, int code, con
         session_reply(s, batch, jsonrpc_error_new(id, code, text));
 }
 
-static cJSON *discover_result_new(Session *s) {
+cJSON *modern_discover_result_new(const Manifest *mf) {
         _cleanup_json_ cJSON *r = cJSON_CreateObject();
-        const Manifest *mf = s->manifest;
 
         if (!r || !cJSON_AddItemToObject(r, "supportedVersions", era_supported_versions_new()) ||
-            !cJSON_AddItemToObject(r, "capabilities", session_capabilities_new(s, true)))
+            !cJSON_AddItemToObject(r, "capabilities", session_capabilities_new(mf, true)))
                 return NULL;
         if (mf->instructions && !cJSON_AddStringToObject(r, "instructions", mf->instructions))
                 return NULL;
@@ -71,12 +70,15 @@ static bool filter_flag(const cJSON *filter, const char *name) {
 /* A stream the client ends with notifications/cancelled; nothing answers the request until then. */
 static void handle_listen(Session *s, Message *m, Batch *batch) {
         const cJSON *filter = cJSON_GetObjectItemCaseSensitive(m->params, "notifications");
-        const Manifest *mf = s->manifest;
+        const Manifest *mf = session_manifest(s);
         _cleanup_free_ char *key = strdup(m->id_text);
         _cleanup_json_ cJSON *ack = NULL;
         cJSON *params, *agreed;
         Listen *l;
 
+        if (!mf)
+                return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR,
+                                   "the manifest cannot be read: mcp-lazy's log says why");
         if (filter && !cJSON_IsObject(filter))
                 return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
                                    "subscriptions/listen: params.notifications must be an object");
@@ -179,7 +181,15 @@ bool modern_intercept(Session *s, Message *m, Batch *batch) {
                 return true;
         }
         if (discover) {
-                session_reply(s, batch, jsonrpc_result_new(m->id_json, discover_result_new(s)));
+                const Manifest *mf;
+
+                if (session_reply_answer(s, batch, m, ANSWER_DISCOVER, 0))
+                        return true;
+                if (!(mf = session_manifest(s)))
+                        reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR,
+                                    "the manifest cannot be read: mcp-lazy's log says why");
+                else
+                        session_reply(s, batch, jsonrpc_result_new(m->id_json, modern_discover_result_new(mf)));
                 return true;
         }
         if (era_method_removed(m->method)) {

@@ -1,5 +1,6 @@
 /* The session with the client: JSON-RPC over stdio, answered from the manifest or routed to a backend. */
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <sys/inotify.h>
 #include <stddef.h>
@@ -33,6 +34,37 @@ Session *session_new(sd_event *e, Manifest *m, const Options *o) {
         if (!s->pending || !s->upcalls || !s->tasks || !s->upstreams || !s->listens)
                 return session_free(s);
         return s;
+}
+
+void session_set_answers(Session *s, Answers *a) {
+        answers_free(s->answers);
+        s->answers = a;
+}
+
+const Manifest *session_manifest(Session *s) {
+        _cleanup_free_ char *err = NULL;
+        Manifest *m = NULL;
+        int r = -ENOENT;
+
+        if (s->manifest)
+                return s->manifest;
+        /* The version the answers stand for, from the manifest cache; else the file as it is now (a
+         * reload is on its way if it changed). */
+        if (s->answers) {
+                log_debug("Reading the manifest for a request the prepared answers do not cover.");
+                r = manifest_load_cached(s->options->manifest_path, answers_stat(s->answers), &m);
+                if (r >= 0 && s->options->backend && manifest_restrict(m, s->options->backend) < 0) {
+                        m = manifest_free(m);
+                        r = -ENOENT;
+                }
+        }
+        if (r < 0)
+                r = session_load_manifest(s->options, &m, NULL, &err);
+        if (r < 0) {
+                log_error("Cannot read the manifest: %s", err ?: strerror(-r));
+                return NULL;
+        }
+        return s->manifest = m;
 }
 
 static Pending *pending_free(Pending *p) {
@@ -74,6 +106,7 @@ Session *session_free(Session *s) {
         free(s->log_level);
         sd_event_source_disable_unref(s->watch);
         manifest_free(s->manifest);
+        answers_free(s->answers);
         channel_free(s->client);
         cJSON_Delete(s->client_params);
         free(s->protocol_version);
@@ -157,6 +190,14 @@ void session_reply(Session *s, Batch *batch, cJSON *msg) {
         reply(s, batch, msg);
 }
 
+static void reply_no_manifest(Session *s, Batch *batch, const Message *m) {
+        char text[PATH_MAX + 128];
+
+        snprintf(text, sizeof text, "the manifest %s cannot be read: mcp-lazy's log says why",
+                 s->options->manifest_path);
+        reply(s, batch, jsonrpc_error_new(m->id_json, JSONRPC_INTERNAL_ERROR, text));
+}
+
 static void reply_error(Session *s, Batch *batch, const cJSON *id, int code, const char *fmt, ...) _printf_(5, 6);
 static void reply_error(Session *s, Batch *batch, const cJSON *id, int code, const char *fmt, ...) {
         char text[1024];
@@ -232,11 +273,12 @@ void session_fail(Session *s, Pending *p, const char *text) {
         batch_member_done(s, b);
 }
 
-static const char *negotiate_version(const char *asked) {
+/* The index in protocol_versions of the version we agree on. */
+static size_t negotiate_version(const char *asked) {
         for (size_t i = 0; i < ELEMENTSOF(protocol_versions); i++)
                 if (streq(asked, protocol_versions[i]))
-                        return protocol_versions[i];
-        return protocol_versions[ELEMENTSOF(protocol_versions) - 1];
+                        return i;
+        return ELEMENTSOF(protocol_versions) - 1;
 }
 
 /* What initialize advertises: a backend's recorded capabilities (--backend), else only what we do
@@ -293,8 +335,17 @@ bool session_announces(const Manifest *mf, const char *cap) {
         return streq(cap, "tools") || advertised(mf, cap, NULL);
 }
 
-cJSON *session_capabilities_new(const Session *s, bool modern) {
-        cJSON *caps = capabilities_new(s->manifest);
+bool session_advertises(const Manifest *mf, const char *cap) {
+        return advertised(mf, cap, NULL);
+}
+
+bool session_notifies(const Manifest *mf, const char *cap) {
+        /* A backend that does not announce changes (its recorded capabilities say so) stays silent. */
+        return !mf->capabilities || advertised(mf, cap, "listChanged");
+}
+
+cJSON *session_capabilities_new(const Manifest *mf, bool modern) {
+        cJSON *caps = capabilities_new(mf);
 
         /* resources/subscribe is gone in 2026-07-28, and a listen stream does not carry resource
          * updates yet. */
@@ -304,37 +355,40 @@ cJSON *session_capabilities_new(const Session *s, bool modern) {
         return caps;
 }
 
-static cJSON *initialize_result_new(Session *s, const char *version) {
+cJSON *session_initialize_result_new(const Manifest *mf, const char *version) {
         _cleanup_json_ cJSON *r = cJSON_CreateObject();
         cJSON *caps, *info;
 
         if (!r || !cJSON_AddStringToObject(r, "protocolVersion", version))
                 return NULL;
-        caps = capabilities_new(s->manifest);
+        caps = capabilities_new(mf);
         if (!caps || !cJSON_AddItemToObject(r, "capabilities", caps)) {
                 cJSON_Delete(caps);
                 return NULL;
         }
-        info = cJSON_Duplicate(s->manifest->server_info, true);
+        info = cJSON_Duplicate(mf->server_info, true);
         if (!info || !cJSON_AddItemToObject(r, "serverInfo", info)) {
                 cJSON_Delete(info);
                 return NULL;
         }
-        if (s->manifest->instructions && !cJSON_AddStringToObject(r, "instructions", s->manifest->instructions))
+        if (mf->instructions && !cJSON_AddStringToObject(r, "instructions", mf->instructions))
                 return NULL;
         return TAKE_PTR(r);
 }
 
 static void handle_initialize(Session *s, Message *m, Batch *batch) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(m->params, "protocolVersion");
+        const Manifest *mf;
         const char *version;
+        size_t k;
 
         if (!cJSON_IsObject(m->params) || !cJSON_IsString(v))
                 return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
                                    "initialize needs params with a string protocolVersion");
         if (s->protocol_version)
                 return reply_error(s, batch, m->id_json, JSONRPC_INVALID_REQUEST, "the session is already initialized");
-        version = negotiate_version(v->valuestring);
+        k = negotiate_version(v->valuestring);
+        version = protocol_versions[k];
         s->protocol_version = strdup(version);
         /* A modern request may have come first (a probe, then the fallback): initialize says it all. */
         cJSON_Delete(s->client_params);
@@ -346,11 +400,15 @@ static void handle_initialize(Session *s, Message *m, Batch *batch) {
         /* What the backends see is the version we agreed on, not one they would have to refuse. */
         cJSON_ReplaceItemInObjectCaseSensitive(s->client_params, "protocolVersion", cJSON_CreateString(version));
         s->batches_allowed = streq(version, "2025-03-26");
-        reply(s, batch, jsonrpc_result_new(m->id_json, initialize_result_new(s, version)));
+        if (session_reply_answer(s, batch, m, ANSWER_INITIALIZE, k))
+                return;
+        if (!(mf = session_manifest(s)))
+                return reply_no_manifest(s, batch, m);
+        reply(s, batch, jsonrpc_result_new(m->id_json, session_initialize_result_new(mf, version)));
 }
 
 /* Cursor -> offset; -EINVAL for anything we did not hand out. */
-static int cursor_parse(const Manifest *mf, const cJSON *params, size_t *ret) {
+static int cursor_parse(size_t n_tools, const cJSON *params, size_t *ret) {
         const cJSON *c = cJSON_GetObjectItemCaseSensitive(params, "cursor");
         const char *p;
         char *end;
@@ -366,13 +424,13 @@ static int cursor_parse(const Manifest *mf, const cJSON *params, size_t *ret) {
                 return -EINVAL;
         errno = 0;
         off = strtoull(p, &end, 10);
-        if (*end || errno || off >= mf->n_tools)
+        if (*end || errno || off >= n_tools)
                 return -EINVAL;
         *ret = (size_t) off;
         return 0;
 }
 
-static cJSON *tools_page_new(const Manifest *mf, size_t offset) {
+cJSON *session_tools_page_new(const Manifest *mf, size_t offset) {
         _cleanup_json_ cJSON *r = cJSON_CreateObject();
         size_t end = mf->page_size ? offset + mf->page_size : mf->n_tools;
         cJSON *tools;
@@ -395,14 +453,24 @@ static cJSON *tools_page_new(const Manifest *mf, size_t offset) {
 }
 
 static void handle_tools_list(Session *s, Message *m, Batch *batch) {
-        size_t offset;
+        const Manifest *mf = s->manifest;
+        size_t offset, page;
+        cJSON *r;
 
+        if (!s->answers && !(mf = session_manifest(s)))
+                return reply_no_manifest(s, batch, m);
         if (m->params && !cJSON_IsObject(m->params))
                 return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS, "tools/list params must be an object");
-        if (cursor_parse(s->manifest, m->params, &offset) < 0)
+        if (cursor_parse(s->answers ? answers_n_tools(s->answers) : mf->n_tools, m->params, &offset) < 0)
                 return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
                                    "unknown cursor: pass back a nextCursor from an earlier tools/list, or none");
-        cJSON *r = tools_page_new(s->manifest, offset);
+        /* The pages we hand out cursors for are prepared; another offset is served from the manifest. */
+        if (s->answers && answers_tools_page(s->answers, offset, &page) &&
+            session_reply_answer(s, batch, m, ANSWER_TOOLS, page))
+                return;
+        if (!(mf = session_manifest(s)))
+                return reply_no_manifest(s, batch, m);
+        r = session_tools_page_new(mf, offset);
         modern_list_result(s, m, r);
         reply(s, batch, jsonrpc_result_new(m->id_json, r));
 }
@@ -500,25 +568,34 @@ static void handle_tools_call(Session *s, Message *m, Batch *batch) {
         route_to_backend(s, m, t->backend, batch);
 }
 
-/* resources/list and friends: every backend's declared entries, in manifest order. */
-static void handle_surface_list(Session *s, Message *m, Batch *batch, size_t offset, const char *key) {
+cJSON *session_list_new(const Manifest *mf, size_t offset, const char *key) {
         _cleanup_json_ cJSON *r = cJSON_CreateObject();
         cJSON *list;
 
+        if (!r || !(list = cJSON_AddArrayToObject(r, key)))
+                return NULL;
+        for (size_t i = 0; i < mf->n_backends; i++) {
+                const cJSON *it, *l = backend_list(&mf->backends[i], offset);
+                cJSON_ArrayForEach (it, l)
+                        if (!cJSON_AddItemReferenceToArray(list, (cJSON *) it))
+                                return NULL;
+        }
+        return TAKE_PTR(r);
+}
+
+/* resources/list and friends: every backend's declared entries, in manifest order. */
+static void handle_surface_list(Session *s, Message *m, Batch *batch, size_t offset, const char *key) {
         const cJSON *cursor = cJSON_GetObjectItemCaseSensitive(m->params, "cursor");
+        cJSON *r;
 
         if (cursor && !cJSON_IsNull(cursor))
                 return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
                                    "unknown cursor: this list has one page");
-        if (!r || !(list = cJSON_AddArrayToObject(r, key)))
+        r = session_list_new(s->manifest, offset, key);
+        if (!r)
                 return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
-        for (size_t i = 0; i < s->manifest->n_backends; i++) {
-                const cJSON *it, *l = backend_list(&s->manifest->backends[i], offset);
-                cJSON_ArrayForEach (it, l)
-                        cJSON_AddItemReferenceToArray(list, (cJSON *) it);
-        }
         modern_list_result(s, m, r);
-        reply(s, batch, jsonrpc_result_new(m->id_json, TAKE_PTR(r)));
+        reply(s, batch, jsonrpc_result_new(m->id_json, r));
 }
 
 static void route_by(Session *s, Message *m, Batch *batch, const Backend *b, const char *what, const char *name) {
@@ -585,14 +662,54 @@ static void handle_set_level(Session *s, Message *m, Batch *batch) {
         reply(s, batch, jsonrpc_result_new(m->id_json, cJSON_CreateObject()));
 }
 
+/* What prepared answers serve without the manifest: true when m was answered. */
+static bool handle_prepared(Session *s, Message *m, Batch *batch) {
+        static const struct {
+                const char *method;
+                AnswerKind kind;
+        } lists[] = {
+                {"resources/list", ANSWER_RESOURCES},
+                {"resources/templates/list", ANSWER_RESOURCE_TEMPLATES},
+                {"prompts/list", ANSWER_PROMPTS},
+        };
+
+        if (!s->answers)
+                return false;
+        if (streq(m->method, "initialize"))
+                handle_initialize(s, m, batch);
+        else if (streq(m->method, "ping"))
+                reply(s, batch, jsonrpc_result_new(m->id_json, cJSON_CreateObject()));
+        else if (streq(m->method, "tools/list"))
+                handle_tools_list(s, m, batch);
+        else {
+                /* A list is prepared only where it is advertised: else the manifest's path refuses it. */
+                for (size_t i = 0; i < ELEMENTSOF(lists); i++) {
+                        const cJSON *cursor = cJSON_GetObjectItemCaseSensitive(m->params, "cursor");
+
+                        if (!streq(m->method, lists[i].method) ||
+                            !answers_get(s->answers, lists[i].kind, 0, NULL, NULL))
+                                continue;
+                        if (cursor && !cJSON_IsNull(cursor))
+                                reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
+                                            "unknown cursor: this list has one page");
+                        else if (!session_reply_answer(s, batch, m, lists[i].kind, 0))
+                                reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+                        return true;
+                }
+                return false;
+        }
+        return true;
+}
+
 static void handle_request(Session *s, Message *m, Batch *batch) {
         const char *uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "uri"));
         const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "name"));
+        const Manifest *mf;
 
-        const Manifest *mf = s->manifest;
-
-        if (modern_intercept(s, m, batch))
+        if (modern_intercept(s, m, batch) || handle_prepared(s, m, batch))
                 return;
+        if (!(mf = session_manifest(s)))
+                return reply_no_manifest(s, batch, m);
 
         /* What is not advertised (see capabilities_new()) is not there. */
         if ((!advertised(mf, "resources", NULL) && strncmp(m->method, "resources/", 10) == 0) ||
@@ -793,7 +910,7 @@ int session_start(Session *s, int in_fd, int out_fd) {
 }
 
 /* The printed form of one list across the manifest, to see whether a reload changed it. */
-static char *surface_print(const Manifest *m, size_t offset) {
+char *session_surface_print(const Manifest *m, size_t offset) {
         _cleanup_json_ cJSON *a = cJSON_CreateArray();
 
         if (!a)
@@ -808,17 +925,11 @@ static char *surface_print(const Manifest *m, size_t offset) {
         return cJSON_PrintUnformatted(a);
 }
 
-static void notify_if_changed(Session *s, const Manifest *old, const Manifest *new, size_t offset, size_t offset2,
-                              const char *cap, const char *method) {
-        _cleanup_free_ char *a = surface_print(old, offset), *b = surface_print(new, offset);
-        _cleanup_free_ char *a2 = offset2 ? surface_print(old, offset2) : NULL,
-                            *b2 = offset2 ? surface_print(new, offset2) : NULL;
+static void notify_if_changed(Session *s, const uint64_t old[2], const uint64_t new[2], bool notifies,
+                              const char *method) {
         _cleanup_json_ cJSON *n = NULL;
 
-        if (a && b && streq(a, b) && (!offset2 || (a2 && b2 && streq(a2, b2))))
-                return;
-        /* A backend that does not announce changes (its recorded capabilities say so) stays silent. */
-        if (new->capabilities && !advertised(new, cap, "listChanged"))
+        if ((old[0] == new[0] && old[1] == new[1]) || !notifies)
                 return;
         n = jsonrpc_notification_new(method, NULL);
         if (n && s->protocol_version)
@@ -826,9 +937,10 @@ static void notify_if_changed(Session *s, const Manifest *old, const Manifest *n
         modern_list_changed(s, method);
 }
 
-int session_load_manifest(const Options *o, Manifest **ret, char **ret_error) {
+int session_load_manifest(const Options *o, Manifest **ret, struct stat *ret_st, char **ret_error) {
         _cleanup_(manifest_freep) Manifest *m = NULL;
-        int r = manifest_load_file(o->manifest_path, &m, ret_error);
+        int r = ret_st ? manifest_load_file_stat(o->manifest_path, &m, ret_st, ret_error)
+                       : manifest_load_file(o->manifest_path, &m, ret_error);
 
         if (r < 0)
                 return r;
@@ -850,22 +962,49 @@ int session_load_manifest(const Options *o, Manifest **ret, char **ret_error) {
         return 0;
 }
 
+/* What the session serves now, for a reload to compare: all changed if it cannot be said. */
+static void session_surfaces(Session *s, const Manifest *m, const Answers *a, Surfaces *ret) {
+        if (a)
+                *ret = *answers_surfaces(a);
+        else if (!m || surfaces_from_manifest(m, ret) < 0) {
+                /* Distinct for each call (old and new are two locals): every list counts as changed. */
+                uint64_t mark = (uint64_t) (uintptr_t) ret;
+                log_oom();
+                *ret = (Surfaces){.tools = {mark},
+                                  .resources = {mark},
+                                  .prompts = {mark},
+                                  .notify_tools = true,
+                                  .notify_resources = true,
+                                  .notify_prompts = true};
+        }
+}
+
 void session_reload(Session *s) {
         _cleanup_free_ char *err = NULL;
-        Manifest *m = NULL, *old = s->manifest;
-        int r = session_load_manifest(s->options, &m, &err);
+        _cleanup_(manifest_freep) Manifest *m = NULL;
+        _cleanup_(answers_freep) Answers *a = NULL;
+        Surfaces old, new;
+        int r = answers_open(s->options, &m, &a, &err);
 
         if (r < 0) {
                 log_error("Manifest changed but cannot be used, keeping the one in force: %s", err ?: strerror(-r));
                 return;
         }
-        s->manifest = m;
-        notify_if_changed(s, old, m, (size_t) -1, 0, "tools", "notifications/tools/list_changed");
-        notify_if_changed(s, old, m, offsetof(Backend, resources), offsetof(Backend, resource_templates), "resources",
+        session_surfaces(s, s->manifest, s->answers, &old);
+        session_surfaces(s, m, a, &new);
+        manifest_free(s->manifest);
+        s->manifest = TAKE_PTR(m);
+        session_set_answers(s, TAKE_PTR(a));
+        notify_if_changed(s, old.tools, new.tools, new.notify_tools, "notifications/tools/list_changed");
+        notify_if_changed(s, old.resources, new.resources, new.notify_resources,
                           "notifications/resources/list_changed");
-        notify_if_changed(s, old, m, offsetof(Backend, prompts), 0, "prompts", "notifications/prompts/list_changed");
-        log_info("Reloaded %s: %zu backends, %zu tools.", s->options->manifest_path, m->n_backends, m->n_tools);
-        manifest_free(old);
+        notify_if_changed(s, old.prompts, new.prompts, new.notify_prompts, "notifications/prompts/list_changed");
+        if (s->manifest)
+                log_info("Reloaded %s: %zu backends, %zu tools.", s->options->manifest_path, s->manifest->n_backends,
+                         s->manifest->n_tools);
+        else
+                log_info("Reloaded %s: %zu tools (prepared answers).", s->options->manifest_path,
+                         answers_n_tools(s->answers));
 }
 
 static int on_manifest_dir(sd_event_source *src, const struct inotify_event *ev, void *userdata) {

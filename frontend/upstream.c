@@ -128,7 +128,8 @@ static void upconn_close(UpConn *c, const char *why) {
 /* ssh has exited: its calls fail saying why, in words that name the host and what to do. */
 static void upconn_remote_ended(RemoteChild *child, void *userdata) {
         UpConn *c = userdata;
-        const Backend *b = manifest_find_backend(c->up->s->manifest, c->up->name);
+        const Manifest *mf = session_manifest(c->up->s);
+        const Backend *b = mf ? manifest_find_backend(mf, c->up->name) : NULL;
         _cleanup_free_ char *text = NULL;
 
         if (b && b->remote.kind != REMOTE_SSH)
@@ -446,7 +447,8 @@ int upstream_attach(Upstream *u, int fd) {
 
 static int upstream_connect(Upstream *u, char **ret_text) {
         Session *s = u->s;
-        const Backend *b = manifest_find_backend(s->manifest, u->name);
+        const Manifest *mf = session_manifest(s);
+        const Backend *b = mf ? manifest_find_backend(mf, u->name) : NULL;
         _cleanup_close_ int fd = -EBADF, out_fd = -EBADF;
         RemoteChild *child = NULL;
         int r;
