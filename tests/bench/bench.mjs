@@ -3,9 +3,10 @@
 //   make bench     (cd tests && MCP_LAZY_BUILD=$PWD/../build node bench/bench.mjs [SECTION...])
 //   BENCH_QUICK=1  fewer runs and no sections 5, 6 and 8, for working on the bench itself (make bench QUICK=1)
 //
-// 1. startup: process start -> tools/list answered, and peak RSS, for 1/10/100/1000-tool manifests,
-//    each beside a C floor (floor.c) that reads the same manifest and writes the same answer
-//    bytes, and what starting @modelcontextprotocol/server-memory costs a client today;
+// 1. startup: process start -> tools/list answered, and memory then, for 1/10/100/1000-tool manifests,
+//    each beside a C floor (floor.c) that reads the same manifest and writes the same answer bytes,
+//    the same floor linked with libsystemd (sd_event_default), mcp-lazy without its cache, and what
+//    starting @modelcontextprotocol/server-memory costs a client today (startup.mjs);
 // 2. warm call latency: straight to a server vs two socat relays vs through mcp-lazy (direct
 //    activation), for the C backend of floor.c and server-memory; 4b the same through systemd's socket;
 // 3. the first call from cold, split into its phases, vs the server's own start;
@@ -34,6 +35,7 @@ import { startBox } from "../integration/lib/box.mjs";
 import { sectionFrontends } from "./frontends.mjs";
 import { addFarHost } from "../integration/lib/far.mjs";
 import { sectionThroughput } from "./throughput.mjs";
+import { sectionStartup } from "./startup.mjs";
 import { SESSIONS as SESSIONS_SCRIPT, recorderBox } from "../integration/lib/recorder-box.mjs";
 import {
   CLIENT_INFO, Peer, alive, cmdline, descendants, leftovers, demoTools, generateManifest, heading, initialize, initialized, killAllTracked, median,
@@ -127,129 +129,6 @@ function server(name, env = process.env) {
 function checkToolResult(msg, what) {
   if (msg.error) throw new Error(`${what}: JSON-RPC error ${msg.error.code}: ${msg.error.message}`);
   if (msg.result?.isError) throw new Error(`${what}: tool error: ${msg.result.content?.[0]?.text}`);
-}
-
-// ---- 1. startup ---------------------------------------------------------------------------
-
-// Spawn, write initialize + initialized + tools/list at once, stop the clock at the tools/list
-// answer, then read the process's peak RSS before closing its stdin.
-async function startupOnce(command, args, opts) {
-  const p = new Peer(command, args, opts);
-  try {
-    p.write(initialize(0), initialized, toolsList(1));
-    const { t, msg } = await p.response(1);
-    const st = procStatus(p.pid) ?? {};
-    const cpu = procCpuMs(p.pid);
-    const extra = descendants(p.pid).length;
-    if (!msg.result?.tools) throw new Error(`tools/list failed: ${JSON.stringify(msg).slice(0, 300)}`);
-    return { ms: t - p.t0, cpu, hwm: st.VmHWM, anon: st.RssAnon, tools: msg.result.tools.length, extra };
-  } finally {
-    await p.close();
-  }
-}
-
-function summarize(runs) {
-  return {
-    n: runs.length,
-    med: median(runs.map((r) => r.ms)),
-    p90: p90(runs.map((r) => r.ms)),
-    p99: p99(runs.map((r) => r.ms)),
-    cpu: median(runs.map((r) => r.cpu ?? NaN)),
-    hwm: Math.max(...runs.map((r) => r.hwm ?? NaN)),
-    anon: Math.max(...runs.map((r) => r.anon ?? NaN)),
-    tools: runs[0]?.tools,
-    extra: Math.max(...runs.map((r) => r.extra ?? 0)),
-  };
-}
-
-// The harness's own floor: spawn `cat`, write the same three lines, wait for them to come back.
-async function catOnce() {
-  const p = new Peer("cat", []);
-  try {
-    p.write(initialize(0), initialized, toolsList(1));
-    const { t } = await p.waitLines(3);
-    return { ms: t - p.t0 };
-  } finally {
-    await p.close();
-  }
-}
-
-// The answer lines mcp-lazy writes for initialize and tools/list, for the C floor to write back.
-async function captureAnswers(manifest, env) {
-  const p = new Peer(MCP_LAZY, ["--manifest", manifest], { env });
-  try {
-    p.write(initialize(0), initialized, toolsList(1));
-    await p.waitLines(2);
-    return p.lines.slice(0, 2).map((l) => l.line + "\n").join("");
-  } finally {
-    await p.close();
-  }
-}
-
-async function sectionStartup() {
-  heading("1. Startup: process start -> tools/list answered, and peak RSS, beside the C floor");
-  const noLog = { ...process.env };
-  delete noLog.MCP_LAZY_LOG_LEVEL;
-  // 1 tool: the fixed cost (exec, dynamic linking, event loop) that every manifest pays.
-  const sizes = [1, 10, 100, 1000];
-  const paths = {}, answers = {};
-  for (const size of sizes) {
-    paths[size] = join(WORK, `generated-${size}.yaml`);
-    writeFileSync(paths[size], generateManifest(size, { socketDir: WORK }));
-    answers[size] = join(WORK, `answers-${size}.jsonl`);
-    writeFileSync(answers[size], await captureAnswers(paths[size], noLog));
-  }
-  // Round robin, so that a busy machine slows every subject alike; server-memory every few rounds.
-  const runs = { cat: [], node: [], ...Object.fromEntries(sizes.flatMap((n) => [[n, []], [`floor${n}`, []]])) };
-  const nodeEvery = Math.max(1, Math.round(RUNS.startupLazy / RUNS.startupNode));
-  const warm = 2;
-  for (let round = 0; round < RUNS.startupLazy + warm; round++) {
-    const keep = (key, r) => round >= warm && runs[key].push(r);
-    keep("cat", await catOnce());
-    for (const size of sizes) {
-      const lazy = () => startupOnce(MCP_LAZY, ["--manifest", paths[size]], { env: noLog });
-      const floor = () => startupOnce(FLOOR, ["answer", paths[size], answers[size]], {});
-      if (round % 2) {
-        keep(size, await lazy());
-        keep(`floor${size}`, await floor());
-      } else {
-        keep(`floor${size}`, await floor());
-        keep(size, await lazy());
-      }
-    }
-    if (round % nodeEvery === 0 && (round < warm || runs.node.length < RUNS.startupNode))
-      keep("node", await startupOnce(NODE, BACKENDS.memory.args, { env: memoryEnv("memory-startup.jsonl"), cwd: TESTS }));
-  }
-  const cat = summarize(runs.cat);
-  const node = summarize(runs.node);
-  const rows = [];
-  const results = {}, floors = {};
-  for (const size of sizes) {
-    const r = summarize(runs[size]);
-    const f = summarize(runs[`floor${size}`]);
-    if (r.tools !== size || f.tools !== size) throw new Error(`${paths[size]}: tools/list returned ${r.tools} tools (floor ${f.tools}), expected ${size}`);
-    if (r.extra) throw new Error(`mcp-lazy started ${r.extra} process(es) just to answer tools/list`);
-    results[size] = r;
-    floors[size] = f;
-    const kib = `${Math.round(statSync(paths[size]).size / 1024)} KiB`;
-    rows.push([`C floor, ${size} tool${size > 1 ? "s" : ""}`, kib, f.n, ms(f.med), ms(f.p90), ms(f.p99), "", ms(f.cpu), mib(f.hwm), ""]);
-    rows.push([`mcp-lazy, ${size} tool${size > 1 ? "s" : ""}`, kib, r.n, ms(r.med), ms(r.p90), ms(r.p99),
-      `+${ms(r.med - f.med)}`, ms(r.cpu), mib(r.hwm), ratio(r.med, f.med)]);
-  }
-  rows.push([`server-memory (node), ${node.tools} tools`, "-", node.n, ms(node.med), ms(node.p90), ms(node.p99), "", ms(node.cpu), mib(node.hwm), ratio(node.med, floors[10].med)]);
-  rows.push(["harness: spawn cat, echo", "-", cat.n, ms(cat.med), ms(cat.p90), ms(cat.p99), "", "", "-", ratio(cat.med, floors[1].med)]);
-  table(["what", "manifest", "runs", "median", "p90", "p99", "over floor", "CPU", "peak RSS", "ratio"], rows);
-  if (node.extra) console.log(`  note: server-memory had ${node.extra} child process(es); its RSS above is its own only`);
-  console.log("  (C floor = tests/bench/floor.c: reads the same manifest file whole and writes mcp-lazy's own answer bytes;");
-  console.log("   ratio = median / the C floor's at the same size (server-memory and cat: / the 10-tool and 1-tool floor);");
-  console.log("   peak RSS = VmHWM right after the answer; CPU = the process's own time until the answer (/proc/PID/schedstat);");
-  console.log("   each mcp-lazy run paired with a floor run, order alternating)");
-  const v = (size, lim) => {
-    const d = results[size].med - floors[size].med;
-    return `${size} tools +${ms(d)} (<${lim} ms) ${d < lim ? "met" : "NOT met"}`;
-  };
-  const r100 = results[100];
-  console.log(`  targets: ${v(100, 1)}; ${v(1000, 3)}; peak RSS at 100 tools ${mib(r100.hwm)} (<2 MiB) ${r100.hwm < 2048 ? "met" : "NOT met"}`);
 }
 
 // ---- 2. warm call latency -----------------------------------------------------------------
@@ -900,7 +779,11 @@ async function main() {
   execFileSync("cc", ["-O2", "-Wall", "-Wextra", "-D_GNU_SOURCE", "-o", FLOOR, join(TESTS, "bench/floor.c")], { stdio: "inherit" });
   const direct = writeDirectManifest();
   const t0 = now();
-  if (want(1)) await section("section 1", sectionStartup);
+  if (want(1))
+    await section("section 1", () => sectionStartup({
+      mcpLazy: MCP_LAZY, floorSource: join(TESTS, "bench/floor.c"), work: WORK, node: NODE, tests: TESTS,
+      memoryArgs: BACKENDS.memory.args, memoryEnv: memoryEnv("memory-startup.jsonl"), runs: RUNS.startupLazy, nodeRuns: RUNS.startupNode, quick: QUICK,
+    }));
   if (want(2)) await section("section 2", () => sectionWarm(direct));
   if (want(3)) await section("section 3", () => sectionCold(direct));
   if (want(4)) await section("section 4", sectionFleet);

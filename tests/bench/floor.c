@@ -8,13 +8,17 @@
  *                                   "ok"), with the request's id copied byte for byte, one write()
  *                                   per read(): the throughput and warm-call floor.
  *
- * Built by bench.mjs with cc -O2; not part of mcp-lazy. */
+ * Built by bench.mjs with cc -O2; not part of mcp-lazy. Built with -DFLOOR_SD_EVENT -lsystemd, `answer`
+ * first sets up sd-event's default loop: the floor of any program that links libsystemd for it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef FLOOR_SD_EVENT
+#include <systemd/sd-event.h>
+#endif
 
 static char *read_file(const char *path, size_t *ret_len) {
         int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -141,6 +145,11 @@ static int run_answer(const char *manifest, const char *answers) {
         char *m = read_file(manifest, &manifest_len), *ans = read_file(answers, &answers_len), *out = NULL;
         Answers a = {ans, ans + answers_len, &out, &none};
 
+#ifdef FLOOR_SD_EVENT
+        sd_event *e = NULL;
+        if (sd_event_default(&e) < 0)
+                return 1;
+#endif
         if (manifest_len == 0)
                 return 1;
         free(m);
