@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <systemd/sd-journal.h>
 
 #include "log.h"
@@ -11,6 +12,7 @@ static const char *log_program = "mcp-lazy";
 static int log_max_level = LOG_INFO;
 static int log_to_journal = 0;
 static char log_field[256];
+static int log_time = 0;
 
 /* systemd sets JOURNAL_STREAM=dev:ino for the stream it connected to stderr; only then is the
  * journal the right sink (a frontend launched by a client inherits nothing of the sort). */
@@ -33,6 +35,9 @@ void log_setup(const char *program) {
         log_to_journal = stderr_is_journal();
         if (e && streq(e, "debug"))
                 log_max_level = LOG_DEBUG;
+        /* For timing phases across processes (tests/bench): each stderr line ends with CLOCK_MONOTONIC. */
+        e = getenv("MCP_LAZY_LOG_TIME");
+        log_time = e && streq(e, "monotonic");
 }
 
 void log_set_max_level(int level) {
@@ -68,6 +73,12 @@ int log_internal(int level, int error, const char *file, int line, const char *f
                                     log_field[0] ? log_field : "MCP_LAZY=1", NULL) >= 0)
                         return -error;
         }
-        fprintf(stderr, "%s: %s\n", log_program, buf);
+        if (log_time) {
+                struct timespec ts;
+                clock_gettime(CLOCK_MONOTONIC, &ts);
+                fprintf(stderr, "%s: %s [monotonic %lld.%06ld]\n", log_program, buf, (long long) ts.tv_sec,
+                        ts.tv_nsec / 1000);
+        } else
+                fprintf(stderr, "%s: %s\n", log_program, buf);
         return -error;
 }

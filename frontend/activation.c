@@ -172,6 +172,7 @@ static int direct_spawn(const Options *o, const Backend *b, sd_event *e, int *re
         if (null_fd < 0)
                 return -errno;
 
+        log_debug("Starting mcp-lazy-shimd for '%s' directly.", b->name);
         pid = fork();
         if (pid < 0) {
                 safe_close(null_fd);

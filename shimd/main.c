@@ -298,9 +298,12 @@ static int run(const char *manifest_path, const char *name_arg, size_t max_line)
                                        "No backend name given, and the socket's address does not end in NAME.sock.");
         log_set_field("MCP_LAZY_BACKEND", name);
 
+        /* These two mark phases of a cold start (tests/bench/cold.mjs). */
+        log_debug("Reading the manifest %s.", manifest_path);
         r = manifest_load_file(manifest_path, &m, &err);
         if (r < 0)
                 return log_error_errno(r, "%s", err ?: "Failed to load manifest: %m");
+        log_debug("Read the manifest: %zu backends, %zu tools.", m->n_backends, m->n_tools);
         s.manifest = m;
         s.max_line = max_line;
         s.backend = manifest_find_backend(m, name);
