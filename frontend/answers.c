@@ -4,6 +4,7 @@
  * texts. A file that fails any check is a miss: the answers are made again from the manifest. */
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -551,6 +552,8 @@ int answers_open(const Options *o, Manifest **ret_manifest, Answers **ret_answer
                 if (r < 0)
                         log_debug_errno(r, "Cannot write %s, ignoring: %m", file);
         }
+        /* Reading the manifest and printing the answers left much freed memory: give it back. */
+        (void) malloc_trim(0);
         *ret_manifest = TAKE_PTR(m);
         *ret_answers = a;
         return 0;

@@ -1,6 +1,7 @@
 /* The session with the client: JSON-RPC over stdio, answered from the manifest or routed to a backend. */
 #include <errno.h>
 #include <limits.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <sys/inotify.h>
 #include <stddef.h>
@@ -64,6 +65,10 @@ const Manifest *session_manifest(Session *s) {
                 log_error("Cannot read the manifest: %s", err ?: strerror(-r));
                 return NULL;
         }
+        log_debug("Read the manifest: %zu backends, %zu tools.", m->n_backends, m->n_tools);
+        /* Reading it took several times its size (the cache's text, two trees), and --backend dropped
+         * the other backends: what is free goes back, every frontend of a fleet holds this. */
+        (void) malloc_trim(0);
         return s->manifest = m;
 }
 
