@@ -9,7 +9,7 @@
 //    starting @modelcontextprotocol/server-memory costs a client today (startup.mjs);
 // 2. warm call latency: straight to a server vs two socat relays vs through mcp-lazy (direct
 //    activation), for the C backend of floor.c and server-memory; 4b the same through systemd's socket;
-// 3. the first call from cold, split into its phases, vs the server's own start;
+// 3. the first call from cold, split into mcp-lazy's own phases, vs the server's own start (cold.mjs);
 // 4. processes and memory of 10 sessions x 3 backends: every session starting its own servers
 //    vs mcp-lazy with pooled backends behind systemd sockets (in a throwaway systemd box);
 // 5. a frontend per backend vs one for the fleet, and 500 frontends of one user, inotify vs the
@@ -36,6 +36,7 @@ import { sectionFrontends } from "./frontends.mjs";
 import { addFarHost } from "../integration/lib/far.mjs";
 import { sectionThroughput } from "./throughput.mjs";
 import { sectionStartup } from "./startup.mjs";
+import { sectionCold } from "./cold.mjs";
 import { SESSIONS as SESSIONS_SCRIPT, recorderBox } from "../integration/lib/recorder-box.mjs";
 import {
   CLIENT_INFO, Peer, alive, cmdline, descendants, leftovers, demoTools, generateManifest, heading, initialize, initialized, killAllTracked, median,
@@ -318,82 +319,6 @@ async function sectionEras(directManifest) {
     ` (${ratio(median(em), median(el))} on everything, ${ratio(median(mm), median(md))} in front of the modern server)`);
 }
 
-// ---- 3. cold first call -------------------------------------------------------------------
-
-async function coldLazy(name, manifest) {
-  const [tool, args] = BACKENDS[name].call;
-  const p = lazyDirect(manifest, { debug: true });
-  try {
-    p.write(initialize(0));
-    const init = await p.response(0);
-    const tSent = now();
-    p.write(initialized, toolsCall(1, tool, args));
-    const call = await p.response(1, 60000);
-    checkToolResult(call.msg, `first ${tool} via mcp-lazy`);
-    const fork = await p.stderrLine(/Started mcp-lazy-shimd for/);
-    const spawned = await p.stderrLine(/Started backend '/);
-    const ready = await p.stderrLine(/is ready after \d+ ms/);
-    const shimReadyMs = Number(/is ready after (\d+) ms/.exec(ready.line)[1]);
-    return {
-      init: init.t - p.t0,
-      call: call.t - tSent,
-      total: call.t - p.t0,
-      fork: fork.t - tSent,
-      shim: spawned.t - fork.t,
-      backend: ready.t - spawned.t,
-      shimReadyMs,
-      forward: call.t - ready.t,
-    };
-  } finally {
-    await p.close();
-  }
-}
-
-async function coldDirect(name) {
-  const [tool, args] = BACKENDS[name].call;
-  const p = server(name, memoryEnv(`memory-cold-${name}.jsonl`));
-  try {
-    p.write(initialize(0));
-    const init = await p.response(0, 30000);
-    const tSent = now();
-    p.write(initialized, toolsCall(1, tool, args));
-    const call = await p.response(1, 30000);
-    checkToolResult(call.msg, `first ${tool} direct`);
-    return { init: init.t - p.t0, call: call.t - tSent, total: call.t - p.t0 };
-  } finally {
-    await p.close();
-  }
-}
-
-async function sectionCold(manifest) {
-  heading("3. First call from cold: mcp-lazy (direct activation) vs the server's own start");
-  for (const name of ["memory", "everything"]) {
-    const L = [], D = [];
-    await coldDirect(name); // page cache
-    for (let i = 0; i < RUNS.cold; i++) {
-      L.push(await coldLazy(name, manifest));
-      D.push(await coldDirect(name));
-    }
-    const m = (arr, k) => median(arr.map((x) => x[k]));
-    const tool = BACKENDS[name].call[0];
-    console.log(`\n  ${name} (${tool}), median of ${RUNS.cold} runs each:`);
-    table(["phase", "mcp-lazy", "server alone"], [
-      ["(a) process start -> initialize answered", ms(m(L, "init")), ms(m(D, "init"))],
-      ["(b) tools/call sent -> result", ms(m(L, "call")), ms(m(D, "call"))],
-      ["    frontend: connect, fork+exec shim", ms(m(L, "fork")), ""],
-      ["    shim: start, read manifest, spawn backend", ms(m(L, "shim")), ""],
-      [`    backend: start + initialize (shim says ${Math.round(m(L, "shimReadyMs"))} ms)`, ms(m(L, "backend")), ms(m(D, "init"))],
-      ["    the call itself, through the shim", ms(m(L, "forward")), ms(m(D, "call"))],
-      ["process start -> first result", ms(m(L, "total")), ms(m(D, "total"))],
-    ]);
-    const over = m(L, "total") - m(D, "total");
-    console.log(`  first result: ${over >= 0 ? "+" : ""}${ms(over)} with mcp-lazy (${ratio(m(L, "total"), m(D, "total"))}); ` +
-      `initialize answered ${ratio(m(D, "init"), m(L, "init"))} sooner`);
-    console.log(`  target: mcp-lazy's own share (first result minus the server's own) < 5 ms -> ${ms(over)} ${over < 5 ? "met" : "NOT met"}`);
-  }
-  console.log("  (phase boundaries are the arrival times of the shim's and frontend's log lines on stderr, MCP_LAZY_LOG_LEVEL=debug)");
-}
-
 // ---- 4. fleet: processes and memory -------------------------------------------------------
 
 function memOf(pids) {
@@ -494,7 +419,7 @@ for (const d of fs.readdirSync("/proc")) {
   if (!/^\\d+$/.test(d)) continue;
   let cmd = "";
   try { cmd = fs.readFileSync("/proc/" + d + "/cmdline", "utf8"); } catch { continue; }
-  if (cmd.startsWith("/usr/local/bin/mcp-lazy\\0--manifest\\0")) out.frontends.push(info(Number(d)));
+  if (cmd.startsWith("/usr/local/bin/mcp-lazy\\0" + (process.argv[2] ?? "--manifest") + "\\0")) out.frontends.push(info(Number(d)));
 }
 console.log(JSON.stringify(out));
 `;
@@ -567,6 +492,13 @@ async function fleetPooled() {
       if (u.active !== "active") throw new Error(`mcp-lazy@${n}.service is ${u.active} after the calls`);
       for (const p of u.procs) (p.pid === u.main ? shims : backends).push({ ...p, unit: n });
     }
+    stage = "one frontend per backend per session";
+    let perBackend;
+    try {
+      perBackend = await fleetPerBackend(box, names, entries);
+    } catch (e) {
+      perBackend = { error: e };
+    }
     stage = "warm calls through the socket";
     let warm;
     try {
@@ -579,7 +511,7 @@ async function fleetPooled() {
     return {
       frontends: group(m.frontends), shims: group(shims), backends: group(backends),
       perUnit: Object.fromEntries(names.map((n) => [n, m.units[n].procs.length])),
-      tReady, tCalled, warm,
+      tReady, tCalled, warm, perBackend,
     };
   } catch (e) {
     e.message = `${stage}: ${e.message}`;
@@ -588,6 +520,32 @@ async function fleetPooled() {
     await closeAll(entries).catch(() => {});
     await box.stop();
   }
+}
+
+// The drop-in form: the fleet's sessions closed, each of RUNS.sessions sessions launches one
+// `mcp-lazy --backend NAME` per backend (what `mcp-lazy import` writes), each called once; the same
+// pooled shims and backends serve them. Measured like the fleet's (PSS of every process).
+async function fleetPerBackend(box, names, entries) {
+  await closeAll(entries.splice(0));
+  const [nsenter, ...prefix] = box.nsenterArgs();
+  const t0 = now();
+  const settled = await Promise.allSettled(
+    Array.from({ length: RUNS.sessions }, (_, s) => names.map((n) =>
+      connectClient(nsenter, [...prefix, "/usr/local/bin/mcp-lazy", "--backend", n, "--manifest", "/etc/mcp-lazy/manifest.yaml"],
+        getDefaultEnvironment(), `session ${s} --backend ${n}`, entries).then((e) => ((e.backend = n), e)))).flat(),
+  );
+  const bad = settled.find((x) => x.status === "rejected");
+  if (bad) throw bad.reason;
+  const tReady = now() - t0;
+  await Promise.all(entries.map((e) => callOnce(e, e.backend)));
+  const tCalled = now() - t0;
+  const m = JSON.parse(await boxOk(box, NODE, ["-e", BOX_MEASURE, JSON.stringify(names), "--backend"]));
+  const shims = [], backends = [];
+  for (const n of names) for (const p of m.units[n].procs) (p.pid === m.units[n].main ? shims : backends).push(p);
+  if (m.frontends.length !== RUNS.sessions * names.length) throw new Error(`found ${m.frontends.length} --backend frontends in the box`);
+  const sum = (arr, k) => arr.reduce((a, p) => a + p[k], 0);
+  const group = (arr) => ({ n: arr.length, rss: sum(arr, "rss"), pss: sum(arr, "pss") });
+  return { frontends: group(m.frontends), shims: group(shims), backends: group(backends), tReady, tCalled };
 }
 
 // The production path, warm: a raw client -> mcp-lazy -> systemd's socket -> the pooled shim ->
@@ -608,6 +566,32 @@ async function boxWarm(box) {
   } finally {
     await Promise.all([direct.close(), closeRelay(relay), lazy.close()]);
   }
+}
+
+// The drop-in form's rows (fleetPerBackend), beside eager.
+function fleetPerBackendRows(eager, pb) {
+  if (pb.error) {
+    console.log(`  one frontend per backend per session: FAILED: ${pb.error.message}`);
+    failures.push(`4 (--backend): ${oneLine(pb.error.message)}`);
+    return;
+  }
+  const total = ["n", "rss", "pss"].reduce((o, k) => ({ ...o, [k]: pb.frontends[k] + pb.shims[k] + pb.backends[k] }), {});
+  console.log(`\n  the drop-in form: ${RUNS.sessions} sessions x ${pb.frontends.n / RUNS.sessions} entries \`mcp-lazy --backend NAME\`, ` +
+    "one frontend per backend per session, the same pooled shims and backends:");
+  table(["setup", "processes", "sum RSS", "sum PSS", "sessions ready", "+ first calls"], [
+    ["eager: every session starts its servers", eager.n, mib(eager.rss), mib(eager.pss), ms(eager.tReady), ms(eager.tCalled)],
+    ["mcp-lazy, --backend per entry: total", total.n, mib(total.rss), mib(total.pss), ms(pb.tReady), ms(pb.tCalled)],
+    ["  frontends (mcp-lazy --backend)", pb.frontends.n, mib(pb.frontends.rss), mib(pb.frontends.pss), "", ""],
+    ["  shims (mcp-lazy-shimd)", pb.shims.n, mib(pb.shims.rss), mib(pb.shims.pss), "", ""],
+    ["  backends (node)", pb.backends.n, mib(pb.backends.rss), mib(pb.backends.pss), "", ""],
+  ]);
+  const r = eager.pss / total.pss;
+  console.log(`  ratio eager / --backend per entry: processes ${ratio(eager.n, total.n)}, RSS ${ratio(eager.rss, total.rss)}, ` +
+    `PSS ${ratio(eager.pss, total.pss)}; a frontend's PSS ${mib(pb.frontends.pss / pb.frontends.n)}`);
+  const bound = eager.pss / pb.backends.pss, own = pb.frontends.pss + pb.shims.pss;
+  console.log(`  target: at least 8x less total PSS than eager with one frontend per backend per session -> ${r.toFixed(1)}x ${r >= 8 ? "met" : "NOT met"}` +
+    `; the bound with frontends and shims of no size at all (eager / the ${pb.backends.n} pooled backends alone): ${bound.toFixed(1)}x; ` +
+    `mcp-lazy's own processes: ${mib(own)}, ${((100 * own) / total.pss).toFixed(0)}% of the total`);
 }
 
 async function sectionFleet() {
@@ -632,6 +616,7 @@ async function sectionFleet() {
     rows.push([`  backends (node)`, pooled.backends.n, mib(pooled.backends.rss), mib(pooled.backends.pss), "", ""]);
     table(["setup", "processes", "sum RSS", "sum PSS", "sessions ready", "+ first calls"], rows);
     console.log(`  ratio eager / pooled: processes ${ratio(eager.n, total.n)}, RSS ${ratio(eager.rss, total.rss)}, PSS ${ratio(eager.pss, total.pss)}`);
+    fleetPerBackendRows(eager, pooled.perBackend);
     console.log(`  backend processes per unit cgroup: ${Object.entries(pooled.perUnit).map(([k, v]) => `${k} ${v - 1}`).join(", ")}`);
     console.log("  (RSS counts shared pages once per process; PSS splits them. Times: wall clock from the first spawn, " +
       "all sessions at once; the pooled sessions go through nsenter into the box, not counted above)");
@@ -785,7 +770,11 @@ async function main() {
       memoryArgs: BACKENDS.memory.args, memoryEnv: memoryEnv("memory-startup.jsonl"), runs: RUNS.startupLazy, nodeRuns: RUNS.startupNode, quick: QUICK,
     }));
   if (want(2)) await section("section 2", () => sectionWarm(direct));
-  if (want(3)) await section("section 3", () => sectionCold(direct));
+  if (want(3))
+    await section("section 3", () => sectionCold({
+      backends: BACKENDS, runs: RUNS.cold, mcpLazy: MCP_LAZY, shimd: SHIMD, manifest: direct, server, memoryEnv, checkToolResult,
+      initialize, initialized, toolsCall,
+    }));
   if (want(4)) await section("section 4", sectionFleet);
   if (want(7)) await section("section 7", () => sectionThroughput({ floor: FLOOR, shimd: SHIMD, mcpLazy: MCP_LAZY, work: WORK, quick: QUICK }));
   // BENCH_QUICK=1 leaves out what takes longest (unless asked for by number), to stay under 30 s.
