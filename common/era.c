@@ -7,6 +7,10 @@
 #include "jsonrpc.h"
 #include "macros.h"
 
+#ifndef MCP_LAZY_VERSION
+#define MCP_LAZY_VERSION "0"
+#endif
+
 const char *const era_legacy_versions[] = {"2024-11-05", "2025-03-26", "2025-06-18", ERA_NEWEST_LEGACY};
 const unsigned era_n_legacy_versions = ELEMENTSOF(era_legacy_versions);
 
@@ -121,7 +125,19 @@ cJSON *era_initialize_params_new(const Envelope *e) {
         if (!p || !cJSON_AddStringToObject(p, "protocolVersion", ERA_NEWEST_LEGACY) ||
             !cJSON_AddItemToObject(p, "capabilities", cJSON_Duplicate(e->capabilities, true)))
                 return NULL;
-        if (e->client_info && !cJSON_AddItemToObject(p, "clientInfo", cJSON_Duplicate(e->client_info, true)))
+        /* clientInfo is only recommended in the envelope, but handshake-era servers refuse an initialize
+         * without one: mcp-lazy names itself then. */
+        if (!cJSON_AddItemToObject(p, "clientInfo",
+                                   e->client_info ? cJSON_Duplicate(e->client_info, true) : era_client_info_new()))
                 return NULL;
         return TAKE_PTR(p);
+}
+
+cJSON *era_client_info_new(void) {
+        _cleanup_json_ cJSON *info = cJSON_CreateObject();
+
+        if (!info || !cJSON_AddStringToObject(info, "name", "mcp-lazy") ||
+            !cJSON_AddStringToObject(info, "version", MCP_LAZY_VERSION))
+                return NULL;
+        return TAKE_PTR(info);
 }

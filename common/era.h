@@ -45,3 +45,6 @@ bool era_method_removed(const char *method);
 int era_result_complete(cJSON *result, uint64_t ttl_ms, bool public, const cJSON *server_info);
 /* initialize params speaking for a modern client to a handshake-era server. */
 cJSON *era_initialize_params_new(const Envelope *e);
+/* {"name": "mcp-lazy", "version": ...}: the clientInfo of an initialize mcp-lazy sends for a client
+ * that gave none. */
+cJSON *era_client_info_new(void);

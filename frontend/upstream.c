@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "era.h"
 #include "frontend.h"
 #include "jsonrpc.h"
 #include "log.h"
@@ -382,7 +383,8 @@ static int upconn_handshake(UpConn *c) {
                 /* The client skipped initialize: speak for it with the newest version and no capabilities. */
                 params = cJSON_CreateObject();
                 if (params && (!cJSON_AddStringToObject(params, "protocolVersion", "2025-11-25") ||
-                               !cJSON_AddObjectToObject(params, "capabilities")))
+                               !cJSON_AddObjectToObject(params, "capabilities") ||
+                               !cJSON_AddItemToObject(params, "clientInfo", era_client_info_new())))
                         params = (cJSON_Delete(params), NULL);
         }
         init = jsonrpc_request_new(id, "initialize", params);

@@ -61,6 +61,16 @@ int main(void) {
         CHECK_STREQ(printed, "{\"protocolVersion\":\"2025-11-25\",\"capabilities\":{\"roots\":{}},\"clientInfo\":{"
                              "\"name\":\"c\",\"version\":\"1\"}}");
 
+        /* No clientInfo in the envelope: the backend's initialize names mcp-lazy (servers refuse none). */
+        CHECK(parse("{\"_meta\":{\"" META_PROTOCOL_VERSION "\":\"2026-07-28\",\"" META_CLIENT_CAPABILITIES "\":{}}}",
+                    &e, &problem) == 1);
+        cJSON_Delete(init);
+        init = era_initialize_params_new(&e);
+        free(printed);
+        printed = cJSON_PrintUnformatted(init);
+        CHECK_STREQ(printed, "{\"protocolVersion\":\"2025-11-25\",\"capabilities\":{},\"clientInfo\":{"
+                             "\"name\":\"mcp-lazy\",\"version\":\"" MCP_LAZY_VERSION "\"}}");
+
         result = cJSON_Parse("{\"tools\":[]}");
         info = cJSON_Parse("{\"name\":\"s\"}");
         CHECK(era_result_complete(result, 1500, false, info) == 0);
