@@ -593,3 +593,113 @@ int message_splice(const Message *m, const Splice *s, size_t n, char **ret_text,
         *ret_len = o;
         return 0;
 }
+
+/* Walks the validated text from the value at sc->pos along path (object keys); at its end, *ret spans
+ * that value. */
+static int find_path(Scanner *sc, const char *const *path, Span *ret) {
+        skip_ws(sc);
+        if (!*path) {
+                size_t start = sc->pos;
+                int r = scan_value(sc, 0, 0, false);
+                if (r < 0)
+                        return r;
+                *ret = (Span){start, sc->pos - start};
+                return 0;
+        }
+        if (sc->pos >= sc->len || sc->s[sc->pos] != '{')
+                return -ENOENT;
+        sc->pos++;
+        skip_ws(sc);
+        if (sc->pos < sc->len && sc->s[sc->pos] == '}')
+                return -ENOENT;
+        for (;;) {
+                size_t ka, kb;
+                int r;
+
+                skip_ws(sc);
+                r = scan_string(sc, &ka, &kb);
+                if (r < 0)
+                        return r;
+                skip_ws(sc);
+                if (sc->pos >= sc->len || sc->s[sc->pos] != ':')
+                        return -EBADMSG;
+                sc->pos++;
+                if (key_equals(sc->s, ka, kb, path[0]))
+                        return find_path(sc, path + 1, ret); /* keys are unique: message_parse() saw to it */
+                r = scan_value(sc, 0, 0, false);
+                if (r < 0)
+                        return r;
+                skip_ws(sc);
+                if (sc->pos >= sc->len || sc->s[sc->pos] != ',')
+                        return -ENOENT;
+                sc->pos++;
+        }
+}
+
+int message_find(const Message *m, const char *const *path, Span *ret) {
+        Scanner sc = {.s = m->text, .len = m->len, .max_depth = UINT_MAX};
+        Span s;
+        int r = find_path(&sc, path, &s);
+
+        if (r < 0)
+                return r;
+        *ret = s;
+        return 0;
+}
+
+int message_members(const Message *m, Span object, Member **ret, size_t *ret_n) {
+        Scanner sc = {.s = m->text, .len = object.start + object.len, .pos = object.start, .max_depth = UINT_MAX};
+        _cleanup_free_ Member *list = NULL;
+        size_t n = 0, size = 0;
+
+        skip_ws(&sc);
+        if (object.len == 0 || sc.pos >= sc.len || sc.s[sc.pos] != '{')
+                return -ENOENT;
+        sc.pos++;
+        skip_ws(&sc);
+        while (sc.pos < sc.len && sc.s[sc.pos] != '}') {
+                size_t ka, kb, vstart;
+                int r;
+
+                skip_ws(&sc);
+                r = scan_string(&sc, &ka, &kb);
+                if (r < 0)
+                        return r;
+                skip_ws(&sc);
+                if (sc.pos >= sc.len || sc.s[sc.pos] != ':')
+                        return -EBADMSG;
+                sc.pos++;
+                skip_ws(&sc);
+                vstart = sc.pos;
+                r = scan_value(&sc, 0, 0, false);
+                if (r < 0)
+                        return r;
+                if (n >= size) {
+                        size_t k = size ? size * 2 : 8;
+                        Member *l = reallocarray(list, k, sizeof *l);
+                        if (!l)
+                                return -ENOMEM;
+                        list = l, size = k;
+                }
+                list[n++] = (Member){
+                        .key = {ka, kb - ka},
+                        .member = {ka - 1, sc.pos - (ka - 1)},
+                        .value = {vstart, sc.pos - vstart},
+                };
+                skip_ws(&sc);
+                if (sc.pos < sc.len && sc.s[sc.pos] == ',')
+                        sc.pos++;
+                skip_ws(&sc);
+        }
+        *ret = TAKE_PTR(list);
+        *ret_n = n;
+        return 0;
+}
+
+bool message_key_is(const Message *m, const Member *mb, const char *name) {
+        return key_equals(m->text, mb->key.start, mb->key.start + mb->key.len, name);
+}
+
+char *message_span_dup(const Message *m, Span s) {
+        return strndup(m->text + s.start, s.len);
+}

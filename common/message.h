@@ -60,3 +60,17 @@ int message_splice(const Message *m, const Splice *s, size_t n, char **ret_text,
 
 /* A number's text is an integer (any size) or a value a double holds as an integer. */
 bool json_id_valid(const cJSON *id, const char *text, size_t len);
+
+/* Where a value sits in m's text, found by a path of object keys (NULL-terminated; ASCII keys, or keys
+ * written without escapes): -ENOENT if m has none there. For keeping a peer's bytes where a message is
+ * taken apart or built from parts. */
+int message_find(const Message *m, const char *const *path, Span *ret);
+/* The members of the object at 'object' in m's text, in order: the key's contents (without quotes),
+ * the whole member ("key": value) and the value. -ENOENT if no object is there. */
+typedef struct Member {
+        Span key, member, value;
+} Member;
+int message_members(const Message *m, Span object, Member **ret, size_t *ret_n);
+bool message_key_is(const Message *m, const Member *mb, const char *name);
+/* The text of a span, malloc'd. */
+char *message_span_dup(const Message *m, Span s);

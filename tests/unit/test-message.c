@@ -215,6 +215,45 @@ static void test_id_length(void) {
         CHECK(kind_of(line) == JSONRPC_REQUEST);
 }
 
+/* Spans for keeping a peer's bytes: a value by its path, an object's members. */
+static void test_find(void) {
+        _cleanup_message_ Message *m =
+                parse("{ \"jsonrpc\":\"2.0\", \"id\":7, \"result\" : { \"big\" : 12345678901234567890123 ,"
+                      " \"k\\u0065y\":{\"a\":[1,{\"b\":2}]}, \"e\":{ } } }");
+        _cleanup_free_ Member *mb = NULL;
+        _cleanup_free_ char *t = NULL;
+        size_t n = 0;
+        Span s;
+
+        CHECK(m && m->kind == JSONRPC_RESPONSE);
+        CHECK(message_find(m, (const char *const[]){"result", "big", NULL}, &s) == 0);
+        t = message_span_dup(m, s);
+        CHECK_STREQ(t, "12345678901234567890123");
+        free(t);
+        CHECK(message_find(m, (const char *const[]){"result", "key", "a", NULL}, &s) == 0); /* an escaped key */
+        t = message_span_dup(m, s);
+        CHECK_STREQ(t, "[1,{\"b\":2}]");
+        CHECK(message_find(m, (const char *const[]){"result", "key", "a", "b", NULL}, &s) == -ENOENT);
+        CHECK(message_find(m, (const char *const[]){"result", "nothing", NULL}, &s) == -ENOENT);
+        CHECK(message_find(m, (const char *const[]){"result", "e", "x", NULL}, &s) == -ENOENT);
+        CHECK(message_find(m, (const char *const[]){"result", NULL}, &s) == 0);
+        CHECK(message_members(m, s, &mb, &n) == 0 && n == 3);
+        CHECK(n == 3 && message_key_is(m, &mb[0], "big") && message_key_is(m, &mb[1], "key") &&
+              !message_key_is(m, &mb[1], "ke"));
+        free(t);
+        t = n == 3 ? message_span_dup(m, mb[2].member) : NULL;
+        CHECK_STREQ(t, "\"e\":{ }");
+        free(t);
+        t = n == 3 ? message_span_dup(m, mb[0].value) : NULL;
+        CHECK_STREQ(t, "12345678901234567890123");
+        free(mb);
+        mb = NULL;
+        CHECK(message_find(m, (const char *const[]){"result", "e", NULL}, &s) == 0);
+        CHECK(message_members(m, s, &mb, &n) == 0 && n == 0);
+        CHECK(message_find(m, (const char *const[]){"id", NULL}, &s) == 0);
+        CHECK(message_members(m, s, &mb, &n) == -ENOENT);
+}
+
 int main(void) {
         test_strict();
         test_id_length();
@@ -223,5 +262,6 @@ int main(void) {
         test_ids();
         test_translate();
         test_batch();
+        test_find();
         return tests_finish("test-message");
 }
