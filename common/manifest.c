@@ -220,7 +220,7 @@ static int parse_path(Loader *l, const YNode *n, const char *what, bool relative
 static const char *const backend_keys[] = {
         "command", "env", "cwd", "idle_timeout", "init_timeout", "sharing", "socket", "resources", "resource_templates",
         "prompts", "server_info", "instructions", "capabilities", "client_capabilities", "host", "remote_name", "lifecycle",
-        "max_sessions", "protocol", NULL,
+        "max_sessions", "protocol", "input_timeout", NULL,
 };
 
 /* resources, resource_templates, prompts: lists of objects, passed to the client as they are,
@@ -368,6 +368,7 @@ static int parse_backend(Loader *l, const YNode *key, const YNode *n, Backend *b
 
         b->idle_timeout_usec = MANIFEST_DEFAULT_IDLE_TIMEOUT_USEC;
         b->init_timeout_usec = MANIFEST_DEFAULT_INIT_TIMEOUT_USEC;
+        b->input_timeout_usec = MANIFEST_DEFAULT_INPUT_TIMEOUT_USEC;
         b->max_sessions = MANIFEST_DEFAULT_MAX_SESSIONS;
         b->name = strdup(key->value);
         if (!b->name)
@@ -409,6 +410,8 @@ static int parse_backend(Loader *l, const YNode *key, const YNode *n, Backend *b
                 (void) parse_timeout(l, v, "idle_timeout", b->name, &b->idle_timeout_usec);
         if ((v = ynode_get(n, "init_timeout")))
                 (void) parse_timeout(l, v, "init_timeout", b->name, &b->init_timeout_usec);
+        if ((v = ynode_get(n, "input_timeout")))
+                (void) parse_timeout(l, v, "input_timeout", b->name, &b->input_timeout_usec);
         if ((v = ynode_get(n, "env")) && parse_env(l, v, b) == -ENOMEM)
                 return -ENOMEM;
         if ((v = ynode_get(n, "cwd")) && parse_path(l, v, "cwd", true, &b->cwd) == -ENOMEM)

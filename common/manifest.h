@@ -10,6 +10,7 @@
 #define MANIFEST_MAX_SIZE                  (64U * 1024U * 1024U)
 #define MANIFEST_DEFAULT_IDLE_TIMEOUT_USEC (5ULL * 60ULL * 1000000ULL)
 #define MANIFEST_DEFAULT_INIT_TIMEOUT_USEC (120ULL * 1000000ULL) /* a cold npx fetches a package first */
+#define MANIFEST_DEFAULT_INPUT_TIMEOUT_USEC (600ULL * 1000000ULL) /* a person fills in a form */
 #define BACKEND_NAME_MAX                   64U
 #define MANIFEST_DEFAULT_MAX_SESSIONS      4096U /* connections one shim serves at once */
 #define MANIFEST_MAX_MAX_SESSIONS          65536U
@@ -57,6 +58,7 @@ typedef struct Backend {
         char *socket;               /* absolute socket path, or NULL for the default */
         uint64_t idle_timeout_usec; /* UINT64_MAX: never */
         uint64_t init_timeout_usec; /* UINT64_MAX: never */
+        uint64_t input_timeout_usec; /* a 2026-07-28 client's retry after input_required; UINT64_MAX: never */
         Sharing sharing;
         Lifecycle lifecycle;
         unsigned max_sessions; /* connections served at once; more get a clear refusal */
