@@ -175,6 +175,7 @@ Client *client_free(Client *c) {
         channel_free(c->ch);
         cJSON_Delete(c->init_params);
         cJSON_Delete(c->subscriptions);
+        cJSON_Delete(c->mrtr_ended);
         free(c->refused);
         free(c);
         shim_update(s);
@@ -239,6 +240,8 @@ static void handle_message(Client *c, Message *m) {
         }
         switch (m->kind) {
         case JSONRPC_REQUEST:
+                if (mrtr_request_modern(m->params))
+                        c->modern = true;
                 if (streq(m->method, "initialize"))
                         return handle_initialize(c, m);
                 if (streq(m->method, "ping")) {

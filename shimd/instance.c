@@ -161,6 +161,7 @@ static void route_free(Route *r) {
         cJSON_Delete(r->request);
         cJSON_Delete(r->input_responses);
         free(r->request_state);
+        mrtr_free(r->mrtr);
         free(r);
 }
 
@@ -168,6 +169,7 @@ static void route_free(Route *r) {
 static void route_remove(Instance *i, Route *r) {
         char key[32];
 
+        mrtr_route_gone(i, r);
         snprintf(key, sizeof key, "%lld", (long long) r->backend_id);
         hashmap_remove(i->routes, key);
         if (r->backend_token && hashmap_get(i->tokens, r->backend_token) == r)
@@ -205,14 +207,22 @@ int route_retarget(Instance *i, Route *r) {
 }
 
 static void reply_failure(Client *c, const char *id_text, bool tool_call, const char *text) {
-        _cleanup_json_ cJSON *id = cJSON_CreateRaw(id_text), *m = NULL;
+        _cleanup_json_ cJSON *id = NULL, *m = NULL;
 
+        if (mrtr_failure(c, id_text, text))
+                return;
+        id = cJSON_CreateRaw(id_text);
         if (!id)
                 return;
         m = tool_call ? jsonrpc_result_new(id, tool_error_result_new(text))
                       : jsonrpc_error_new(id, JSONRPC_INTERNAL_ERROR, text);
         if (m)
                 client_send(c, m);
+}
+
+void route_end(Instance *i, Route *r) {
+        route_remove(i, r);
+        shim_update(i->shim);
 }
 
 void route_fail(Instance *i, Route *r, const char *text) {
@@ -587,6 +597,8 @@ static void deliver(Instance *i, Client *c, const Message *m) {
                 reply_initialize(i, c, m);
         else if (m->kind == JSONRPC_REQUEST && unsubscribe_shared(i, c, m))
                 return;
+        else if (m->kind == JSONRPC_REQUEST && mrtr_retry(i, c, m))
+                return;
         else if (m->kind == JSONRPC_REQUEST)
                 forward_request(i, c, m);
         else if (m->kind == JSONRPC_NOTIFICATION && i->era == BACKEND_ERA_MODERN &&
@@ -812,6 +824,8 @@ static void handle_backend_response(Instance *i, const Message *m) {
                           (long long) id);
                 return;
         }
+        if (mrtr_hold_answer(r, m))
+                return; /* its client is away answering what the backend asked: the retry gets it */
         switch (bridge_response(i, r, m)) {
         case BRIDGE_CONTINUES:
                 return; /* input the client is asked for, in its era's way; the call goes on */
@@ -845,6 +859,8 @@ static void handle_progress(Instance *i, const Message *m) {
                 log_debug("Dropping backend '%s''s progress for a token of no call in flight.", iname(i));
                 return; /* the call has ended: progress for it is stale */
         }
+        if (mrtr_parked(r))
+                return; /* it waits for its client's retry: progress for it is stale */
         send_to_client(i, r, m);
 }
 

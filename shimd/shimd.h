@@ -45,6 +45,7 @@ typedef struct Client Client;
 typedef struct Instance Instance;
 typedef struct QueueItem QueueItem;
 typedef struct ProgressMemo ProgressMemo;
+typedef struct Mrtr Mrtr;
 
 /* The era of MCP a backend process speaks (manifest `protocol`, or found out when it starts). */
 typedef enum BackendEra {
@@ -80,6 +81,8 @@ typedef struct Route {
         cJSON *input_responses; /* collected while the client answers */
         char *request_state;    /* the backend's, echoed exactly */
         unsigned awaiting, rounds;
+        /* A 2026-07-28 client's call at a handshake-era backend that asked it for input (mrtr.c). */
+        Mrtr *mrtr;
 } Route;
 
 struct Instance {
@@ -133,6 +136,8 @@ struct Client {
         bool over_limit;      /* past the session limit: every request gets why, then it is closed */
         bool over_share;      /* ...because its uid holds its share of the sessions already */
         bool eof;
+        bool modern;       /* sent requests in the 2026-07-28 era: it takes no requests from a backend */
+        cJSON *mrtr_ended; /* requestState -> what its retry gets: calls that ended while their retry was awaited */
         Client *next;
 };
 
@@ -209,6 +214,24 @@ Instance *upcall_progress_target(Client *c, const char *text, size_t len);
 int tasks_list_filter(Instance *i, Client *c, const Message *m, Message **ret);
 Client *instance_task_owner(Instance *i, const char *text, size_t len);
 
+/* mrtr.c: a 2026-07-28 client's call at a handshake-era backend that asks its client for input */
+/* The backend's request to a client (c: the one pick_client() found, or NULL): true if it was taken as
+ * input a 2026-07-28 client's call needs (or refused, for such a client); false for the usual way. */
+bool mrtr_upcall(Instance *i, Client *c, const Message *m);
+/* A request carrying a requestState of ours: true if it was taken (as a retry, or refused). */
+bool mrtr_retry(Instance *i, Client *c, const Message *m);
+/* The backend answered r while its client's retry is awaited: kept for the retry (true). */
+bool mrtr_hold_answer(Route *r, const Message *m);
+bool mrtr_parked(const Route *r);
+/* A failure for a route whose retry is awaited (id_text: its key): kept for the retry (true). */
+bool mrtr_failure(Client *c, const char *id_text, const char *text);
+/* r is going: the backend's requests of it get errors, and a retry still to come hears how it ended. */
+void mrtr_route_gone(Instance *i, Route *r);
+/* The backend cancelled one of its requests: true if it was one waiting for a client's retry. */
+bool mrtr_cancelled(Instance *i, const Message *m);
+bool mrtr_request_modern(const cJSON *params);
+Mrtr *mrtr_free(Mrtr *x);
+
 /* contract.c: the backend's own lists against the manifest */
 void contract_request(Instance *i);
 bool contract_handle_response(Instance *i, int64_t id, const cJSON *msg);
@@ -264,5 +287,7 @@ int route_retarget(Instance *i, Route *r);
 int route_send(Instance *i, Route *r);
 /* Answers the route's client with a failure, and forgets the route. */
 void route_fail(Instance *i, Route *r, const char *text);
+/* Forgets the route (its client was answered otherwise). */
+void route_end(Instance *i, Route *r);
 unsigned instance_in_flight(const Instance *i);
 const char *shim_backend_name(const Shim *s);

@@ -65,7 +65,7 @@ static Client *pick_client(Instance *i, unsigned *ret_calling) {
  * backend shares what that backend keeps. Any session it serves may answer. */
 static Client *any_client(Instance *i) {
         for (Client *c = i->shim->clients; c; c = c->next)
-                if (c->instance == i)
+                if (c->instance == i && !c->modern)
                         return c;
         return NULL;
 }
@@ -99,6 +99,8 @@ void upcall_forward(Instance *i, const Message *m) {
         _cleanup_free_ char *id = NULL;
         Upcall *u;
 
+        if (mrtr_upcall(i, c, m))
+                return;
         if (!c && streq(m->method, "roots/list"))
                 c = any_client(i);
         if (!c) {
@@ -238,6 +240,8 @@ void upcall_cancelled(Instance *i, const Message *m) {
         const IdField *rid = NULL;
         void *v;
 
+        if (mrtr_cancelled(i, m))
+                return;
         for (size_t k = 0; k < n && k < ELEMENTSOF(f); k++)
                 if (f[k].kind == ID_KIND_CANCELLED)
                         rid = &f[k];

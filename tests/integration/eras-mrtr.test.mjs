@@ -76,3 +76,216 @@ ${TOOL("echo", "everything")}`,
   assert.deepEqual(r.result, { content: [{ type: "text", text: "Echo: hi" }], resultType: "complete" }, JSON.stringify(r));
   await p.close();
 });
+
+// A v2 client like connectV2()'s, also declaring roots; handlers answer from `answers`.
+async function v2(mode, command, args, { answers = {}, gate, caps } = {}) {
+  const { Client: V2 } = await import("@modelcontextprotocol/client");
+  const { StdioClientTransport: V2Stdio } = await import("@modelcontextprotocol/client/stdio");
+  const versionNegotiation = mode === "pin" ? { mode: { pin: MODERN } } : { mode };
+  const c = new V2({ name: `v2-${mode}`, version: "1.0.0" }, { capabilities: caps ?? { elicitation: {}, sampling: {}, roots: {} }, versionNegotiation });
+  c.seen = [];
+  c.setRequestHandler("elicitation/create", async (r) => {
+    c.seen.push(r.params.message);
+    if (gate) await gate();
+    return { action: "accept", content: answers.elicit ?? { answer: "forty-two" } };
+  });
+  c.setRequestHandler("sampling/createMessage", async () => ({
+    role: "assistant",
+    content: { type: "text", text: answers.sample ?? "forty-two" },
+    model: "test-model",
+    stopReason: "endTurn",
+  }));
+  c.setRequestHandler("roots/list", async () => ({ roots: [{ uri: "file:///r", name: "r" }] }));
+  const t = new V2Stdio({ command, args, stderr: "pipe" });
+  c.stderrText = "";
+  t.stderr?.on("data", (d) => (c.stderrText += d));
+  await c.connect(t);
+  return c;
+}
+
+const askerScript = async (c) => ({
+  ask: normalise(await c.callTool({ name: "ask", arguments: { question: "the answer?" } })),
+  think: normalise(await c.callTool({ name: "think", arguments: { prompt: "say something" } })),
+  twice: normalise(await c.callTool({ name: "ask-twice", arguments: {} })),
+  both: normalise(await c.callTool({ name: "ask-both", arguments: {} })),
+  roots: normalise(await c.callTool({ name: "roots", arguments: {} })),
+  prompt: normalise(await c.getPrompt({ name: "greet", arguments: {} })),
+});
+
+test("a v2 client pinned to 2026-07-28 through mcp-lazy to a handshake-era server that asks its client: what a legacy client gets straight", async () => {
+  const straight = await legacyStraight([ASKER]);
+  const want = await askerScript(straight);
+  await straight.close();
+  assert.equal(want.twice.content[0].text, "forty-two then forty-two");
+  const m = askerManifest("asker.yaml");
+  for (const mode of ["pin", "auto"]) {
+    const c = await v2(mode, MCP_LAZY, direct(m));
+    assert.equal(c.getNegotiatedProtocolVersion?.() ?? MODERN, MODERN);
+    assert.deepEqual(await askerScript(c), want, mode);
+    assert.deepEqual(c.seen, ["the answer?", "first?", "second?", "user?", "who?"], mode);
+    await c.close();
+  }
+});
+
+test("server-everything's elicitation, sampling and roots tools for a v2 client pinned to 2026-07-28: what a legacy client gets straight", async () => {
+  const m = manifest(
+    "everything-asks.yaml",
+    `backends:
+  everything:
+    command: [node, ${SERVER_SCRIPTS.everything}, stdio]
+tools:
+${["trigger-elicitation-request", "trigger-sampling-request", "get-roots-list"].map((t) => TOOL(t, "everything")).join("")}`,
+  );
+  const script = async (c) => [
+    await c.callTool({ name: "trigger-elicitation-request", arguments: {} }),
+    await c.callTool({ name: "trigger-sampling-request", arguments: { prompt: "hi", maxTokens: 10 } }),
+    await c.callTool({ name: "get-roots-list", arguments: {} }),
+  ];
+  const answers = { elicit: { name: "Ada", check: true, integer: 7 } };
+  const straight = await legacyStraight([SERVER_SCRIPTS.everything, "stdio"]);
+  straight.setRequestHandler(ElicitRequestSchema, async () => ({ action: "accept", content: answers.elicit }));
+  const want = await script(straight);
+  await straight.close();
+  assert.match(want[0].content[1].text, /Name: Ada/);
+  const c = await v2("pin", MCP_LAZY, direct(m), { answers });
+  assert.deepEqual((await script(c)).map(normalise), want);
+  await c.close();
+});
+
+// mcp-lazy-shimd for the asker on a listening socket of its own (Accept=no, as the shipped units do):
+// several frontends are sessions of one shim, as under systemd.
+async function askerOnSocket(name, extra = "") {
+  const { spawn } = await import("node:child_process");
+  const { existsSync, mkdtempSync: mk } = await import("node:fs");
+  const sock = join(mk(join(dir, "sock-")), "asker.sock");
+  const m = askerManifest(name, `    socket: ${sock}\n    idle_timeout: 10m\n${extra}`);
+  const child = spawn("systemd-socket-activate", ["-l", sock, SHIMD, "--manifest", m, "asker"], { stdio: ["ignore", "ignore", "pipe"] });
+  let stderr = "";
+  child.stderr.setEncoding("utf8").on("data", (d) => (stderr += d));
+  after(() => child.kill("SIGKILL"));
+  assert.ok(await waitFor(() => existsSync(sock), 5000), "the socket appears");
+  return { manifest: m, stderr: () => stderr, session: () => new RawPeer(MCP_LAZY, ["--manifest", m, "--activation=systemd"]) };
+}
+
+const CAPS = { elicitation: {}, sampling: {} };
+const ASK = (id, question = "q?", caps = CAPS, more = {}) => MREQ(id, "tools/call", { name: "ask", arguments: { question }, ...more }, caps);
+const retry = (id, first, state, responses, question = "q?") =>
+  ASK(id, question, CAPS, { ...(responses && { inputResponses: responses }), requestState: state, _meta: { progressToken: `p${id}` } });
+
+test("requestState: a made-up, replayed, other session's or other request's is refused; the right one carries the answer", async () => {
+  const shim = await askerOnSocket("state.yaml");
+  const a = shim.session(), b = shim.session();
+  const r1 = await a.request(ASK(1), 30000);
+  assert.equal(r1.result.resultType, "input_required", JSON.stringify(r1));
+  const [[key, req]] = Object.entries(r1.result.inputRequests);
+  assert.equal(req.method, "elicitation/create");
+  assert.equal(req.params.message, "q?");
+  const state = r1.result.requestState;
+  assert.match(state, /^mcp-lazy-mrtr:\d+\.[0-9a-f]{32}$/);
+  const answer = { [key]: { action: "accept", content: { answer: "x" } } };
+  const refusals = [
+    [a, retry(2, r1, state.slice(0, -1) + (state.endsWith("0") ? "1" : "0"), answer), /not the current one/],
+    [a, retry(3, r1, "mcp-lazy-mrtr:999999.00000000000000000000000000000000", answer), /names no call of this session/],
+    [b, retry(4, r1, state, answer), /names no call of this session/],
+    [a, retry(5, r1, state, answer, "another question?"), /belongs to another request/],
+    [a, { ...retry(6, r1, state, answer), params: { ...retry(6, r1, state, answer).params, name: "think" } }, /belongs to another request/],
+  ];
+  for (const [peer, req, why] of refusals) {
+    const r = await peer.request(req, 10000);
+    assert.equal(r.error?.code, -32602, JSON.stringify(r));
+    assert.match(r.error.message, why);
+  }
+  // The right retry (a new id) gets the backend's result; the same state again is refused.
+  const done = await a.request(retry(7, r1, state, answer), 10000);
+  assert.deepEqual(done.result, { content: [{ type: "text", text: "q? -> x" }], resultType: "complete" });
+  const again = await a.request(retry(8, r1, state, answer), 10000);
+  assert.match(again.error.message, /names no call of this session/);
+  assert.match(shim.stderr(), /Connection \d+ sent a requestState that/);
+
+  // Two rounds: each state is good once, an earlier round's is refused; a retry without the answer
+  // is asked again.
+  const t1 = await a.request(MREQ(10, "tools/call", { name: "ask-twice", arguments: {} }, CAPS), 10000);
+  const k1 = Object.keys(t1.result.inputRequests)[0];
+  const same = await a.request(MREQ(11, "tools/call", { name: "ask-twice", arguments: {}, requestState: t1.result.requestState }, CAPS), 10000);
+  assert.equal(same.result.resultType, "input_required", "no answer: asked again");
+  assert.deepEqual(Object.keys(same.result.inputRequests), [k1]);
+  assert.notEqual(same.result.requestState, t1.result.requestState);
+  const stale = await a.request(MREQ(12, "tools/call", { name: "ask-twice", arguments: {}, requestState: t1.result.requestState, inputResponses: { [k1]: { action: "accept", content: { answer: "one" } } } }, CAPS), 10000);
+  assert.match(stale.error.message, /not the current one/);
+  const t2 = await a.request(MREQ(13, "tools/call", { name: "ask-twice", arguments: {}, requestState: same.result.requestState, inputResponses: { [k1]: { action: "accept", content: { answer: "one" } } } }, CAPS), 10000);
+  assert.equal(t2.result.inputRequests[Object.keys(t2.result.inputRequests)[0]].params.message, "second?");
+  const k2 = Object.keys(t2.result.inputRequests)[0];
+  const t3 = await a.request(MREQ(14, "tools/call", { name: "ask-twice", arguments: {}, requestState: t2.result.requestState, inputResponses: { [k2]: { action: "decline" } } }, CAPS), 10000);
+  assert.deepEqual(t3.result.content, [{ type: "text", text: "one then (decline)" }]);
+  await a.close();
+  await b.close();
+});
+
+test("-32021 when the request that gets the input_required did not declare what answering needs", async () => {
+  const m = askerManifest("caps.yaml");
+  const p = new RawPeer(MCP_LAZY, direct(m));
+  // The backend was initialized with elicitation (the session's first request declared it) ...
+  assert.deepEqual((await p.request(MREQ(1, "tools/call", { name: "echo", arguments: { message: "x" } }, CAPS), 30000)).result.content, [
+    { type: "text", text: "Echo: x" },
+  ]);
+  // ... but this request does not declare it.
+  const r = await p.request(ASK(2, "q?", { sampling: {} }), 10000);
+  assert.equal(r.error?.code, -32021, JSON.stringify(r));
+  assert.deepEqual(r.error.data, { requiredCapabilities: { elicitation: {} } });
+  // The call ended at the backend: its elicitation got an error.
+  assert.ok(await waitFor(() => /failed: q\?/.test(askerLog("caps.yaml")), 5000), askerLog("caps.yaml"));
+  assert.equal((await p.request(ASK(3, "again?"), 10000)).result.resultType, "input_required");
+  await p.close();
+});
+
+test("a client that never retries: after input_timeout the backend's request gets an error, the call is cancelled there, and a late retry hears why", async () => {
+  const m = askerManifest("timeout.yaml", "    input_timeout: 1s\n");
+  const p = new RawPeer(MCP_LAZY, direct(m));
+  const r = await p.request(ASK(1), 30000);
+  assert.equal(r.result.resultType, "input_required");
+  assert.ok(await waitFor(() => /failed: q\?/.test(askerLog("timeout.yaml")), 5000), "the backend's elicitation failed");
+  assert.match(p.stderr, /Connection \d+ did not retry its tools\/call at backend 'asker' within 1s \(input_timeout\) of being asked for input; cancelling it there/);
+  const [key] = Object.keys(r.result.inputRequests);
+  const late = await p.request(retry(2, r, r.result.requestState, { [key]: { action: "accept", content: { answer: "x" } } }), 10000);
+  assert.equal(late.result.isError, true, JSON.stringify(late));
+  assert.match(late.result.content[0].text, /not retried within 1s \(input_timeout of backend 'asker'\)/);
+  // Nothing is left waiting: the next call works, and a second late retry is refused.
+  assert.deepEqual((await p.request(MREQ(3, "tools/call", { name: "echo", arguments: { message: "y" } }, CAPS), 10000)).result.content, [
+    { type: "text", text: "Echo: y" },
+  ]);
+  assert.equal((await p.request(retry(4, r, r.result.requestState, {}), 10000)).error?.code, -32602);
+  await p.close();
+});
+
+test("two pooled modern sessions at one handshake-era backend: each answers its own input; one that cannot be attributed is refused, saying so", async () => {
+  const shim = await askerOnSocket("pooled.yaml");
+  const [cmd, args] = [MCP_LAZY, ["--manifest", shim.manifest, "--activation=systemd"]];
+  let release;
+  const held = new Promise((r) => (release = r));
+  const a = await v2("pin", cmd, args, { answers: { elicit: { answer: "alpha" } }, gate: () => held });
+  const b = await v2("pin", cmd, args, { answers: { elicit: { answer: "beta" } } });
+  // One at a time, each gets its own answer.
+  release();
+  assert.equal((await a.callTool({ name: "ask", arguments: { question: "a?" } })).content[0].text, "a? -> alpha");
+  assert.equal((await b.callTool({ name: "ask", arguments: { question: "b?" } })).content[0].text, "b? -> beta");
+  assert.match(shim.stderr(), /Started backend 'asker'/);
+  assert.equal(shim.stderr().match(/Started backend 'asker'/g).length, 1, "one pooled backend");
+  await a.close();
+  await b.close();
+
+  // A holds its question; while it does, B's question cannot be told apart from A's at the backend.
+  let open;
+  const gate = new Promise((r) => (open = r));
+  const c = await v2("pin", cmd, args, { answers: { elicit: { answer: "gamma" } }, gate: () => gate });
+  const d = await v2("pin", cmd, args, { answers: { elicit: { answer: "delta" } } });
+  const first = c.callTool({ name: "ask", arguments: { question: "c?" } });
+  assert.ok(await waitFor(() => c.seen.length === 1, 10000));
+  const second = await d.callTool({ name: "ask", arguments: { question: "d?" } });
+  assert.equal(second.isError, true);
+  assert.match(second.content[0].text, /several client sessions share this backend; mcp-lazy cannot tell which one this request is for/);
+  assert.deepEqual(d.seen, []);
+  open();
+  assert.equal((await first).content[0].text, "c? -> gamma");
+  await c.close();
+  await d.close();
+});
