@@ -299,3 +299,8 @@ void bridge_input_answer(Instance *i, int64_t route_id, const char *input_key, c
         if (--r->awaiting == 0)
                 bridge_retry(i, r);
 }
+
+void bridge_route_gone(Instance *i, Route *r) {
+        if (r->legacy_client && r->awaiting > 0)
+                upcall_withdraw_bridged(i, r->backend_id, "the call that asked for it has ended");
+}

@@ -170,6 +170,7 @@ static void route_remove(Instance *i, Route *r) {
         char key[32];
 
         mrtr_route_gone(i, r);
+        bridge_route_gone(i, r);
         snprintf(key, sizeof key, "%lld", (long long) r->backend_id);
         hashmap_remove(i->routes, key);
         if (r->backend_token && hashmap_get(i->tokens, r->backend_token) == r)

@@ -197,6 +197,10 @@ int bridge_prepare_request(Instance *i, Client *c, Route *r);
 int bridge_response(Instance *i, Route *r, const Message *m);
 /* The client answered one input request of a bridged call. */
 void bridge_input_answer(Instance *i, int64_t route_id, const char *input_key, const cJSON *msg);
+/* The bridged call ended (cancelled, failed): its input requests still at the client are withdrawn. */
+void bridge_route_gone(Instance *i, Route *r);
+/* upcalls.c: the input requests of a bridged call still at its client, withdrawn with a cancellation. */
+void upcall_withdraw_bridged(Instance *i, int64_t route_id, const char *reason);
 /* upcalls.c: an input request of a bridged call, sent to the call's client. */
 int upcall_bridge(Instance *i, Route *r, const char *input_key, const char *method, const cJSON *params);
 

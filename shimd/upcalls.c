@@ -226,6 +226,32 @@ static void forget(Shim *s, Client *c, Instance *i) {
         }
 }
 
+void upcall_withdraw_bridged(Instance *i, int64_t route_id, const char *reason) {
+        size_t state = 0;
+        void *v;
+
+        while (hashmap_iterate(i->shim->upcalls, &state, NULL, &v)) {
+                Upcall *u = v;
+                _cleanup_json_ cJSON *n = NULL;
+                cJSON *params;
+
+                if (!u->input_key || u->instance != i || u->bridge_route != route_id)
+                        continue;
+                /* The client hears that the request is withdrawn; its late answer finds nothing. */
+                params = cJSON_CreateObject();
+                if (params && (!cJSON_AddStringToObject(params, "requestId", u->key) ||
+                               !cJSON_AddStringToObject(params, "reason", reason)))
+                        params = (cJSON_Delete(params), NULL);
+                n = params ? jsonrpc_notification_new("notifications/cancelled", params) : NULL;
+                if (n && u->client)
+                        client_send(u->client, n);
+                log_debug("Withdrew %s ('%s') from connection %llu.", u->key, u->input_key,
+                          u->client ? (unsigned long long) u->client->serial : 0ULL);
+                hashmap_remove(i->shim->upcalls, u->key);
+                upcall_free(u);
+        }
+}
+
 void upcall_forget_client(Shim *s, Client *c) {
         forget(s, c, NULL);
 }

@@ -289,3 +289,22 @@ test("two pooled modern sessions at one handshake-era backend: each answers its 
   await c.close();
   await d.close();
 });
+
+test("a handshake-era client cancels a bridged call: the input requests it was sent are withdrawn, and its late answer is ignored", async () => {
+  const only = await modernManifest(join(dir, "modern-only-cancel.json"), { args: ["--legacy", "reject"] });
+  const p = new RawPeer(MCP_LAZY, direct(only));
+  assert.ok((await p.request(INIT("2025-06-18", { elicitation: {} }))).result);
+  p.send({ jsonrpc: "2.0", method: "notifications/initialized" });
+  p.send({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "ask", arguments: { question: "q" } } });
+  const [ask] = await p.next(1, 30000);
+  assert.equal(ask.method, "elicitation/create", JSON.stringify(ask));
+  p.send({ jsonrpc: "2.0", method: "notifications/cancelled", params: { requestId: 1, reason: "changed my mind" } });
+  const [withdrawn] = await p.next(1, 10000);
+  assert.equal(withdrawn.method, "notifications/cancelled", JSON.stringify(withdrawn));
+  assert.equal(withdrawn.params.requestId, ask.id);
+  // The late answer goes nowhere; the session carries on.
+  p.send({ jsonrpc: "2.0", id: ask.id, result: { action: "accept", content: { answer: "late" } } });
+  const echo = await p.request({ jsonrpc: "2.0", id: 2, method: "tools/call", params: { name: "echo", arguments: { message: "still here" } } }, 10000);
+  assert.deepEqual(echo, { jsonrpc: "2.0", id: 2, result: { content: [{ type: "text", text: "Echo: still here" }] } });
+  await p.close();
+});
