@@ -126,88 +126,195 @@ static bool bridgeable(const char *method) {
         return streq(method, "tools/call") || streq(method, "prompts/get") || streq(method, "resources/read");
 }
 
-/* r->sent with the envelope added (a handshake-era client's request to a modern backend): printed again
- * from what was parsed; a modern client's own envelope leaves the bytes as they are. */
+/* The object at obj in m's text with the members named in drop left out, the member replace_key (if
+ * any) given replace_text as its value, and 'prepend' (members' text, or NULL) first; every other
+ * member keeps its bytes. *ret_n: how many members it has. */
+static char *object_edit(const Message *m, Span obj, const char *const *drop, const char *replace_key,
+                         const char *replace_text, const char *prepend, size_t *ret_n) {
+        _cleanup_free_ Member *members = NULL;
+        _cleanup_free_ char *out = NULL;
+        size_t n = 0, len = 0, kept = prepend ? 1 : 0;
+        FILE *f;
+
+        if (message_members(m, obj, &members, &n) < 0)
+                return NULL;
+        f = open_memstream(&out, &len);
+        if (!f)
+                return NULL;
+        fputc('{', f);
+        if (prepend)
+                fputs(prepend, f);
+        for (size_t k = 0; k < n; k++) {
+                const Member *mb = &members[k];
+                bool skip = false;
+                for (const char *const *d = drop; d && *d && !skip; d++)
+                        skip = message_key_is(m, mb, *d);
+                if (skip)
+                        continue;
+                if (kept++ > 0)
+                        fputc(',', f);
+                if (replace_key && message_key_is(m, mb, replace_key)) {
+                        fwrite(m->text + mb->member.start, 1, mb->value.start - mb->member.start, f);
+                        fputs(replace_text, f);
+                } else
+                        fwrite(m->text + mb->member.start, 1, mb->member.len, f);
+        }
+        fputc('}', f);
+        if (fclose(f) != 0)
+                return NULL;
+        *ret_n = kept;
+        return TAKE_PTR(out);
+}
+
+/* An object's members as text, without its braces: what object_edit() puts first. */
+static char *members_text(const cJSON *obj) {
+        char *t = cJSON_PrintUnformatted(obj);
+        size_t n = t ? strlen(t) : 0;
+
+        if (n < 2) {
+                free(t);
+                return NULL;
+        }
+        memmove(t, t + 1, n - 2);
+        t[n - 2] = 0;
+        return t;
+}
+
+static int splice_sorted(const Message *m, Splice *s, size_t n, char **ret, size_t *ret_len) {
+        if (n == 2 && s[1].span.start < s[0].span.start) {
+                Splice t = s[0];
+                s[0] = s[1], s[1] = t;
+        }
+        return message_splice(m, s, n, ret, ret_len);
+}
+
+/* r->sent with the envelope added (a handshake-era client's request to a modern backend): the request's
+ * own bytes with the envelope put into its _meta; a modern client's own envelope leaves it as it is. */
 int bridge_prepare_request(Instance *i, Client *c, Route *r) {
-        _cleanup_json_ cJSON *j = NULL, *env = NULL;
-        cJSON *params, *meta, *it;
-        char *text;
+        static const char *const envelope_keys[] = {META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL, NULL};
+        static const char *const at_meta[] = {"params", "_meta", NULL}, *const at_params[] = {"params", NULL},
+                                 *const at_top[] = {NULL};
+        _cleanup_message_ Message *m = NULL;
+        _cleanup_json_ cJSON *env = NULL;
+        _cleanup_free_ char *members = NULL, *wrapped = NULL, *edited = NULL, *text = NULL;
+        const cJSON *params, *meta;
+        const char *const *at;
+        size_t n, len;
+        Span obj;
+        int k;
 
         if (i->era != BACKEND_ERA_MODERN)
                 return 0;
-        j = cJSON_ParseWithLength(r->sent, r->sent_len);
-        if (!j)
-                return -ENOMEM;
-        params = cJSON_GetObjectItemCaseSensitive(j, "params");
-        if (!params && !(params = cJSON_AddObjectToObject(j, "params")))
-                return -ENOMEM;
-        if (!cJSON_IsObject(params))
-                return 0; /* the backend will say what is wrong with it */
+        k = message_parse(r->sent, r->sent_len, JSONRPC_DEFAULT_MAX_DEPTH, &m);
+        if (k < 0)
+                return k == -ENOMEM ? k : 0; /* what the client sent was checked: this cannot be */
+        params = cJSON_GetObjectItemCaseSensitive(m->json, "params");
         meta = cJSON_GetObjectItemCaseSensitive(params, "_meta");
-        if (!meta && !(meta = cJSON_AddObjectToObject(params, "_meta")))
-                return -ENOMEM;
-        if (!cJSON_IsObject(meta) || cJSON_GetObjectItemCaseSensitive(meta, META_PROTOCOL_VERSION))
+        if ((params && !cJSON_IsObject(params)) ||
+            (meta && (!cJSON_IsObject(meta) || cJSON_GetObjectItemCaseSensitive(meta, META_PROTOCOL_VERSION))))
                 return 0; /* a modern client's own envelope, or nonsense the backend refuses */
         /* A handshake-era client: its initialize said what the envelope says. */
         env = envelope_new(c->init_params);
-        if (!env)
+        members = env ? members_text(env) : NULL;
+        if (!members)
                 return -ENOMEM;
-        while ((it = env->child)) {
-                cJSON_DetachItemViaPointer(env, it);
-                cJSON_DeleteItemFromObjectCaseSensitive(meta, it->string);
-                cJSON_AddItemToObject(meta, it->string, it);
+        if (meta)
+                at = at_meta;
+        else if (params) {
+                at = at_params;
+                if (asprintf(&wrapped, "\"_meta\":{%s}", members) < 0)
+                        return -ENOMEM;
+        } else {
+                at = at_top;
+                if (asprintf(&wrapped, "\"params\":{\"_meta\":{%s}}", members) < 0)
+                        return -ENOMEM;
         }
-        text = cJSON_PrintUnformatted(j);
-        if (!text)
+        if (message_find(m, at, &obj) < 0)
+                return -EINVAL;
+        edited = object_edit(m, obj, meta ? envelope_keys : NULL, NULL, NULL, wrapped ?: members, &n);
+        if (!edited || message_splice(m, &(Splice){obj, edited, strlen(edited)}, 1, &text, &len) < 0)
                 return -ENOMEM;
         free(r->sent);
-        r->sent = text;
-        r->sent_len = strlen(text);
+        r->sent = TAKE_PTR(text);
+        r->sent_len = len;
         r->legacy_client = true;
-        if (bridgeable(r->method))
-                r->request = TAKE_PTR(j);
+        if (bridgeable(r->method)) {
+                free(r->request);
+                if (!(r->request = strndup(r->sent, r->sent_len)))
+                        return -ENOMEM;
+                r->request_len = r->sent_len;
+        }
         return 0;
 }
 
-/* What the handshake era does not have leaves a modern answer before a legacy client sees it. */
-static void strip_modern(cJSON *result) {
-        cJSON *meta = cJSON_GetObjectItemCaseSensitive(result, "_meta");
+/* The answer of a modern backend as a legacy client gets it: the client's id, and the result without
+ * what the handshake era does not have (resultType "complete", ttlMs, cacheScope, the server info);
+ * every other byte is the backend's. */
+static int legacy_answer_text(const Message *m, const char *client_id, char **ret, size_t *ret_len) {
+        static const char *const gone[] = {"ttlMs", "cacheScope", NULL};
+        static const char *const gone_complete[] = {"resultType", "ttlMs", "cacheScope", NULL};
+        const cJSON *result = cJSON_GetObjectItemCaseSensitive(m->json, "result");
+        const cJSON *meta = cJSON_GetObjectItemCaseSensitive(result, "_meta");
+        bool complete =
+                streq(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(result, "resultType")) ?: "", "complete");
+        _cleanup_free_ char *meta_text = NULL, *edited = NULL;
+        const char *const *drop = complete ? gone_complete : gone;
+        const char *drop_meta[5] = {};
+        Splice s[2] = {{m->spans[ID_PATH_ID], client_id, strlen(client_id)}};
+        Span rs, ms;
+        size_t n;
 
-        if (streq(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(result, "resultType")) ?: "", "complete"))
-                cJSON_DeleteItemFromObjectCaseSensitive(result, "resultType");
-        cJSON_DeleteItemFromObjectCaseSensitive(result, "ttlMs");
-        cJSON_DeleteItemFromObjectCaseSensitive(result, "cacheScope");
-        if (cJSON_IsObject(meta)) {
-                cJSON_DeleteItemFromObjectCaseSensitive(meta, META_SERVER_INFO);
-                if (!meta->child)
-                        cJSON_DeleteItemFromObjectCaseSensitive(result, "_meta");
+        if (message_find(m, (const char *const[]){"result", NULL}, &rs) < 0)
+                return -EINVAL;
+        if (cJSON_IsObject(meta) && cJSON_GetObjectItemCaseSensitive(meta, META_SERVER_INFO)) {
+                if (message_find(m, (const char *const[]){"result", "_meta", NULL}, &ms) < 0 ||
+                    !(meta_text =
+                              object_edit(m, ms, (const char *const[]){META_SERVER_INFO, NULL}, NULL, NULL, NULL, &n)))
+                        return -ENOMEM;
+                if (n == 0) {
+                        /* Nothing is left of _meta: it goes too. */
+                        for (size_t k = 0; drop[k]; k++)
+                                drop_meta[k] = drop[k];
+                        drop_meta[complete ? 3 : 2] = "_meta";
+                        drop = drop_meta;
+                        meta_text = (free(meta_text), NULL);
+                }
         }
+        edited = object_edit(m, rs, drop, meta_text ? "_meta" : NULL, meta_text, NULL, &n);
+        if (!edited)
+                return -ENOMEM;
+        s[1] = (Splice){rs, edited, strlen(edited)};
+        return splice_sorted(m, s, 2, ret, ret_len);
 }
 
+/* The request again, with the client's answers, the backend's requestState (its bytes) and a new id:
+ * every other byte is what the first request had. */
 static void bridge_retry(Instance *i, Route *r) {
-        _cleanup_json_ cJSON *copy = cJSON_Duplicate(r->request, true);
-        cJSON *params = cJSON_GetObjectItemCaseSensitive(copy, "params");
-        char *text;
+        static const char *const replaced[] = {"inputResponses", "requestState", NULL};
+        _cleanup_message_ Message *m = NULL;
+        _cleanup_json_ cJSON *add = cJSON_CreateObject();
+        _cleanup_free_ char *members = NULL, *params = NULL, *id = NULL, *text = NULL;
+        Splice s[2];
+        Span ps;
+        size_t n, len;
 
-        if (!copy || !cJSON_IsObject(params))
+        if (!add || message_parse(r->request, r->request_len, JSONRPC_DEFAULT_MAX_DEPTH, &m) < 0 ||
+            message_find(m, (const char *const[]){"params", NULL}, &ps) < 0 ||
+            !cJSON_AddItemToObject(add, "inputResponses", TAKE_PTR(r->input_responses)) ||
+            (r->request_state && !cJSON_AddItemToObject(add, "requestState", cJSON_CreateRaw(r->request_state))) ||
+            !(members = members_text(add)) || !(params = object_edit(m, ps, replaced, NULL, NULL, members, &n)))
                 return route_fail(i, r, "out of memory");
-        cJSON_DeleteItemFromObjectCaseSensitive(params, "inputResponses");
-        cJSON_DeleteItemFromObjectCaseSensitive(params, "requestState");
-        if (!cJSON_AddItemToObject(params, "inputResponses", TAKE_PTR(r->input_responses)) ||
-            (r->request_state && !cJSON_AddStringToObject(params, "requestState", r->request_state)))
-                return route_fail(i, r, "out of memory");
-        free(r->request_state);
-        r->request_state = NULL;
+        r->request_state = (free(r->request_state), NULL);
         /* A retry is a new request: a new id (the progress token stays: the last request has ended). */
-        if (route_retarget(i, r) < 0)
+        if (route_retarget(i, r) < 0 || !(id = id_text_integer(r->backend_id)))
                 return route_fail(i, r, "out of memory");
-        cJSON_ReplaceItemInObjectCaseSensitive(copy, "id", cJSON_CreateNumber((double) r->backend_id));
-        text = cJSON_PrintUnformatted(copy);
-        if (!text)
+        s[0] = (Splice){m->spans[ID_PATH_ID], id, strlen(id)};
+        s[1] = (Splice){ps, params, strlen(params)};
+        if (splice_sorted(m, s, 2, &text, &len) < 0)
                 return route_fail(i, r, "out of memory");
         free(r->sent);
-        r->sent = text;
-        r->sent_len = strlen(text);
+        r->sent = TAKE_PTR(text);
+        r->sent_len = len;
         if (route_send(i, r) < 0)
                 route_fail(i, r, "the backend's stdin is closed");
 }
@@ -216,12 +323,25 @@ static bool input_method_known(const char *m) {
         return streq(m, "elicitation/create") || streq(m, "sampling/createMessage") || streq(m, "roots/list");
 }
 
+/* One input request's params as the backend wrote them (NULL: none, or a key we cannot find by its text). */
+static char *input_params_text(const Message *m, const char *key, const cJSON *params) {
+        Span s;
+
+        if (!params)
+                return NULL;
+        if (message_find(m, (const char *const[]){"result", "inputRequests", key, "params", NULL}, &s) >= 0)
+                return message_span_dup(m, s);
+        return cJSON_PrintUnformatted(params); /* a key written with escapes: printed again */
+}
+
 /* input_required for a legacy client: each input request becomes a request to that client. */
-static void bridge_start(Instance *i, Route *r, const cJSON *result) {
+static void bridge_start(Instance *i, Route *r, const Message *m) {
+        const cJSON *result = cJSON_GetObjectItemCaseSensitive(m->json, "result");
         const cJSON *requests = cJSON_GetObjectItemCaseSensitive(result, "inputRequests");
         const cJSON *state = cJSON_GetObjectItemCaseSensitive(result, "requestState");
         const cJSON *it;
         char text[256];
+        Span ss;
 
         if (++r->rounds > BRIDGE_MAX_ROUNDS) {
                 snprintf(text, sizeof text, "backend '%s' still asked for input after %u rounds; giving up",
@@ -231,7 +351,12 @@ static void bridge_start(Instance *i, Route *r, const cJSON *result) {
         cJSON_Delete(r->input_responses);
         r->input_responses = cJSON_CreateObject();
         free(r->request_state);
-        r->request_state = cJSON_IsString(state) ? strdup(state->valuestring) : NULL;
+        /* Echoed exactly: the backend's own bytes. */
+        r->request_state =
+                cJSON_IsString(state) &&
+                                message_find(m, (const char *const[]){"result", "requestState", NULL}, &ss) >= 0
+                        ? message_span_dup(m, ss)
+                        : NULL;
         if (!r->input_responses || (cJSON_IsString(state) && !r->request_state))
                 return route_fail(i, r, "out of memory");
         r->awaiting = 0;
@@ -253,34 +378,37 @@ static void bridge_start(Instance *i, Route *r, const cJSON *result) {
         }
         if (r->awaiting == 0)
                 return bridge_retry(i, r);
-        cJSON_ArrayForEach (it, requests)
-                if (upcall_bridge(i, r, it->string, cJSON_GetObjectItemCaseSensitive(it, "method")->valuestring,
-                                  cJSON_GetObjectItemCaseSensitive(it, "params")) < 0)
+        cJSON_ArrayForEach (it, requests) {
+                const cJSON *params = cJSON_GetObjectItemCaseSensitive(it, "params");
+                _cleanup_free_ char *params_text = input_params_text(m, it->string, params);
+                if ((params && !params_text) ||
+                    upcall_bridge(i, r, it->string, cJSON_GetObjectItemCaseSensitive(it, "method")->valuestring,
+                                  params_text) < 0)
                         return route_fail(i, r, "out of memory");
+        }
 }
 
 int bridge_response(Instance *i, Route *r, const Message *m) {
         const cJSON *result = cJSON_GetObjectItemCaseSensitive(m->json, "result");
         const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(result, "resultType"));
-        _cleanup_json_ cJSON *copy = NULL;
+        _cleanup_free_ char *text = NULL;
+        size_t len;
 
         if (!r->legacy_client || !cJSON_IsObject(result))
                 return BRIDGE_PASS;
         if (type && streq(type, "input_required") && r->request) {
-                bridge_start(i, r, result);
+                bridge_start(i, r, m);
                 return BRIDGE_CONTINUES;
         }
-        /* Printed again from what was parsed, with the client's id (its exact text) in place. */
-        copy = cJSON_Duplicate(m->json, true);
-        if (!copy || !cJSON_ReplaceItemInObjectCaseSensitive(copy, "id", cJSON_CreateRaw(r->client_id)))
+        if (legacy_answer_text(m, r->client_id, &text, &len) < 0)
                 return BRIDGE_PASS;
-        strip_modern(cJSON_GetObjectItemCaseSensitive(copy, "result"));
         if (r->client)
-                client_send(r->client, copy);
+                client_send_text(r->client, text, len);
         return BRIDGE_SENT;
 }
 
-void bridge_input_answer(Instance *i, int64_t route_id, const char *input_key, const cJSON *msg) {
+void bridge_input_answer(Instance *i, int64_t route_id, const char *input_key, const cJSON *msg,
+                         const char *result_text) {
         Route *r = instance_route(i, route_id);
         const cJSON *result = cJSON_GetObjectItemCaseSensitive(msg, "result");
         const cJSON *error = cJSON_GetObjectItemCaseSensitive(msg, "error");
@@ -294,7 +422,9 @@ void bridge_input_answer(Instance *i, int64_t route_id, const char *input_key, c
                          cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(error, "message")) ?: "no result");
                 return route_fail(i, r, text);
         }
-        if (!cJSON_AddItemToObject(r->input_responses, input_key, cJSON_Duplicate(result, true)))
+        /* The client's own bytes, where the message layer found them. */
+        if (!cJSON_AddItemToObject(r->input_responses, input_key,
+                                   result_text ? cJSON_CreateRaw(result_text) : cJSON_Duplicate(result, true)))
                 return route_fail(i, r, "out of memory");
         if (--r->awaiting == 0)
                 bridge_retry(i, r);

@@ -158,7 +158,7 @@ static void route_free(Route *r) {
         free(r->backend_token);
         free(r->sent);
         free(r->method);
-        cJSON_Delete(r->request);
+        free(r->request);
         cJSON_Delete(r->input_responses);
         free(r->request_state);
         mrtr_free(r->mrtr);

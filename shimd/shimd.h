@@ -77,7 +77,8 @@ typedef struct Route {
         bool resend;       /* the backend died before reading it: it goes to the next one */
         /* A handshake-era client's request at a modern backend (bridge.c). */
         bool legacy_client;
-        cJSON *request; /* as sent, for a retry with the client's answers (tools/call, prompts/get, resources/read) */
+        char *request; /* as sent, for a retry with the client's answers (tools/call, prompts/get, resources/read) */
+        size_t request_len;
         cJSON *input_responses; /* collected while the client answers */
         char *request_state;    /* the backend's, echoed exactly */
         unsigned awaiting, rounds;
@@ -196,13 +197,15 @@ int bridge_prepare_request(Instance *i, Client *c, Route *r);
  * the client), BRIDGE_CONTINUES (input_required: the client is asked, the request retried). */
 int bridge_response(Instance *i, Route *r, const Message *m);
 /* The client answered one input request of a bridged call. */
-void bridge_input_answer(Instance *i, int64_t route_id, const char *input_key, const cJSON *msg);
+/* result_text: the client's result as it wrote it (NULL: none, or not found). */
+void bridge_input_answer(Instance *i, int64_t route_id, const char *input_key, const cJSON *msg,
+                         const char *result_text);
 /* The bridged call ended (cancelled, failed): its input requests still at the client are withdrawn. */
 void bridge_route_gone(Instance *i, Route *r);
 /* upcalls.c: the input requests of a bridged call still at its client, withdrawn with a cancellation. */
 void upcall_withdraw_bridged(Instance *i, int64_t route_id, const char *reason);
 /* upcalls.c: an input request of a bridged call, sent to the call's client. */
-int upcall_bridge(Instance *i, Route *r, const char *input_key, const char *method, const cJSON *params);
+int upcall_bridge(Instance *i, Route *r, const char *input_key, const char *method, const char *params_text);
 
 /* progress.c */
 /* A client's token the backend got as it is, now that its call ended: never handed on again as it is. */

@@ -133,7 +133,7 @@ void upcall_forward(Instance *i, const Message *m) {
         send_translated(m, id, c, NULL);
 }
 
-int upcall_bridge(Instance *i, Route *r, const char *input_key, const char *method, const cJSON *params) {
+int upcall_bridge(Instance *i, Route *r, const char *input_key, const char *method, const char *params_text) {
         Shim *s = i->shim;
         _cleanup_json_ cJSON *req = NULL, *id = NULL;
         Upcall *u;
@@ -144,7 +144,8 @@ int upcall_bridge(Instance *i, Route *r, const char *input_key, const char *meth
         snprintf(key, sizeof key, UPCALL_ID_PREFIX "%llu", (unsigned long long) ++s->next_upcall);
         u = calloc(1, sizeof *u);
         id = cJSON_CreateString(key);
-        req = id ? jsonrpc_request_new(id, method, params ? cJSON_Duplicate(params, true) : NULL) : NULL;
+        /* The backend's params go on as its bytes. */
+        req = id ? jsonrpc_request_new(id, method, params_text ? cJSON_CreateRaw(params_text) : NULL) : NULL;
         if (!u || !req || !(u->key = strdup(key)) || !(u->input_key = strdup(input_key)) ||
             hashmap_put(s->upcalls, u->key, u) < 0) {
                 upcall_free(u);
@@ -182,9 +183,13 @@ bool upcall_answer(Client *c, const Message *m) {
         if (!u || u->client != c)
                 return false;
         hashmap_remove(s->upcalls, u->key);
-        if (u->input_key)
-                bridge_input_answer(u->instance, u->bridge_route, u->input_key, m->json);
-        else
+        if (u->input_key) {
+                Span rs;
+                _cleanup_free_ char *result = message_find(m, (const char *const[]){"result", NULL}, &rs) >= 0
+                                                      ? message_span_dup(m, rs)
+                                                      : NULL;
+                bridge_input_answer(u->instance, u->bridge_route, u->input_key, m->json, result);
+        } else
                 send_translated(m, u->backend_id, NULL, u->instance);
         upcall_free(u);
         return true;
@@ -202,7 +207,7 @@ bool upcall_fail(Client *c, const cJSON *id, const char *text) {
                 _cleanup_json_ cJSON *m = cJSON_CreateObject();
                 cJSON *e = m ? cJSON_AddObjectToObject(m, "error") : NULL;
                 if (e && cJSON_AddStringToObject(e, "message", text))
-                        bridge_input_answer(u->instance, u->bridge_route, u->input_key, m);
+                        bridge_input_answer(u->instance, u->bridge_route, u->input_key, m, NULL);
         } else
                 reply_backend_error(u->instance, u->backend_id, text);
         upcall_free(u);

@@ -308,3 +308,53 @@ test("a handshake-era client cancels a bridged call: the input requests it was s
   assert.deepEqual(echo, { jsonrpc: "2.0", id: 2, result: { content: [{ type: "text", text: "Echo: still here" }] } });
   await p.close();
 });
+
+// The next line a raw peer got, as its bytes.
+async function nextLine(p, ms = 10000) {
+  const end = Date.now() + ms;
+  while (p.lines.length === 0) {
+    if (Date.now() > end) throw new Error(`timed out; stderr: ${p.stderr}`);
+    await sleep(20);
+  }
+  return p.lines.shift();
+}
+
+test("a bridged call keeps the peers' bytes: integers past 2^53 and escapes both ways, through the envelope, the input requests, the answers and the retry", async () => {
+  const BIG = "12345678901234567890123";
+  const m = manifest(
+    "raw-modern.yaml",
+    `backends:
+  raw:
+    command: [node, ${join(TESTS, "servers/raw-modern.mjs")}]
+tools:
+${["raw", "keep-meta", "ask-raw"].map((t) => TOOL(t, "raw")).join("")}`,
+  );
+  const p = new RawPeer(MCP_LAZY, direct(m));
+  assert.ok((await p.request(INIT("2025-06-18", { elicitation: {} }))).result);
+  p.send({ jsonrpc: "2.0", method: "notifications/initialized" });
+  // The request reaches the backend as the client wrote it, with the envelope put into its _meta.
+  p.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"raw","arguments":{"n":${BIG},"s":"\\u00e9\\/"},"_meta":{"progressToken":"t1"}}}`);
+  const answer = await nextLine(p, 30000);
+  assert.ok(answer.includes(`"big":${BIG}`), answer);
+  const got = JSON.parse(answer);
+  assert.deepEqual(Object.keys(got.result), ["content", "big"], "what the handshake era does not have is gone");
+  const sent = got.result.content[0].text;
+  assert.ok(sent.includes(`"arguments":{"n":${BIG},"s":"\\u00e9\\/"}`), sent);
+  assert.ok(sent.includes(`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{}},"io.modelcontextprotocol/clientInfo":{"name":"raw-test","version":"1"},"progressToken":"t1"}`), sent);
+  // What else _meta holds stays, as its bytes.
+  p.send({ jsonrpc: "2.0", id: 2, method: "tools/call", params: { name: "keep-meta", arguments: {} } });
+  const kept = await nextLine(p);
+  assert.ok(kept.includes(`"_meta":{"keep":${BIG}}`), kept);
+  // An input request reaches the client as the backend wrote it; the client's answer and the
+  // backend's requestState go back as they were written.
+  p.send({ jsonrpc: "2.0", id: 3, method: "tools/call", params: { name: "ask-raw", arguments: {} } });
+  const ask = await nextLine(p);
+  assert.ok(ask.includes(`"params":{"message":"n?","requestedSchema":{"type":"object","properties":{"n":{"type":"integer"}}},"_meta":{"big":${BIG}}}`), ask);
+  p.send(`{"jsonrpc":"2.0","id":${JSON.stringify(JSON.parse(ask).id)},"result":{"action":"accept","content":{"n":98765432109876543210987}}}`);
+  const done = JSON.parse(await nextLine(p));
+  assert.equal(done.id, 3);
+  const retried = done.result.content[0].text;
+  assert.ok(retried.includes(`"inputResponses":{"q":{"action":"accept","content":{"n":98765432109876543210987}}}`), retried);
+  assert.ok(retried.includes(`"requestState":"\\u0073tate"`), retried);
+  await p.close();
+});

@@ -1,0 +1,32 @@
+#!/usr/bin/env node
+// A 2026-07-28-only MCP server at the level of lines, for what a JSON library would re-spell: its
+// answers carry an integer past 2^53, its requestState an escape, and its tools answer with the very
+// line they got. `raw` echoes its request (`keep-meta` too, with more in _meta); `ask-raw` asks for input (params with a big integer) first,
+// then echoes the retry.
+import { createInterface } from "node:readline";
+
+const BIG = "12345678901234567890123";
+const SERVER_INFO = '"io.modelcontextprotocol/serverInfo":{"name":"raw-modern","version":"1"}';
+const INFO = `"_meta":{${SERVER_INFO}}`;
+const out = (line) => process.stdout.write(line + "\n");
+// keep: a member of _meta besides the server info, which a legacy client still gets.
+const text = (id, t, keep) =>
+  out(`{"jsonrpc":"2.0","id":${id},"result":{"content":[{"type":"text","text":${JSON.stringify(t)}}],"big":${BIG},"resultType":"complete","ttlMs":0,"cacheScope":"private","_meta":{${SERVER_INFO}${keep ? `,"keep":${BIG}` : ""}}}}`);
+
+createInterface({ input: process.stdin }).on("line", (line) => {
+  const m = JSON.parse(line);
+  if (m.id === undefined) return;
+  const id = JSON.stringify(m.id);
+  if (m.method === "server/discover")
+    return out(`{"jsonrpc":"2.0","id":${id},"result":{"supportedVersions":["2026-07-28"],"capabilities":{"tools":{}},"resultType":"complete","ttlMs":0,"cacheScope":"public",${INFO}}}`);
+  if (m.method === "initialize")
+    return out(`{"jsonrpc":"2.0","id":${id},"error":{"code":-32022,"message":"Unsupported protocol version","data":{"supported":["2026-07-28"],"requested":"x"}}}`);
+  if (m.method === "tools/list")
+    return out(`{"jsonrpc":"2.0","id":${id},"result":{"tools":[],"resultType":"complete","ttlMs":0,"cacheScope":"public"}}`);
+  if (m.method === "tools/call" && m.params.name === "ask-raw" && !m.params.inputResponses)
+    return out(
+      `{"jsonrpc":"2.0","id":${id},"result":{"resultType":"input_required","inputRequests":{"q":{"method":"elicitation/create","params":{"message":"n?","requestedSchema":{"type":"object","properties":{"n":{"type":"integer"}}},"_meta":{"big":${BIG}}}}},"requestState":"\\u0073tate"}}`,
+    );
+  if (m.method === "tools/call") return text(id, line, m.params.name === "keep-meta");
+  out(`{"jsonrpc":"2.0","id":${id},"error":{"code":-32601,"message":"Method not found"}}`);
+});
