@@ -65,11 +65,11 @@ const BACKENDS = {
 
 const QUICK = process.env.BENCH_QUICK === "1"; // fewer runs, for working on the bench itself
 const RUNS = {
-  startupLazy: QUICK ? 8 : 30,
+  startupLazy: QUICK ? 8 : 20,
   startupNode: QUICK ? 3 : 10,
   warmCalls: QUICK ? 200 : 1000,
   warmUp: QUICK ? 50 : 200,
-  cold: QUICK ? 2 : 8,
+  cold: QUICK ? 2 : 6,
   sessions: 10,
 };
 const DEADLINE_MS = 330_000;
