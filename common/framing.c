@@ -16,6 +16,13 @@ void line_buffer_done(LineBuffer *b) {
 }
 
 int line_buffer_reserve(LineBuffer *b, size_t want, char **ret_ptr, size_t *ret_avail) {
+        /* Empty after a large line: the room it took goes, or every connection that ever carried one
+         * would keep up to twice the line limit for as long as it lives. */
+        if (b->start == b->end && b->alloc > LINE_BUFFER_KEEP) {
+                free(b->data);
+                b->data = NULL;
+                b->alloc = b->start = b->end = b->scanned = 0;
+        }
         /* Move the unconsumed tail to the front before growing: most reads then need no realloc. */
         if (b->start > 0) {
                 memmove(b->data, b->data + b->start, b->end - b->start);

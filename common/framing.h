@@ -5,6 +5,7 @@
 #include <stddef.h>
 
 #define FRAMING_DEFAULT_MAX_LINE (16U * 1024U * 1024U)
+#define LINE_BUFFER_KEEP         (1U * 1024U * 1024U) /* kept while empty; a larger buffer is freed */
 
 typedef struct LineBuffer {
         char *data;

@@ -105,7 +105,34 @@ static void test_parse(void) {
         CHECK(jsonrpc_parse("{\"id\":\x11 1}", 10, 128, &j) == -EBADMSG);
 }
 
+/* A connection that carried one large line does not keep its room while it waits for the next. */
+static void test_room_given_back(void) {
+        LineBuffer b;
+        const char *l;
+        size_t n, big = 4U * 1024U * 1024U;
+        char *chunk = malloc(big);
+
+        CHECK(chunk != NULL);
+        if (!chunk)
+                return;
+        memset(chunk, 'x', big);
+        line_buffer_init(&b, 8U * 1024U * 1024U);
+        feed(&b, chunk, big);
+        feed(&b, "\n", 1);
+        CHECK(line_buffer_next(&b, &l, &n) == LINE_OK && n == big);
+        CHECK(line_buffer_next(&b, &l, &n) == LINE_NONE);
+        CHECK(b.alloc > LINE_BUFFER_KEEP);
+        feed(&b, "{}", 2);
+        CHECK(b.alloc <= LINE_BUFFER_KEEP);
+        CHECK(line_buffer_pending(&b) == 2);
+        feed(&b, "\n", 1);
+        CHECK(line_buffer_next(&b, &l, &n) == LINE_OK && n == 2 && memcmp(l, "{}", 2) == 0);
+        line_buffer_done(&b);
+        free(chunk);
+}
+
 int main(void) {
+        test_room_given_back();
         test_partial_and_crlf();
         test_oversize();
         test_crlf_split_at_limit();
