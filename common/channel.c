@@ -48,6 +48,7 @@ struct Channel {
         unsigned dispatching;
         bool free_pending;
         channel_handler_t handler;
+        channel_read_hook_t read_hook;
         void *userdata;
 };
 
@@ -316,6 +317,13 @@ static void channel_read(Channel *c, int max_rounds) {
                 line_buffer_commit(&c->lines, (size_t) n);
                 if (!channel_dispatch_lines(c))
                         return;
+                if (c->read_hook && line_buffer_pending(&c->lines) > 0) {
+                        c->dispatching++;
+                        c->read_hook(c, c->userdata);
+                        c->dispatching--;
+                        if (c->free_pending) /* on_in() frees it */
+                                return;
+                }
                 /* A short read emptied the pipe: epoll says when there is more, which saves the
                  * read that would only answer EAGAIN, on every message. */
                 if ((size_t) n < avail && c->in_pollable && max_rounds <= 16)
@@ -614,4 +622,12 @@ uint64_t channel_delivered_bytes(const Channel *c) {
         uint64_t unread = c->write_closed ? c->unread_at_close : pipe_unread(c);
 
         return unread > c->written_total ? 0 : c->written_total - unread;
+}
+
+size_t channel_pending_in(const Channel *c) {
+        return line_buffer_pending(&c->lines);
+}
+
+void channel_set_read_hook(Channel *c, channel_read_hook_t hook) {
+        c->read_hook = hook;
 }

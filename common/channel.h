@@ -83,3 +83,8 @@ uint64_t channel_delivered_bytes(const Channel *c);
  * before it died is handled before its death. Not from inside this channel's own handler. */
 void channel_read_all(Channel *c);
 int channel_in_fd(const Channel *c);
+/* Bytes of an unfinished line held now (up to the line limit). */
+size_t channel_pending_in(const Channel *c);
+/* Called after a read that leaves part of a line held; the hook may pause or free the channel. */
+typedef void (*channel_read_hook_t)(Channel *c, void *userdata);
+void channel_set_read_hook(Channel *c, channel_read_hook_t hook);

@@ -45,6 +45,31 @@ static unsigned peer_pending(const Shim *s, uid_t uid) {
         return n;
 }
 
+/* Bytes of one peer's messages that the shim holds: queued for a backend that is starting, or kept
+ * while in flight (a backend that dies before reading a request gets it again from there). */
+static size_t peer_held(const Shim *s, uid_t uid) {
+        size_t n = 0;
+        for (const Client *c = s->clients; c; c = c->next) {
+                size_t state = 0;
+                void *v;
+                if (c->uid != uid)
+                        continue;
+                while (hashmap_iterate(c->pending, &state, NULL, &v))
+                        n += ((const Route *) v)->sent_len;
+        }
+        for (const Instance *i = s->instances; i; i = i->next)
+                n += instance_queued_bytes(i, uid);
+        return n;
+}
+
+/* Past its share of held bytes, a peer's message is refused. Messages up to PEER_MAX_HELD /
+ * PEER_MAX_PENDING (64 KiB) are not weighed: the count of requests already bounds what they add
+ * (4096 x 64 KiB), and the common call pays no walk over every route. */
+static bool peer_over_held(const Client *c, const Message *m) {
+        return m->len > PEER_MAX_HELD / PEER_MAX_PENDING && c->uid != c->shim->own_uid &&
+               peer_held(c->shim, c->uid) + m->len > PEER_MAX_HELD;
+}
+
 bool peer_may_start_instance(Shim *s, uid_t uid, char *text, size_t size) {
         unsigned n = 0;
 
@@ -72,6 +97,30 @@ static void client_check_peer_queued(Client *c) {
                     (unsigned) c->uid, peer_queued(c->shim, c->uid), (unsigned long long) c->serial);
         c->overflow = c->eof = true;
         channel_set_reading(c->ch, false);
+        shim_update(c->shim);
+}
+
+/* Each connection may be in the middle of a line of up to --max-line-bytes: one user's together hold
+ * no more than PEER_MAX_PARTIAL. Weighed each time a connection's unfinished line has grown by a
+ * read's worth (64 KiB), so that a peer sending a byte at a time costs no walk per byte. */
+static void on_client_read(Channel *ch, void *userdata) {
+        Client *c = userdata;
+        size_t mine = channel_pending_in(ch), n = 0;
+
+        if (c->uid == c->shim->own_uid || c->overflow)
+                return;
+        if (mine >= c->partial_seen && mine < c->partial_seen + 64U * 1024U)
+                return;
+        c->partial_seen = mine;
+        for (const Client *o = c->shim->clients; o; o = o->next)
+                if (o->uid == c->uid && !o->overflow)
+                        n += channel_pending_in(o->ch);
+        if (n <= PEER_MAX_PARTIAL)
+                return;
+        log_warning("The connections of uid %u hold %zu bytes of unfinished messages; closing connection %llu.",
+                    (unsigned) c->uid, n, (unsigned long long) c->serial);
+        c->overflow = c->eof = true;
+        channel_set_reading(ch, false);
         shim_update(c->shim);
 }
 
@@ -238,6 +287,16 @@ static void handle_message(Client *c, Message *m) {
                          (unsigned) c->uid, PEER_MAX_PENDING, shim_backend_name(c->shim));
                 return client_fail_request(c, m, text);
         }
+        if ((m->kind == JSONRPC_REQUEST || m->kind == JSONRPC_NOTIFICATION) && c->instance && peer_over_held(c, m)) {
+                snprintf(text, sizeof text,
+                         "uid %u already has %u MiB of requests held at backend '%s' (waiting for it, or in flight), "
+                         "the most one user may; call again when some have been answered",
+                         (unsigned) c->uid, PEER_MAX_HELD / (1024U * 1024U), shim_backend_name(c->shim));
+                if (m->kind == JSONRPC_NOTIFICATION)
+                        log_warning("Connection %llu: dropping a notification: %s.", (unsigned long long) c->serial,
+                                    text);
+                return client_fail_request(c, m, text);
+        }
         switch (m->kind) {
         case JSONRPC_REQUEST:
                 if (mrtr_request_modern(m->params))
@@ -391,6 +450,7 @@ int client_new(Shim *s, int fd, bool over_limit) {
                 free(c);
                 return r;
         }
+        channel_set_read_hook(c->ch, on_client_read);
         c->next = s->clients;
         s->clients = c;
         if (over_limit) {

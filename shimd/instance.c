@@ -635,6 +635,14 @@ static int queue_append(Instance *i, Client *c, Message *m) {
         return 0;
 }
 
+size_t instance_queued_bytes(const Instance *i, uid_t uid) {
+        size_t n = 0;
+        for (const QueueItem *q = i->queue; q; q = q->next)
+                if (q->client->uid == uid)
+                        n += q->message->len;
+        return n;
+}
+
 static uint64_t backoff_usec(unsigned crashes) {
         /* The first crash restarts at once (the next call just works); a crash loop slows to 30 s. */
         if (crashes <= 1)

@@ -25,6 +25,8 @@
 #define PEER_MAX_INSTANCES    (SHIM_MAX_INSTANCES / 2)
 #define PEER_MAX_PENDING      4096U                  /* requests in flight or queued, all connections */
 #define PEER_MAX_QUEUED       (256U * 1024U * 1024U) /* unread answers, all connections */
+#define PEER_MAX_HELD         (256U * 1024U * 1024U) /* bytes of its requests held: queued, or kept while in flight */
+#define PEER_MAX_PARTIAL      (256U * 1024U * 1024U) /* bytes of unfinished lines, all connections */
 #define DRAIN_GRACE_USEC      (5ULL * 1000000ULL)
 #define CLIENT_STALL_USEC     (5ULL * 1000000ULL) /* a closing connection whose peer reads nothing */
 #define STOP_STDIN_GRACE_USEC (2ULL * 1000000ULL)
@@ -136,6 +138,7 @@ struct Client {
         bool overflow;        /* stopped reading its answers: to be closed */
         bool over_limit;      /* past the session limit: every request gets why, then it is closed */
         bool over_share;      /* ...because its uid holds its share of the sessions already */
+        size_t partial_seen;  /* its unfinished line's length when last weighed (client.c) */
         bool eof;
         bool modern;       /* sent requests in the 2026-07-28 era: it takes no requests from a backend */
         cJSON *mrtr_ended; /* requestState -> what its retry gets: calls that ended while their retry was awaited */
@@ -297,4 +300,6 @@ void route_fail(Instance *i, Route *r, const char *text);
 /* Forgets the route (its client was answered otherwise). */
 void route_end(Instance *i, Route *r);
 unsigned instance_in_flight(const Instance *i);
+/* Bytes of the messages of peer uid waiting in i's queue for the backend to be ready. */
+size_t instance_queued_bytes(const Instance *i, uid_t uid);
 const char *shim_backend_name(const Shim *s);

@@ -7,7 +7,9 @@ import { spawnSync } from "node:child_process";
 import { appendFileSync, chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { INIT, MCP_LAZY, RawPeer, cleanupPeers } from "./lib/env.mjs";
+import { INIT, MCP_LAZY, RawPeer, SHIMD, cleanupPeers, sleep, waitFor } from "./lib/env.mjs";
+import { spawn } from "node:child_process";
+import { connect } from "node:net";
 
 const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-audit-"));
 after(() => {
@@ -189,5 +191,98 @@ test("import: a config that someone else can have written is not run, and says w
     const r = importFrom(h, path);
     assert.equal(r.err, `mcp-lazy: ${path} belongs to uid 1234: someone else may have put the commands in it that import would run as you (chown or chmod it, or import it as its owner); left untouched\n`);
     assert.equal(existsSync(marker), false, "its command never ran");
+  }
+});
+
+// A backend that answers initialize and then reads nothing more (hung, or busy for minutes), or that
+// never answers it: what a peer sends it is held by the shim.
+const STUCK = join(dir, "stuck.mjs");
+writeFileSync(
+  STUCK,
+  `process.stdin.once("data", (d) => {
+  const m = JSON.parse(d.toString().split("\\n")[0]);
+  if (process.argv[2] === "answer") process.stdout.write(JSON.stringify({ jsonrpc: "2.0", id: m.id, result: { protocolVersion: m.params.protocolVersion, capabilities: { tools: {} }, serverInfo: { name: "stuck", version: "1" } } }) + "\\n");
+  process.stdin.pause();
+});
+setInterval(() => {}, 1e9);
+`,
+);
+
+// The shim as another user (nobody), so that root, connecting, is a peer like any other.
+let shims = 0;
+async function nobodyShim(mode) {
+  const sdir = join(dir, `nobody${++shims}`);
+  mkdirSync(sdir);
+  chmodSync(dir, 0o711); // the shim's user reaches its manifest and socket there
+  chmodSync(sdir, 0o777);
+  const m = join(sdir, "m.yaml");
+  writeFileSync(m, `backends:\n  stuck:\n    command: [${process.execPath}, ${STUCK}, ${mode}]\n    protocol: legacy\ntools:\n  - {name: t, backend: stuck, input_schema: {type: object}}\n`);
+  chmodSync(m, 0o644);
+  const sock = join(sdir, "s.sock");
+  const shim = spawn("setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "systemd-socket-activate", "-l", sock, SHIMD, "--manifest", m, "stuck"], { stdio: ["ignore", "ignore", "pipe"] });
+  shim.log = "";
+  shim.stderr.setEncoding("utf8").on("data", (d) => (shim.log += d));
+  assert.ok(await waitFor(() => existsSync(sock), 5000), "the socket is listening");
+  shim.sock = sock;
+  return shim;
+}
+
+test("one peer cannot make the shim hold more than 256 MiB of its requests (in flight at a backend that reads nothing, or waiting for one that does not start)", async (t) => {
+  if (process.getuid() !== 0) return t.skip("needs root, to run the shim as another user (root is then a peer like any other)");
+  const text = "uid 0 already has 256 MiB of requests held at backend 'stuck' (waiting for it, or in flight), the most one user may; call again when some have been answered";
+  for (const mode of ["answer", "silent"]) {
+    const shim = await nobodyShim(mode);
+    const sock = shim.sock;
+    try {
+      const c = connect(sock);
+      const lines = [];
+      let buf = "";
+      c.setEncoding("utf8").on("data", (d) => {
+        buf += d;
+        let i;
+        while ((i = buf.indexOf("\n")) >= 0) {
+          lines.push(JSON.parse(buf.slice(0, i)));
+          buf = buf.slice(i + 1);
+        }
+      });
+      c.on("error", () => {});
+      c.write(JSON.stringify(INIT()) + "\n");
+      if (mode === "answer") assert.ok(await waitFor(() => lines.length === 1, 10000), "initialize answered");
+      const big = "x".repeat(4 * 1024 * 1024);
+      const N = 80;
+      for (let k = 0; k < N; k++) c.write(JSON.stringify({ jsonrpc: "2.0", id: 100 + k, method: "tools/call", params: { name: "t", arguments: { big } } }) + "\n");
+      const refused = () => lines.filter((l) => l.result?.isError && l.result.content[0].text === text).length;
+      // 4 MiB each: at most 63 held, the rest refused at once, saying why.
+      await waitFor(() => refused() >= N - 63, 30000);
+      assert.ok(refused() >= N - 63 && refused() <= N - 60, `${mode}: ${refused()} refused; ${JSON.stringify(lines.slice(0, 2)).slice(0, 300)}`);
+      c.destroy();
+    } finally {
+      shim.kill("SIGTERM");
+    }
+  }
+});
+
+test("one peer's unfinished lines together stay under 256 MiB: past it, the connection that grew is closed", async (t) => {
+  if (process.getuid() !== 0) return t.skip("needs root, to run the shim as another user (root is then a peer like any other)");
+  const shim = await nobodyShim("answer");
+  const socks = [];
+  try {
+    let closed = 0;
+    const part = Buffer.alloc(15 * 1024 * 1024, "x");
+    for (let k = 0; k < 20; k++) {
+      const c = connect(shim.sock);
+      c.on("error", () => {});
+      c.on("close", () => closed++);
+      c.write(JSON.stringify(INIT()) + "\n");
+      c.write('{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","arguments":{"big":"');
+      c.write(part); // 15 MiB of a line that does not end
+      socks.push(c);
+    }
+    assert.ok(await waitFor(() => closed >= 1, 30000), `no connection closed; shim: ${shim.log.slice(-500)}`);
+    assert.match(shim.log, /^mcp-lazy-shimd: The connections of uid 0 hold \d+ bytes of unfinished messages; closing connection \d+\.$/m);
+    assert.ok(closed < 20, "the others stay");
+  } finally {
+    socks.forEach((c) => c.destroy());
+    shim.kill("SIGTERM");
   }
 });
