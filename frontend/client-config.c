@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "client-config.h"
+#include "jsonrpc.h"
 #include "macros.h"
 #include "manifest-write.h"
 
@@ -229,6 +230,7 @@ ClientConfig *client_config_free(ClientConfig *c) {
         }
         free(c->entries);
         free(c->scan);
+        cJSON_Delete(c->approvals);
         cJSON_Delete(c->root);
         free(c->text);
         free(c->path);
@@ -530,6 +532,45 @@ static int client_config_parse(ClientConfig *c, const char *client, char **ret_e
                 return r;
         c->scan = TAKE_PTR(scan);
         return 0;
+}
+
+/* ---- approval of a project's servers ---------------------------------------------------------- */
+
+int client_config_load_approvals(ClientConfig *c) {
+        const char *home = getenv("HOME");
+        _cleanup_free_ char *path = NULL, *text = NULL, *dir = dir_of(c->path, 1);
+        _cleanup_json_ cJSON *root = NULL;
+        cJSON *project;
+        size_t len;
+
+        c->needs_approval = true;
+        if (!home || !dir || asprintf(&path, "%s/.claude.json", home) < 0)
+                return 0; /* nothing approved */
+        if (read_file_full(path, CONFIG_MAX_SIZE, &text, &len) < 0 || jsonrpc_parse(text, len, 1000, &root) < 0)
+                return 0;
+        project = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "projects"), dir);
+        if (cJSON_IsObject(project))
+                c->approvals = cJSON_DetachItemViaPointer(cJSON_GetObjectItemCaseSensitive(root, "projects"), project);
+        return 0;
+}
+
+static bool name_listed(const cJSON *list, const char *name) {
+        const cJSON *it;
+        cJSON_ArrayForEach (it, list)
+                if (cJSON_IsString(it) && streq(it->valuestring, name))
+                        return true;
+        return false;
+}
+
+bool server_entry_approved(const ServerEntry *e) {
+        const cJSON *a = e->config->approvals;
+
+        if (!e->config->needs_approval)
+                return true;
+        if (name_listed(cJSON_GetObjectItemCaseSensitive(a, "disabledMcpjsonServers"), e->name))
+                return false;
+        return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(a, "enableAllProjectMcpServers")) ||
+               name_listed(cJSON_GetObjectItemCaseSensitive(a, "enabledMcpjsonServers"), e->name);
 }
 
 /* ---- what an entry runs ------------------------------------------------------------------------ */

@@ -30,6 +30,10 @@ struct ClientConfig {
         cJSON *root;
         ServerEntry *entries;
         size_t n_entries;
+        /* A project's .mcp.json found in the current directory: Claude Code runs its servers only once
+         * approved, and so does import (projects.<dir> of ~/.claude.json, as Claude Code keeps it). */
+        bool needs_approval;
+        cJSON *approvals; /* that projects.<dir> object, or NULL: none approved */
 };
 
 typedef struct ClientInfo {
@@ -44,6 +48,10 @@ const ClientInfo *client_info_find(const char *name);
 /* The config files of a client (NULL: of every client) that exist for this user, in the order they
  * are read. */
 int client_config_paths(const char *client, char ***ret_paths, char ***ret_clients);
+/* A server of a config that needs approval: whether Claude Code approved it for its project. */
+bool server_entry_approved(const ServerEntry *e);
+/* For a project's ./.mcp.json: reads what Claude Code approved of it from ~/.claude.json. */
+int client_config_load_approvals(ClientConfig *c);
 /* Reads and checks one config; client may be NULL to guess it from the file's name and shape.
  * A file that does not parse: -EINVAL and *ret_error "FILE:LINE:COLUMN: what is wrong". */
 int client_config_load(const char *path, const char *client, ClientConfig **ret, char **ret_error);

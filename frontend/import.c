@@ -230,6 +230,13 @@ static int import_plan(Import *im) {
                         item_set(it, ENTRY_SKIPPED, "already goes through mcp-lazy");
                         continue;
                 }
+                if (!server_entry_approved(e)) {
+                        item_set(it, ENTRY_SKIPPED,
+                                 "not imported: Claude Code has not approved this project's server (approve it there, "
+                                 "with /mcp, or import it with --from %s); left as it is",
+                                 e->config->path);
+                        continue;
+                }
                 why = server_entry_command(e, &argv, &env, &cwd);
                 if (why) {
                         item_set(it, ENTRY_SKIPPED, "not imported: %s; left as it is", why);
@@ -498,6 +505,11 @@ static void help(void) {
                "  --force              with --undo: also configs changed since\n");
 }
 
+static bool is_project_mcp_json(const char *path) {
+        _cleanup_free_ char *cwd = getcwd(NULL, 0), *mine = NULL;
+        return cwd && asprintf(&mine, "%s/.mcp.json", cwd) >= 0 && streq(path, mine);
+}
+
 /* One config: read and added, or its problem said (and counted); -ENOMEM only. */
 static int load_config(Import *im, const char *path, const char *client) {
         _cleanup_free_ char *err = NULL;
@@ -545,8 +557,14 @@ static int load_configs(Import *im, char **from, const char *client) {
                 return -ENOENT;
         }
         r = 0;
-        for (size_t i = 0; r >= 0 && paths[i]; i++)
+        for (size_t i = 0; r >= 0 && paths[i]; i++) {
+                size_t n = im->n_configs;
                 r = load_config(im, paths[i], clients[i]);
+                /* The current directory's .mcp.json is a project's, perhaps just cloned: its servers
+                 * run only as far as Claude Code approved them (--from names one to take as it is). */
+                if (r >= 0 && im->n_configs > n && is_project_mcp_json(paths[i]))
+                        r = client_config_load_approvals(im->configs[n]);
+        }
         return r;
 }
 

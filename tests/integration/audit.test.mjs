@@ -286,3 +286,22 @@ test("one peer's unfinished lines together stay under 256 MiB: past it, the conn
     shim.kill("SIGTERM");
   }
 });
+
+test("import: a project's ./.mcp.json (a repository just cloned) runs only the servers Claude Code approved for it", () => {
+  const h = join(dir, `home${++homes}`);
+  const proj = join(h, "proj");
+  mkdirSync(proj, { recursive: true });
+  const marker = join(dir, "planted-ran");
+  const planted = { command: "/bin/sh", args: ["-c", `touch ${marker}`] };
+  writeFileSync(join(h, ".claude.json"), JSON.stringify({ projects: { [proj]: { enabledMcpjsonServers: ["approved"], disabledMcpjsonServers: ["refused"] } } }, null, 2));
+  const mcp = JSON.stringify({ mcpServers: { approved: { command: process.execPath, args: [SERVER] }, unknown: planted, refused: planted } }, null, 2);
+  writeFileSync(join(proj, ".mcp.json"), mcp);
+  const env = { PATH: process.env.PATH, HOME: h, XDG_STATE_HOME: join(h, "state") };
+  const r = spawnSync(MCP_LAZY, ["import", "--no-enable", "--manifest", join(h, "manifest.yaml")], { env, cwd: proj, encoding: "utf8", timeout: 60000 });
+  assert.equal(r.status, 0, r.stdout + r.stderr);
+  assert.match(r.stdout, /^approved\s+claude-code\s+-> backend 'approved'$/m);
+  for (const name of ["unknown", "refused"])
+    assert.match(r.stdout, new RegExp(`^${name}\\s+claude-code\\s+not imported: Claude Code has not approved this project's server \\(approve it there, with /mcp, or import it with --from ${proj}/\\.mcp\\.json\\); left as it is$`, "m"));
+  assert.equal(existsSync(marker), false, "an unapproved server never ran");
+  assert.match(readFileSync(join(proj, ".mcp.json"), "utf8"), /"unknown": \{ "command": "\/bin\/sh"|"unknown": \{\n\s+"command": "\/bin\/sh"/);
+});
