@@ -3,8 +3,9 @@
 // through nsenter, and no trace of the box on the host once it is stopped.
 
 import assert from "node:assert/strict";
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import { fileURLToPath } from "node:url";
@@ -143,4 +144,39 @@ test("stop() leaves nothing behind", async () => {
   assert.ok(!existsSync(`/proc/${pid}`), "box systemd gone");
   assert.ok(!existsSync(cgroup), "box cgroup removed");
   assert.ok(!readFileSync("/proc/self/mountinfo", "utf8").includes(stateDir), "no mounts left");
+});
+
+// A stand-in for systemd, named systemd as the real one is: BOX_SYSTEMD points
+// PID 1 at it. Its directory is bound into the box (the box's /tmp is its own).
+function fakeSystemd(t, script) {
+  const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-fake-systemd."));
+  t.after(() => rmSync(dir, { recursive: true }));
+  writeFileSync(join(dir, "systemd"), `#!/bin/sh\n${script}\n`, { mode: 0o755 });
+  return { dir, env: { BOX_SYSTEMD: join(dir, "systemd") } };
+}
+
+// Between its exec and /run/systemd/system, systemd is "offline" to systemctl;
+// under load `box up` once saw that and gave up. Here the window is 3 s wide.
+test("a systemd slow to start is waited for, not taken for an offline one", async (t) => {
+  const fake = fakeSystemd(t, '/bin/sleep 3\nexec /lib/systemd/systemd "$@"');
+  const t0 = performance.now();
+  const slow = await startBox({ bind: [fake.dir], env: fake.env, retry: false });
+  try {
+    t.diagnostic(`slowed boot took ${Math.round(performance.now() - t0)} ms`);
+    const exe = await slow.exec("readlink", ["/proc/1/exe"]);
+    assert.equal(exe.stdout.trim(), "/usr/lib/systemd/systemd", "PID 1 is the real systemd by now");
+    const r = await slow.exec("systemctl", ["is-system-running"]);
+    assert.match(r.stdout.trim(), /^(running|degraded)$/);
+  } finally {
+    await slow.stop();
+  }
+});
+
+test("a box whose systemd dies fails saying so, not by timing out", async (t) => {
+  const fake = fakeSystemd(t, "/bin/sleep 1\nexit 3");
+  const env = { ...fake.env, BOX_BOOT_TIMEOUT: "120" };
+  await assert.rejects(startBox({ bind: [fake.dir], env, retry: false }), (e) => {
+    assert.match(e.message, /^box up failed \(exit 1\): box: (systemd died|the box failed to start)$/m);
+    return true;
+  });
 });

@@ -114,27 +114,34 @@ class Box {
 // Boots a box; bind lists host directories to share read-write at the same
 // path (the checkout, fixtures). Rejects with the box's console on failure,
 // having cleaned up after itself.
-async function startBoxOnce(bind) {
+// The error's first line says why (the script's first line on stderr); the
+// rest (the console of the failed box) follows.
+async function startBoxOnce(bind, env) {
   const box = new Box(mkdtempSync(join(tmpdir(), "mcp-lazy-box.")));
   live.add(box);
-  const env = { ...process.env, BOX_OWNER_PID: String(process.pid) };
+  env = { ...process.env, ...env, BOX_OWNER_PID: String(process.pid) };
   const r = await run(BOX_SCRIPT, ["up", box.stateDir, ...bind], { env });
   if (r.code !== 0) {
     await box.stop().catch(() => {});
-    throw new Error(`box up failed (${r.code}):\n${r.stderr}`);
+    const [why, ...rest] = r.stderr.trimEnd().split("\n");
+    throw new Error(`box up failed (exit ${r.code}): ${why || "nothing on stderr"}${rest.map((l) => `\n${l}`).join("")}`);
   }
   box.pid = Number(r.stdout.trim());
   return box;
 }
 
-// One more try when a boot fails (seen once under load): the first failure is reported on stderr,
-// a second one fails the test.
-export async function startBox({ bind = [] } = {}) {
+// env: variables for `box up` (BOX_BOOT_TIMEOUT, BOX_SYSTEMD...). One more try
+// when a boot fails for what the host lacks at that moment (under load: the
+// boot timeout, inotify instances shared with other boxes); the first failure
+// and its reason go to stderr, a second one fails the test. retry: false for a
+// test of the boot itself.
+export async function startBox({ bind = [], env = {}, retry = true } = {}) {
   installBackstop();
+  if (!retry) return startBoxOnce(bind, env);
   try {
-    return await startBoxOnce(bind);
+    return await startBoxOnce(bind, env);
   } catch (e) {
     console.error(`box: first boot failed, trying once more: ${e.message}`);
-    return startBoxOnce(bind);
+    return startBoxOnce(bind, env);
   }
 }
