@@ -675,9 +675,16 @@ static void handle_probe_response(Instance *i, const cJSON *msg) {
                 return refuse_start(i, text);
         i->era = i->shim->learned_era = era;
         if (era == BACKEND_ERA_LEGACY) {
+                /* The timer ran for server/discover: initialize gets what is left of init_timeout. */
+                const uint64_t init_usec = i->shim->backend->init_timeout_usec;
+                const uint64_t spent = now_usec() - i->started_usec;
+
                 init = bridge_initialize_request_new(i->init_params);
                 if (!init || instance_send(i, init) < 0)
-                        refuse_start(i, "cannot send initialize to the backend");
+                        return refuse_start(i, "cannot send initialize to the backend");
+                if ((init_usec == USEC_INFINITY ? sd_event_source_set_enabled(i->timer_source, SD_EVENT_OFF)
+                                                : arm_timer(i, init_usec > spent ? init_usec - spent : 1)) < 0)
+                        refuse_start(i, "cannot arm the init_timeout timer");
                 return;
         }
         i->init_result = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(msg, "result"), true);

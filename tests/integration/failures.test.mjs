@@ -15,6 +15,21 @@ writeFileSync(
   `#!/bin/sh\necho 'Server starting... not JSON'\necho '{"jsonrpc":"2.0","bogus":1}'\nexec node ${SERVER_SCRIPTS.memory}\n`,
   { mode: 0o755 },
 );
+// A handshake-era backend that refuses server/discover at once, then takes 3 s over initialize:
+// longer than the 2 s the shim gives server/discover, well within its init_timeout.
+writeFileSync(
+  join(dir, "late.mjs"),
+  `import readline from "node:readline";
+const out = (m) => process.stdout.write(JSON.stringify(m) + "\\n");
+readline.createInterface({ input: process.stdin }).on("line", (l) => {
+  const m = JSON.parse(l);
+  if (m.method === "server/discover") out({ jsonrpc: "2.0", id: m.id, error: { code: -32601, message: "Method not found" } });
+  else if (m.method === "initialize")
+    setTimeout(() => out({ jsonrpc: "2.0", id: m.id, result: { protocolVersion: m.params.protocolVersion, capabilities: { tools: {} }, serverInfo: { name: "late", version: "1" } } }), 3000);
+  else if (m.method === "tools/call") out({ jsonrpc: "2.0", id: m.id, result: { content: [{ type: "text", text: "late, but here" }] } });
+});
+`,
+);
 const manifest = join(dir, "m.yaml");
 writeFileSync(
   manifest,
@@ -23,11 +38,13 @@ writeFileSync(
   silent: {command: [sleep, "600"], init_timeout: 1s}
   missing: {command: [/nonexistent/server]}
   noisy: {command: [${join(dir, "noisy.sh")}], env: {MEMORY_FILE_PATH: ${dir}/m.jsonl}}
+  late: {command: [node, ${join(dir, "late.mjs")}], init_timeout: 20s}
 tools:
   - {name: crash, backend: crashy, input_schema: {type: object}}
   - {name: hang, backend: silent, input_schema: {type: object}}
   - {name: nothing, backend: missing, input_schema: {type: object}}
   - {name: read_graph, backend: noisy, input_schema: {type: object}}
+  - {name: slow_start, backend: late, input_schema: {type: object}}
 `,
 );
 
@@ -64,6 +81,13 @@ test("a backend that never answers initialize is stopped after init_timeout", as
   const r = await call(p, "hang");
   assert.equal(text(r), "backend 'silent' did not answer initialize within 1s (init_timeout); stopped it");
   assert.ok(Date.now() - t0 < 5000);
+  await p.close();
+});
+
+test("a handshake-era backend slow to initialize after refusing server/discover has all of init_timeout", async () => {
+  const p = await session();
+  const r = await p.request({ jsonrpc: "2.0", id: ++n, method: "tools/call", params: { name: "slow_start", arguments: {} } }, 30000);
+  assert.equal(text(r), "late, but here", p.stderr); // before the fix: "did not answer initialize within 20s" after 2 s
   await p.close();
 });
 
