@@ -5,11 +5,11 @@
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { INIT, MCP_LAZY, RawPeer, SHIMD, cleanupPeers, cmdline, descendants, sleep, waitFor } from "./lib/env.mjs";
+import { INIT, MCP_LAZY, RawPeer, SHIMD, cleanupPeers, cmdline, descendants, sleep, unixListening, waitFor } from "./lib/env.mjs";
 
 after(cleanupPeers);
 const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-conn-"));
@@ -84,7 +84,7 @@ async function shimOnSocket(name, extra = []) {
   child.stderr.setEncoding("utf8").on("data", (d) => (stderr += d));
   const exited = new Promise((r) => child.on("exit", (code, signal) => r({ code, signal })));
   after(() => child.kill("SIGKILL"));
-  assert.ok(await waitFor(() => existsSync(path), 5000), "the socket appears");
+  assert.ok(await waitFor(() => unixListening(path), 20000), "the socket listens");
   return { path, child, exited, stderr: () => stderr };
 }
 

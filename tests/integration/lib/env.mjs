@@ -34,6 +34,19 @@ export async function waitFor(fn, ms = 10000, step = 50) {
   return v;
 }
 
+// Whether a unix socket listens at path. Its file appears at bind(), before listen(): a connect
+// in between is refused. Read from /proc/net/unix (flag __SO_ACCEPTCON), as a probe connection
+// would start an Accept=no service.
+export function unixListening(path) {
+  return readFileSync("/proc/net/unix", "utf8")
+    .split("\n")
+    .slice(1)
+    .some((line) => {
+      const f = line.trim().split(/\s+/);
+      return f[7] === path && (parseInt(f[3], 16) & 0x10000) !== 0;
+    });
+}
+
 // Every process whose parent chain reaches pid (pid itself excluded).
 export function descendants(pid) {
   const parent = new Map();
