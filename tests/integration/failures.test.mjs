@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { INIT, MCP_LAZY, ROOT, RawPeer, SERVER_SCRIPTS, SHIMD, cleanupPeers, sleep } from "./lib/env.mjs";
+import { INIT, MCP_LAZY, ROOT, RawPeer, SERVER_SCRIPTS, SHIMD, cleanupPeers, sleep, waitFor } from "./lib/env.mjs";
 
 after(cleanupPeers);
 const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-failures-"));
@@ -103,7 +103,8 @@ test("garbage on a backend's stdout is skipped and logged, the calls still work"
   const r = await call(p, "read_graph");
   assert.ok(!r.result.isError, JSON.stringify(r));
   assert.match(text(r), /"entities"/);
-  await sleep(100);
+  // Logged as the shim read them, but on stderr: the answer, on stdout, may reach us first.
+  await waitFor(() => /wrote a line that is not JSON-RPC/.test(p.stderr) && /sent an invalid message/.test(p.stderr), 20000);
   assert.match(p.stderr, /Backend 'noisy' wrote a line that is not JSON-RPC to stdout, ignoring it: Server starting\.\.\. not JSON/);
   assert.match(p.stderr, /Backend 'noisy' sent an invalid message/);
   await p.close();

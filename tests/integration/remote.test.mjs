@@ -5,7 +5,7 @@ import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { boxFleet, enableSockets } from "./lib/fleet.mjs";
 import { addFarHost, farLink, nearManifest } from "./lib/far.mjs";
-import { MCP_LAZY, cmdline, descendants, sleep, waitFor } from "./lib/env.mjs";
+import { MCP_LAZY, cmdline, descendants, waitFor } from "./lib/env.mjs";
 
 let fleet;
 const NEAR = "/etc/mcp-lazy/near.yaml";
@@ -148,7 +148,7 @@ test("sessions of both hosts share one backend process on the far host, which id
   const status = await waitFor(async () => {
     const st = await fleet.sh("systemctl show -P StatusText mcp-lazy@everything.service");
     return / 3 sessions,/.test(st) && st;
-  }, 4000);
+  }, 20000);
   assert.ok(status, await fleet.sh("systemctl show -P StatusText mcp-lazy@everything.service"));
   assert.match((await busy).content[0].text, /Long running operation completed/);
   assert.deepEqual(await fleet.backendPids("everything"), pids);
@@ -164,8 +164,11 @@ test("sessions of both hosts share one backend process on the far host, which id
 test("ssh killed mid-call: that call fails saying so, the next call reconnects", async () => {
   const s = await session();
   await s.callTool({ name: "echo", arguments: { message: "warm" } });
-  const call = s.callTool({ name: "trigger-long-running-operation", arguments: { duration: 30, steps: 30 } });
-  await sleep(1000);
+  // Killed once the call runs on far (its first progress), not after a guessed delay.
+  let running;
+  const started = new Promise((r) => (running = r));
+  const call = s.callTool({ name: "trigger-long-running-operation", arguments: { duration: 30, steps: 30 } }, undefined, { onprogress: () => running() });
+  await Promise.race([started, call]);
   const ssh = sshPids(s);
   assert.equal(ssh.length, 1);
   process.kill(ssh[0], "SIGKILL");
@@ -247,8 +250,10 @@ test("authentication refused, mcp-lazy missing there, a backend not enabled ther
 test("the far host unreachable: calls in flight and new sessions fail within 30 s; calls work once it is back", async (t) => {
   const open = await session();
   await open.callTool({ name: "echo", arguments: { message: "before" } });
-  const inFlight = timed(open.callTool({ name: "trigger-long-running-operation", arguments: { duration: 60, steps: 60 } }, undefined, { timeout: 120000 }));
-  await sleep(500);
+  let running;
+  const started = new Promise((r) => (running = r));
+  const inFlight = timed(open.callTool({ name: "trigger-long-running-operation", arguments: { duration: 60, steps: 60 } }, undefined, { timeout: 120000, onprogress: () => running() }));
+  await Promise.race([started, inFlight]); // in flight indeed: it has run one step on far
   await farLink(fleet, false);
   try {
     const fresh = await session();

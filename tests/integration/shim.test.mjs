@@ -81,18 +81,25 @@ function scenarios(makeFleet) {
   });
 
   test("after idle_timeout the backend is gone, npx's child too; the next call starts it again", async () => {
-    const s = await fleet.session();
-    const r = await s.callTool({ name: "search_nodes", arguments: { query: "x" } });
-    assert.ok(!r.isError, JSON.stringify(r));
-    await s.callTool({ name: "read_graph", arguments: {} });
-    const pids = await fleet.backendPids("npxmem");
-    assert.ok(pids.length >= 2, `npx wrapper and its server: ${pids}`);
-    assert.ok(await idleGone("npxmem"), "npxmem idled out with every process");
-    assert.ok(await idleGone("memory"), "memory idled out");
-    if (fleet.box) assert.equal(await fleet.active("npxmem"), "inactive");
-    const again = await s.callTool({ name: "search_nodes", arguments: { query: "x" } });
-    assert.ok(!again.isError, JSON.stringify(again));
-    await s.close();
+    // The processes are counted after the call: under load that can outlast the usual 1.5 s
+    // idle_timeout (a cold start of another backend did), and they would be gone before counted.
+    await fleet.useManifest(fleetManifest({ ...fleet.manifestOptions, idle: "5s" }));
+    try {
+      const s = await fleet.session();
+      const r = await s.callTool({ name: "search_nodes", arguments: { query: "x" } });
+      assert.ok(!r.isError, JSON.stringify(r));
+      const pids = await fleet.backendPids("npxmem");
+      assert.ok(pids.length >= 2, `npx wrapper and its server: ${pids}`);
+      await s.callTool({ name: "read_graph", arguments: {} });
+      assert.ok(await idleGone("npxmem"), "npxmem idled out with every process");
+      assert.ok(await idleGone("memory"), "memory idled out");
+      if (fleet.box) assert.equal(await fleet.active("npxmem"), "inactive");
+      const again = await s.callTool({ name: "search_nodes", arguments: { query: "x" } });
+      assert.ok(!again.isError, JSON.stringify(again));
+      await s.close();
+    } finally {
+      await fleet.useManifest(fleetManifest(fleet.manifestOptions));
+    }
   });
 
   test("two sessions share a pooled backend, and get one each with sharing: session", async () => {
@@ -164,8 +171,10 @@ function scenarios(makeFleet) {
   test("a frontend killed mid-call leaves the shim and other sessions working", async () => {
     const [a, b] = [await fleet.session(), await fleet.session()];
     await b.callTool({ name: "echo", arguments: { message: "b" } });
-    a.callTool({ name: "trigger-long-running-operation", arguments: { duration: 3, steps: 3 } }).catch(() => {});
-    await sleep(700);
+    let running;
+    const started = new Promise((r) => (running = r));
+    const slow = a.callTool({ name: "trigger-long-running-operation", arguments: { duration: 3, steps: 3 } }, undefined, { onprogress: () => running() }).catch(() => {});
+    await Promise.race([started, slow]); // mid-call indeed: it has run one step
     process.kill(a.transportPid, "SIGKILL");
     await sleep(300);
     const r = await b.callTool({ name: "echo", arguments: { message: "still here" } });

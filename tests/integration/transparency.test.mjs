@@ -15,7 +15,7 @@ import {
   LoggingMessageNotificationSchema,
 } from "@modelcontextprotocol/sdk/types.js";
 import { startBox } from "./lib/box.mjs";
-import { MCP_LAZY, ROOT, SANITIZER_DROPIN, SERVER_SCRIPTS, SHIMD, sleep } from "./lib/env.mjs";
+import { MCP_LAZY, ROOT, SANITIZER_DROPIN, SERVER_SCRIPTS, SHIMD, sleep, waitFor } from "./lib/env.mjs";
 
 const PG_URL = "postgresql://root@localhost/postgres?host=/var/run/postgresql";
 const DIFF_DIR = "/tmp/mcp-lazy-diff";
@@ -178,8 +178,9 @@ async function otherScripts(label, backend, { client }) {
   if (backend === "files") {
     // The server asks the client for its roots once it has started, which through mcp-lazy is at the
     // first call: that first answer comes before the roots do, with or without mcp-lazy's help.
+    // Asked again until the roots have arrived (the server asks for them 350 ms after initialized).
     await call("list_allowed_directories", {});
-    await sleep(800);
+    await waitFor(async () => JSON.stringify(await call("list_allowed_directories", {})).includes(DIFF_DIR), 20000, 100);
     t.push(["allowed", await call("list_allowed_directories", {})]);
     t.push(["list", await call("list_directory", { path: DIFF_DIR })]);
     t.push(["read", await call("read_text_file", { path: `${DIFF_DIR}/a.txt` })]);

@@ -8,7 +8,7 @@ import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { boxFleet } from "./lib/fleet.mjs";
-import { INIT, MCP_LAZY, RawPeer, cleanupPeers, sleep } from "./lib/env.mjs";
+import { INIT, MCP_LAZY, RawPeer, cleanupPeers, waitFor } from "./lib/env.mjs";
 
 after(cleanupPeers);
 
@@ -30,14 +30,20 @@ tools:
 // Does a vsock connection to VMADDR_CID_LOCAL reach a listener on this machine? socat says why not.
 async function loopbackWorks() {
   const port = PORT + 500;
-  const listener = spawn("socat", ["-u", `VSOCK-LISTEN:${port}`, "-"], { stdio: ["ignore", "pipe", "pipe"] });
+  // -d -d: socat says "listening on" once it does, or why it cannot.
+  const listener = spawn("socat", ["-d", "-d", "-u", `VSOCK-LISTEN:${port}`, "-"], { stdio: ["ignore", "pipe", "pipe"] });
   let lerr = "";
+  let exited = false;
   listener.stderr.on("data", (d) => (lerr += d));
-  await sleep(300);
+  listener.on("exit", () => (exited = true));
+  await waitFor(() => exited || / N listening on /.test(lerr), 20000);
+  // socat's last error line, else its last line.
+  const why = (s) => (s.match(/^.* E .*$/gm) ?? [s.trim().split("\n").pop()]).pop();
+  if (exited) return { ok: false, why: why(lerr) };
   const c = spawnSync("socat", ["-u", "-", `VSOCK-CONNECT:1:${port}`], { input: "x", timeout: 10000, encoding: "utf8" });
   listener.kill("SIGKILL");
   if (c.status === 0) return { ok: true };
-  return { ok: false, why: (c.stderr || lerr || `socat exited ${c.status}`).trim().split("\n").pop() };
+  return { ok: false, why: why(c.stderr || lerr || `socat exited ${c.status}`) };
 }
 
 test("a vsock backend nobody listens for: a tool error naming the address and the unit to enable, no hang", async () => {

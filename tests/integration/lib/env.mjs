@@ -122,8 +122,9 @@ export class RawPeer {
   send(obj) {
     this.child.stdin.write((typeof obj === "string" ? obj : JSON.stringify(obj)) + "\n");
   }
-  // The next n messages, parsed; rejects after ms.
-  async next(n = 1, ms = 5000) {
+  // The next n messages, parsed; rejects after ms (a bound for a hang, not a timing: a message
+  // that needs a backend started can take seconds on a loaded machine).
+  async next(n = 1, ms = 20000) {
     const end = Date.now() + ms;
     while (this.lines.length < n) {
       if (Date.now() > end) throw new Error(`timed out waiting for ${n} message(s); have ${JSON.stringify(this.lines)}; stderr: ${this.stderr}`);

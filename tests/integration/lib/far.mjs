@@ -31,7 +31,7 @@ export async function addFarHost(fleet) {
     # sshd as the far host runs it: the stock configuration (MaxSessions 10), key authentication only.
     systemd-run -q --unit=far-sshd -p NetworkNamespacePath=/run/netns/far \\
       /usr/sbin/sshd -D -e -o UsePAM=no -o PasswordAuthentication=no -o PermitRootLogin=prohibit-password
-    for i in $(seq 100); do ip netns exec far ss -ltn | grep -q ':22 ' && break; sleep 0.1; done
+    for i in $(seq 600); do ip netns exec far ss -ltn | grep -q ':22 ' && break; sleep 0.1; done
     ssh -o BatchMode=yes root@far true`);
 }
 

@@ -137,7 +137,7 @@ export async function boxFleet() {
       printf '[Service]\\nDynamicUser=no\\nUser=root\\n' > /etc/systemd/system/mcp-lazy@database.service.d/peer-auth.conf`);
     // PostgreSQL: the Debian cluster, with a superuser role for root so peer auth lets the backend in.
     await fleet.sh(`pg_lsclusters -h | awk '{print $1"-"$2; exit}' > /tmp/pgcluster; systemctl start postgresql@$(cat /tmp/pgcluster)
-      for i in $(seq 50); do runuser -u postgres -- psql -qAtc 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done
+      for i in $(seq 300); do runuser -u postgres -- psql -qAtc 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done
       runuser -u postgres -- psql -qc "DO \\$\\$ BEGIN CREATE ROLE root SUPERUSER LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END \\$\\$;"`);
     const w = await box.exec("bash", ["-c", "cat > /etc/mcp-lazy/manifest.yaml"], { input: fleetManifest({ postgres: true }) });
     if (w.code !== 0) throw new Error(`writing the manifest failed: ${w.stderr}`);
