@@ -3,11 +3,11 @@
 // MRTR elicitations at once on one backend; a resident modern-only backend started ahead of any call.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { boxFleet, enableSockets } from "./lib/fleet.mjs";
-import { MCP_LAZY, cleanupPeers, waitFor } from "./lib/env.mjs";
+import { MCP_LAZY, TESTS, cleanupPeers, waitFor } from "./lib/env.mjs";
 import { MODERN_SERVER, connectV2, modernManifest, modernScript } from "./lib/eras.mjs";
 
 after(cleanupPeers);
@@ -20,6 +20,7 @@ const MANIFESTS = {
   modern: "/etc/mcp-lazy/modern.json",
   modernonly: "/etc/mcp-lazy/modernonly.json",
   modernres: "/etc/mcp-lazy/modernres.json",
+  asker: "/etc/mcp-lazy/asker.yaml",
 };
 
 before(async () => {
@@ -31,7 +32,14 @@ before(async () => {
       args: ["--legacy", "reject"],
       extra: { lifecycle: "resident" },
     }),
+    asker: join(dir, "asker.yaml"),
   };
+  // A handshake-era server (SDK 1.x) whose tools ask their client (eras-mrtr.test.mjs has it too).
+  writeFileSync(
+    local.asker,
+    `backends:\n  asker:\n    command: [node, ${join(TESTS, "servers/legacy-asker.mjs")}]\n    idle_timeout: 10m\ntools:\n` +
+      ["echo", "ask", "think"].map((t) => `  - {name: ${t}, backend: asker, input_schema: {type: object}}\n`).join(""),
+  );
   fleet = await boxFleet();
   for (const [name, path] of Object.entries(MANIFESTS)) {
     const w = await fleet.box.exec("bash", ["-c", `cat > ${path}`], { input: readFileSync(local[name], "utf8") });
@@ -137,4 +145,20 @@ test("a resident modern-only backend: started with its shim, found modern, bridg
   assert.ok(!res.isError, JSON.stringify(res));
   assert.match(res.content[0].text, /again/);
   await close(c2);
+});
+
+// A modern client of a handshake-era backend under systemd: the backend's requests come back as
+// input_required for the call they belong to, and each pooled session answers its own.
+test("under systemd, v2 clients pinned to 2026-07-28 at a pooled handshake-era backend that asks: input_required, each session its own answer", async () => {
+  for (const [k, answer] of ["alpha", "beta"].entries()) {
+    const c = await session("pin", "asker", { answer });
+    assert.equal((await c.callTool({ name: "ask", arguments: { question: `q${k}?` } })).content[0].text, `q${k}? -> ${answer}`);
+    assert.equal((await c.callTool({ name: "think", arguments: { prompt: "p" } })).content[0].text, `model said: ${answer}`);
+    assert.deepEqual(c.seen, [`q${k}?`], "the elicitation reached its own session, as input_required");
+    await close(c);
+  }
+  assert.equal((await fleet.backendPids("asker")).length, 1, "one pooled backend");
+  const log = await fleet.sh("journalctl -q -o cat -u mcp-lazy@asker.service");
+  assert.match(log, /did not answer server\/discover as a modern server: a handshake-era server/);
+  assert.doesNotMatch(log, /refused it/);
 });
