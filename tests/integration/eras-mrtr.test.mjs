@@ -358,3 +358,27 @@ ${["raw", "keep-meta", "ask-raw"].map((t) => TOOL(t, "raw")).join("")}`,
   assert.ok(retried.includes(`"requestState":"\\u0073tate"`), retried);
   await p.close();
 });
+
+test("input_required for a modern client keeps the peers' bytes: the handshake-era backend's params, the client's answer", async () => {
+  const BIG = "12345678901234567890123";
+  const m = manifest(
+    "raw-legacy.yaml",
+    `backends:
+  raw:
+    command: [node, ${join(TESTS, "servers/raw-modern.mjs")}, --legacy]
+tools:
+${TOOL("ask-raw", "raw")}`,
+  );
+  const p = new RawPeer(MCP_LAZY, direct(m));
+  p.send(MREQ(1, "tools/call", { name: "ask-raw", arguments: {} }, CAPS));
+  const asked = await nextLine(p, 30000);
+  assert.ok(asked.includes(`"method":"elicitation/create","params":{"message":"n?","requestedSchema":{"type":"object","properties":{"n":{"type":"integer"}}},"_meta":{"big":${BIG}}}`), asked);
+  const r = JSON.parse(asked).result;
+  const [key] = Object.keys(r.inputRequests);
+  const req = MREQ(2, "tools/call", { name: "ask-raw", arguments: {}, requestState: r.requestState, inputResponses: { [key]: "ANSWER" } }, CAPS);
+  p.send(JSON.stringify(req).replace('"ANSWER"', '{"action":"accept","content":{"n":98765432109876543210987,"s":"\\u00e9"}}'));
+  const done = JSON.parse(await nextLine(p));
+  assert.equal(done.id, 2);
+  assert.equal(done.result.content[0].text, '{"jsonrpc":"2.0","id":"e1","result":{"action":"accept","content":{"n":98765432109876543210987,"s":"\\u00e9"}}}');
+  await p.close();
+});
