@@ -337,11 +337,16 @@ bool mrtr_upcall(Instance *i, Client *c, const Message *m) {
         if (k < 0) {
                 if (!c->modern)
                         return false; /* a handshake-era client: asked as itself (upcalls.c) */
-                snprintf(text, sizeof text,
-                         "the client speaks 2026-07-28, where a server asks for input only in its answer to one "
-                         "call, and it has %zu calls in flight at this backend: mcp-lazy cannot tell which one this "
-                         "request is for",
-                         hashmap_size(c->pending));
+                if (hashmap_size(c->pending) == 0)
+                        snprintf(text, sizeof text,
+                                 "the client speaks 2026-07-28, where a server asks for input only in its answer to "
+                                 "a call, and it has no call in flight at this backend");
+                else
+                        snprintf(text, sizeof text,
+                                 "the client speaks 2026-07-28, where a server asks for input only in its answer to "
+                                 "one call, and it has %zu calls in flight at this backend: mcp-lazy cannot tell "
+                                 "which one this request is for",
+                                 hashmap_size(c->pending));
         } else if (!bridgeable(r->method))
                 snprintf(text, sizeof text,
                          "the client speaks 2026-07-28, where a server asks for input only while it answers "

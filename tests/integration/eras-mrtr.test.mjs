@@ -382,3 +382,18 @@ ${TOOL("ask-raw", "raw")}`,
   assert.equal(done.result.content[0].text, '{"jsonrpc":"2.0","id":"e1","result":{"action":"accept","content":{"n":98765432109876543210987,"s":"\\u00e9"}}}');
   await p.close();
 });
+
+test("a modern session with two calls in flight at a handshake-era backend: a request of the backend's is refused, saying so; the first call goes on", async () => {
+  const m = askerManifest("two-calls.yaml");
+  const p = new RawPeer(MCP_LAZY, direct(m));
+  const first = await p.request(ASK(1, "one?"), 30000);
+  assert.equal(first.result.resultType, "input_required");
+  // The first call waits for its retry (it is in flight); the second one's question cannot be told apart.
+  const second = await p.request(ASK(2, "two?"), 10000);
+  assert.equal(second.result.isError, true, JSON.stringify(second));
+  assert.match(second.result.content[0].text, /speaks 2026-07-28, where a server asks for input only in its answer to one call, and it has 2 calls in flight at this backend: mcp-lazy cannot tell which one this request is for/);
+  const [key] = Object.keys(first.result.inputRequests);
+  const done = await p.request(retry(3, first, first.result.requestState, { [key]: { action: "accept", content: { answer: "1" } } }, "one?"), 10000);
+  assert.deepEqual(done.result.content, [{ type: "text", text: "one? -> 1" }]);
+  await p.close();
+});
