@@ -246,6 +246,39 @@ static cJSON *check_input_capabilities(const Pending *p, const Message *answer, 
                                           TAKE_PTR(missing));
 }
 
+/* A handshake-era backend's answer as the 2026-07-28 era wants it, as the backend's bytes with what
+ * that era adds put in (a raw item of that text): resultType, for resources/read no caching, and
+ * -32602 for -32002. NULL if the message layer cannot place it (then it is printed again). */
+static cJSON *adapt_in_place(const Pending *p, const Message *answer, bool not_found) {
+        const cJSON *result = cJSON_GetObjectItemCaseSensitive(answer->json, "result");
+        bool read = streq(p->request->method, "resources/read") && !cJSON_HasObjectItem(result, "ttlMs") &&
+                    !cJSON_HasObjectItem(result, "cacheScope");
+        _cleanup_free_ char *text = NULL, *insert = NULL;
+        Span at;
+        size_t len;
+        Splice sp;
+
+        if (not_found) {
+                if (message_find(answer, (const char *const[]){"error", "code", NULL}, &at) < 0)
+                        return NULL;
+                sp = (Splice){at, "-32602", strlen("-32602")};
+        } else {
+                size_t k;
+                if (message_find(answer, (const char *const[]){"result", NULL}, &at) < 0)
+                        return NULL;
+                for (k = at.start + 1; k < at.start + at.len && strchr(" \t\r\n", answer->text[k]); k++)
+                        ;
+                if (asprintf(&insert, "\"resultType\":\"complete\"%s%s",
+                             read ? ",\"ttlMs\":0,\"cacheScope\":\"private\"" : "",
+                             answer->text[k] == '}' ? "" : ",") < 0)
+                        return NULL;
+                sp = (Splice){{at.start + 1, 0}, insert, strlen(insert)};
+        }
+        if (message_splice(answer, &sp, 1, &text, &len) < 0)
+                return NULL;
+        return cJSON_CreateRaw(text);
+}
+
 cJSON *modern_adapt_response(const Pending *p, const Message *answer) {
         const cJSON *result = cJSON_GetObjectItemCaseSensitive(answer->json, "result");
         const cJSON *error = cJSON_GetObjectItemCaseSensitive(answer->json, "error");
@@ -259,6 +292,9 @@ cJSON *modern_adapt_response(const Pending *p, const Message *answer) {
                 return check_input_capabilities(p, answer, result);
         if (!not_found && (!cJSON_IsObject(result) || type))
                 return NULL; /* an error, or a modern backend's own answer: as it is */
+        r = adapt_in_place(p, answer, not_found);
+        if (r)
+                return r;
         /* A handshake-era answer: printed again from what was parsed, with the id's exact text. */
         copy = cJSON_Duplicate(answer->json, true);
         if (!copy || !cJSON_ReplaceItemInObjectCaseSensitive(copy, "id", cJSON_Duplicate(answer->id_json, true)))

@@ -397,3 +397,22 @@ test("a modern session with two calls in flight at a handshake-era backend: a re
   assert.deepEqual(done.result.content, [{ type: "text", text: "one? -> 1" }]);
   await p.close();
 });
+
+test("a handshake-era backend's answer to a modern request keeps its bytes, with resultType put in (and -32602 for -32002)", async () => {
+  const BIG = "12345678901234567890123";
+  const m = manifest(
+    "raw-legacy-answers.yaml",
+    `backends:
+  raw:
+    command: [node, ${join(TESTS, "servers/raw-modern.mjs")}, --legacy]
+    resources: [{uri: "raw://gone", name: gone}]
+tools:
+${TOOL("raw", "raw")}`,
+  );
+  const p = new RawPeer(MCP_LAZY, direct(m));
+  p.send(MREQ(1, "tools/call", { name: "raw", arguments: {} }, CAPS));
+  assert.equal(await nextLine(p, 30000), `{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete", "content":[{"type":"text","text":"\\u00e9"}],"big":${BIG}}}`);
+  p.send(MREQ(2, "resources/read", { uri: "raw://gone" }, CAPS));
+  assert.equal(await nextLine(p), `{"jsonrpc":"2.0","id":2,"error":{"code":-32602,"message":"Resource not found","data":{"big":${BIG}}}}`);
+  await p.close();
+});

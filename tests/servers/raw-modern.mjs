@@ -4,7 +4,7 @@
 // line they got. `raw` echoes its request (`keep-meta` too, with more in _meta); `ask-raw` asks for input (params with a big integer) first,
 // then echoes the retry. With --legacy it is a handshake-era server instead: `ask-raw` sends its
 // client an elicitation/create (params with a big integer) and answers the call with the very line
-// of the client's answer.
+// of the client's answer; `raw` answers with a big integer, resources/read with -32002.
 import { createInterface } from "node:readline";
 
 const legacy = process.argv.includes("--legacy");
@@ -45,6 +45,10 @@ function handshakeEra(m, id, line) {
     asking = id;
     return out(`{"jsonrpc":"2.0","id":"e1","method":"elicitation/create","params":{"message":"n?","requestedSchema":{"type":"object","properties":{"n":{"type":"integer"}}},"_meta":{"big":${BIG}}}}`);
   }
+  if (m.method === "tools/call" && m.params.name === "raw")
+    return out(`{"jsonrpc":"2.0","id":${id},"result":{ "content":[{"type":"text","text":"\\u00e9"}],"big":${BIG}}}`);
+  if (m.method === "resources/read")
+    return out(`{"jsonrpc":"2.0","id":${id},"error":{"code":-32002,"message":"Resource not found","data":{"big":${BIG}}}}`);
   if (m.id === "e1" && m.method === undefined)
     return out(`{"jsonrpc":"2.0","id":${asking},"result":{"content":[{"type":"text","text":${JSON.stringify(line)}}]}}`);
   if (m.method) out(`{"jsonrpc":"2.0","id":${id},"error":{"code":-32601,"message":"Method not found"}}`);
