@@ -190,7 +190,7 @@ static int splice_sorted(const Message *m, Splice *s, size_t n, char **ret, size
 
 /* r->sent with the envelope added (a handshake-era client's request to a modern backend): the request's
  * own bytes with the envelope put into its _meta; a modern client's own envelope leaves it as it is. */
-int bridge_prepare_request(Instance *i, Client *c, Route *r) {
+int bridge_prepare_request(Instance *i, Client *c, Route *r, const Message *request) {
         static const char *const envelope_keys[] = {META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL, NULL};
         static const char *const at_meta[] = {"params", "_meta", NULL}, *const at_params[] = {"params", NULL},
                                  *const at_top[] = {NULL};
@@ -205,14 +205,15 @@ int bridge_prepare_request(Instance *i, Client *c, Route *r) {
 
         if (i->era != BACKEND_ERA_MODERN)
                 return 0;
-        k = message_parse(r->sent, r->sent_len, JSONRPC_DEFAULT_MAX_DEPTH, &m);
-        if (k < 0)
-                return k == -ENOMEM ? k : 0; /* what the client sent was checked: this cannot be */
-        params = cJSON_GetObjectItemCaseSensitive(m->json, "params");
+        /* Decided on the request as parsed already: r->sent differs only in the ids we translated. */
+        params = request->params;
         meta = cJSON_GetObjectItemCaseSensitive(params, "_meta");
         if ((params && !cJSON_IsObject(params)) ||
             (meta && (!cJSON_IsObject(meta) || cJSON_GetObjectItemCaseSensitive(meta, META_PROTOCOL_VERSION))))
                 return 0; /* a modern client's own envelope, or nonsense the backend refuses */
+        k = message_parse(r->sent, r->sent_len, JSONRPC_DEFAULT_MAX_DEPTH, &m);
+        if (k < 0)
+                return k == -ENOMEM ? k : 0; /* what the client sent was checked: this cannot be */
         /* A handshake-era client: its initialize said what the envelope says. */
         env = envelope_new(c->init_params);
         members = env ? members_text(env) : NULL;

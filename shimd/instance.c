@@ -551,7 +551,7 @@ static void forward_request(Instance *i, Client *c, const Message *m) {
         track_subscription(c, m);
         k = translate_for_backend(i, r, m, &r->sent, &r->sent_len);
         if (k >= 0)
-                k = bridge_prepare_request(i, c, r);
+                k = bridge_prepare_request(i, c, r, m);
         if (k >= 0)
                 k = instance_send_text(i, r->sent, r->sent_len);
         if (k < 0) {

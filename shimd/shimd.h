@@ -195,7 +195,7 @@ cJSON *bridge_initialize_result_new(const Instance *i, const cJSON *init_params)
 /* params for the shim's own requests (the contract check): the envelope for a modern backend. */
 cJSON *bridge_contract_params(const Instance *i);
 /* r->sent on its way to a modern backend: a handshake-era client's request gets its envelope. */
-int bridge_prepare_request(Instance *i, Client *c, Route *r);
+int bridge_prepare_request(Instance *i, Client *c, Route *r, const Message *m);
 /* The backend answered r: BRIDGE_PASS (send it on as it is), BRIDGE_SENT (an adapted answer went to
  * the client), BRIDGE_CONTINUES (input_required: the client is asked, the request retried). */
 int bridge_response(Instance *i, Route *r, const Message *m);
