@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { ElicitRequestSchema, CreateMessageRequestSchema, ListRootsRequestSchema } from "@modelcontextprotocol/sdk/types.js";
-import { INIT, MCP_LAZY, RawPeer, SERVER_SCRIPTS, SHIMD, TESTS, cleanupPeers, sleep, waitFor } from "./lib/env.mjs";
+import { INIT, MCP_LAZY, RawPeer, SERVER_SCRIPTS, SHIMD, TESTS, cleanupPeers, sleep, unixListening, waitFor } from "./lib/env.mjs";
 import { ENVELOPE, MODERN, MREQ, connectV2, modernManifest, normalise } from "./lib/eras.mjs";
 
 after(cleanupPeers);
@@ -156,14 +156,14 @@ ${["trigger-elicitation-request", "trigger-sampling-request", "get-roots-list"].
 // several frontends are sessions of one shim, as under systemd.
 async function askerOnSocket(name, extra = "") {
   const { spawn } = await import("node:child_process");
-  const { existsSync, mkdtempSync: mk } = await import("node:fs");
+  const { mkdtempSync: mk } = await import("node:fs");
   const sock = join(mk(join(dir, "sock-")), "asker.sock");
   const m = askerManifest(name, `    socket: ${sock}\n    idle_timeout: 10m\n${extra}`);
   const child = spawn("systemd-socket-activate", ["-l", sock, SHIMD, "--manifest", m, "asker"], { stdio: ["ignore", "ignore", "pipe"] });
   let stderr = "";
   child.stderr.setEncoding("utf8").on("data", (d) => (stderr += d));
   after(() => child.kill("SIGKILL"));
-  assert.ok(await waitFor(() => existsSync(sock), 5000), "the socket appears");
+  assert.ok(await waitFor(() => unixListening(sock), 20000), "the socket listens");
   return { manifest: m, stderr: () => stderr, session: () => new RawPeer(MCP_LAZY, ["--manifest", m, "--activation=systemd"]) };
 }
 
@@ -200,7 +200,7 @@ test("requestState: a made-up, replayed, other session's or other request's is r
   assert.deepEqual(done.result, { content: [{ type: "text", text: "q? -> x" }], resultType: "complete" });
   const again = await a.request(retry(8, r1, state, answer), 10000);
   assert.match(again.error.message, /names no call of this session/);
-  assert.match(shim.stderr(), /Connection \d+ sent a requestState that/);
+  assert.ok(await waitFor(() => /Connection \d+ sent a requestState that/.test(shim.stderr()), 20000), shim.stderr());
 
   // Two rounds: each state is good once, an earlier round's is refused; a retry without the answer
   // is asked again.
@@ -233,7 +233,7 @@ test("-32021 when the request that gets the input_required did not declare what 
   assert.equal(r.error?.code, -32021, JSON.stringify(r));
   assert.deepEqual(r.error.data, { requiredCapabilities: { elicitation: {} } });
   // The call ended at the backend: its elicitation got an error.
-  assert.ok(await waitFor(() => /failed: q\?/.test(askerLog("caps.yaml")), 5000), askerLog("caps.yaml"));
+  assert.ok(await waitFor(() => /failed: q\?/.test(askerLog("caps.yaml")), 20000), askerLog("caps.yaml"));
   assert.equal((await p.request(ASK(3, "again?"), 10000)).result.resultType, "input_required");
   await p.close();
 });
@@ -243,8 +243,9 @@ test("a client that never retries: after input_timeout the backend's request get
   const p = new RawPeer(MCP_LAZY, direct(m));
   const r = await p.request(ASK(1), 30000);
   assert.equal(r.result.resultType, "input_required");
-  assert.ok(await waitFor(() => /failed: q\?/.test(askerLog("timeout.yaml")), 5000), "the backend's elicitation failed");
-  assert.match(p.stderr, /Connection \d+ did not retry its tools\/call at backend 'asker' within 1s \(input_timeout\) of being asked for input; cancelling it there/);
+  assert.ok(await waitFor(() => /failed: q\?/.test(askerLog("timeout.yaml")), 20000), "the backend's elicitation failed");
+  const said = /Connection \d+ did not retry its tools\/call at backend 'asker' within 1s \(input_timeout\) of being asked for input; cancelling it there/;
+  assert.ok(await waitFor(() => said.test(p.stderr), 20000), p.stderr);
   const [key] = Object.keys(r.result.inputRequests);
   const late = await p.request(retry(2, r, r.result.requestState, { [key]: { action: "accept", content: { answer: "x" } } }), 10000);
   assert.equal(late.result.isError, true, JSON.stringify(late));
@@ -279,7 +280,7 @@ test("two pooled modern sessions at one handshake-era backend: each answers its 
   const c = await v2("pin", cmd, args, { answers: { elicit: { answer: "gamma" } }, gate: () => gate });
   const d = await v2("pin", cmd, args, { answers: { elicit: { answer: "delta" } } });
   const first = c.callTool({ name: "ask", arguments: { question: "c?" } });
-  assert.ok(await waitFor(() => c.seen.length === 1, 10000));
+  assert.ok(await waitFor(() => c.seen.length === 1, 20000));
   const second = await d.callTool({ name: "ask", arguments: { question: "d?" } });
   assert.equal(second.isError, true);
   assert.match(second.content[0].text, /several client sessions share this backend; mcp-lazy cannot tell which one this request is for/);
