@@ -8,56 +8,91 @@
 
 #include "client-config.h"
 #include "frontend.h"
+#include "hashmap.h"
+#include "log.h"
 #include "import.h"
 #include "macros.h"
 #include "manifest.h"
+#include "printable.h"
+
+#define DIFF_NAMES_SHOWN 20U /* names listed per list; the rest are counted */
 
 typedef struct Diff {
         unsigned added, removed, changed;
         char *names; /* "+a -b ~c" */
 } Diff;
 
+/* The names go to a terminal and a journal: the first few, each made printable, and how many more. */
 static void diff_note(Diff *d, char sign, const char *name) {
+        _cleanup_free_ char *shown = NULL;
+        unsigned n = d->added + d->removed + d->changed; /* this one included */
         char *s = NULL;
 
-        if (asprintf(&s, "%s%s%c%s", d->names ?: "", d->names ? " " : "", sign, name) >= 0) {
+        if (n > DIFF_NAMES_SHOWN)
+                return;
+        shown = text_printable(name, 200);
+        if (shown && asprintf(&s, "%s%s%c%s", d->names ?: "", d->names ? " " : "", sign, shown) >= 0) {
                 free(d->names);
                 d->names = s;
         }
 }
 
+static void diff_done(Diff *d) {
+        unsigned n = d->added + d->removed + d->changed;
+        char *s = NULL;
+
+        if (n > DIFF_NAMES_SHOWN && asprintf(&s, "%s (+%u more)", d->names ?: "", n - DIFF_NAMES_SHOWN) >= 0) {
+                free(d->names);
+                d->names = s;
+        }
+}
+
+/* Each list's items by key (the first of two with one key, as before): lists of up to 100000 items
+ * are compared in linear time, not item by item against each other. */
+static Hashmap *index_list(const cJSON *list, const char *key) {
+        Hashmap *h = hashmap_new();
+        const cJSON *it;
+
+        cJSON_ArrayForEach (it, list) {
+                const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, key));
+                if (h && id && hashmap_put(h, id, (void *) it) == -ENOMEM)
+                        h = hashmap_free(h);
+        }
+        return h;
+}
+
 /* Two lists of objects keyed by 'key': which are only in 'now', only in 'was', or differ. */
 static void diff_lists(const cJSON *was, const cJSON *now, const char *key, Diff *d) {
+        Hashmap *in_was = index_list(was, key), *in_now = index_list(now, key);
         const cJSON *a, *b;
 
+        if (!in_was || !in_now) {
+                hashmap_free(in_was);
+                hashmap_free(in_now);
+                log_oom();
+                return;
+        }
         cJSON_ArrayForEach (b, now) {
-                const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(b, key)) ?: "?";
-                bool found = false;
-                cJSON_ArrayForEach (a, was)
-                        if (streq(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(a, key)) ?: "", id)) {
-                                found = true;
-                                if (!cJSON_Compare(a, b, true)) {
-                                        d->changed++;
-                                        diff_note(d, '~', id);
-                                }
-                                break;
-                        }
-                if (!found) {
+                const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(b, key));
+                a = id ? hashmap_get(in_was, id) : NULL;
+                if (!a) {
                         d->added++;
-                        diff_note(d, '+', id);
+                        diff_note(d, '+', id ?: "?");
+                } else if (!cJSON_Compare(a, b, true)) {
+                        d->changed++;
+                        diff_note(d, '~', id);
                 }
         }
         cJSON_ArrayForEach (a, was) {
-                const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(a, key)) ?: "?";
-                bool found = false;
-                cJSON_ArrayForEach (b, now)
-                        found = found ||
-                                streq(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(b, key)) ?: "", id);
-                if (!found) {
+                const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(a, key));
+                if (!id || !hashmap_get(in_now, id)) {
                         d->removed++;
-                        diff_note(d, '-', id);
+                        diff_note(d, '-', id ?: "?");
                 }
         }
+        diff_done(d);
+        hashmap_free(in_was);
+        hashmap_free(in_now);
 }
 
 /* A backend key of the manifest as JSON (NULL if absent or not convertible). */

@@ -305,3 +305,39 @@ test("import: a project's ./.mcp.json (a repository just cloned) runs only the s
   assert.equal(existsSync(marker), false, "an unapproved server never ran");
   assert.match(readFileSync(join(proj, ".mcp.json"), "utf8"), /"unknown": \{ "command": "\/bin\/sh"|"unknown": \{\n\s+"command": "\/bin\/sh"/);
 });
+
+test("refresh: a list of thousands that changed whole is compared by key and said in a line (the first 20 names, made printable, and a count)", () => {
+  // A server whose resources are named after the word in SEED (read at each resources/list).
+  const lister = join(dir, "lister.mjs");
+  writeFileSync(
+    lister,
+    `import { readFileSync } from "node:fs";
+import { createInterface } from "node:readline";
+const send = (m) => process.stdout.write(JSON.stringify(m) + "\\n");
+createInterface({ input: process.stdin }).on("line", (line) => {
+  const m = JSON.parse(line);
+  const seed = readFileSync(process.env.SEED, "utf8");
+  if (m.method === "initialize") send({ jsonrpc: "2.0", id: m.id, result: { protocolVersion: m.params.protocolVersion, capabilities: { tools: {}, resources: {} }, serverInfo: { name: "lister", version: "1" } } });
+  else if (m.method === "tools/list") send({ jsonrpc: "2.0", id: m.id, result: { tools: [{ name: "t", inputSchema: { type: "object" } }] } });
+  else if (m.method === "resources/list") send({ jsonrpc: "2.0", id: m.id, result: { resources: Array.from({ length: 3000 }, (_, k) => ({ uri: "demo://" + seed + "/" + k, name: "r" + k })) } });
+  else if (m.method === "resources/templates/list") send({ jsonrpc: "2.0", id: m.id, result: { resourceTemplates: [] } });
+  else if (m.id !== undefined) send({ jsonrpc: "2.0", id: m.id, error: { code: -32601, message: "no" } });
+});
+`,
+  );
+  const h = join(dir, `home${++homes}`);
+  mkdirSync(h);
+  const seed = join(h, "seed");
+  writeFileSync(seed, "a");
+  const cfg = join(h, "cfg.json");
+  writeFileSync(cfg, JSON.stringify({ mcpServers: { lister: { command: process.execPath, args: [lister], env: { SEED: seed } } } }));
+  const manifest = join(h, "manifest.yaml");
+  const env = { PATH: process.env.PATH, HOME: h, XDG_STATE_HOME: join(h, "state") };
+  const imp = spawnSync(MCP_LAZY, ["import", "--no-enable", "--manifest", manifest, "--from", cfg], { env, encoding: "utf8", timeout: 120000 });
+  assert.equal(imp.status, 0, imp.stdout + imp.stderr);
+  writeFileSync(seed, "b\u001b[2J");
+  const r = spawnSync(MCP_LAZY, ["refresh", "--check", "--manifest", manifest], { env, encoding: "utf8", timeout: 120000 });
+  assert.equal(r.status, 1, r.stdout + r.stderr);
+  const first = Array.from({ length: 20 }, (_, k) => `+demo://b?[2J/${k}`).join(" ");
+  assert.match(r.stdout, new RegExp(`^  resources: 3000 added, 3000 removed, 0 changed: ${first.replace(/[?[\]/.+]/g, "\\$&")} \\(\\+5980 more\\)$`, "m"));
+});
