@@ -1,7 +1,7 @@
 // bench.mjs — what mcp-lazy costs and saves, measured against the real reference servers.
 //
 //   make bench     (cd tests && MCP_LAZY_BUILD=$PWD/../build node bench/bench.mjs [SECTION...])
-//   BENCH_QUICK=1  fewer runs and no sections 5, 6 and 8, for working on the bench itself (make bench QUICK=1)
+//   BENCH_QUICK=1  fewer runs and no sections 4, 5, 6 and 8, for working on the bench itself (make bench QUICK=1)
 //
 // 1. startup: process start -> tools/list answered, and memory then, for 1/10/100/1000-tool manifests,
 //    each beside a C floor (floor.c) that reads the same manifest and writes the same answer bytes,
@@ -775,7 +775,9 @@ async function main() {
       backends: BACKENDS, runs: RUNS.cold, mcpLazy: MCP_LAZY, shimd: SHIMD, manifest: direct, server, memoryEnv, checkToolResult,
       initialize, initialized, toolsCall,
     }));
-  if (want(4)) await section("section 4", sectionFleet);
+  // The fleet boots a systemd box: half of a QUICK run's 30 s on its own.
+  if (!(QUICK && only.size === 0 && (console.log("\n4. skipped with BENCH_QUICK=1 (a systemd box): node bench/bench.mjs 4"), true)) && want(4))
+    await section("section 4", sectionFleet);
   if (want(7)) await section("section 7", () => sectionThroughput({ floor: FLOOR, shimd: SHIMD, mcpLazy: MCP_LAZY, work: WORK, quick: QUICK }));
   // BENCH_QUICK=1 leaves out what takes longest (unless asked for by number), to stay under 30 s.
   const quickSkip = (n, why) => QUICK && only.size === 0 && (console.log(`\n${n}. skipped with BENCH_QUICK=1 (${why}): node bench/bench.mjs ${n}`), true);
