@@ -156,7 +156,7 @@ clean:
 # build/fuzz/corpus/TARGET/, crashers to build/fuzz/artifacts/TARGET/: keep one as
 # tests/fuzz/corpus/TARGET/crash-WHAT once it is understood (the fuzzer is seeded without those: a known
 # crasher would stop it at once). FUZZ_FLAGS='-fork=2 -ignore_crashes=1' keeps going past crashes.
-FUZZ_TARGETS := framing jsonrpc manifest peek message shim frontend client-config
+FUZZ_TARGETS := framing jsonrpc manifest peek message shim frontend client-config answers
 FUZZ_SECONDS ?= 60
 FUZZ_CC ?= clang
 FUZZ_SAN := -fsanitize=fuzzer,address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -199,6 +199,15 @@ $(S)/fuzz/fuzz-frontend: tests/fuzz/fuzz-frontend.c tests/fuzz/fuzz.h $(S)/fuzz/
 	$(CC) $(ALL_CFLAGS) $(SAN) -Itests/fuzz -Ifrontend -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
 
 $(B)/fuzz/fuzz-frontend: tests/fuzz/fuzz-frontend.c tests/fuzz/fuzz.h $(call objs,$(B)/fuzz/obj,$(COMMON_SRC) $(FUZZ_FRONTEND_SRC))
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(ALL_CFLAGS) $(FUZZ_SAN) -O1 -Itests/fuzz -Ifrontend -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
+
+# fuzz-answers: prepared answers files, damaged or forged (frontend/answers.c, with what it prints from).
+$(S)/fuzz/fuzz-answers: tests/fuzz/fuzz-answers.c tests/fuzz/fuzz.h $(S)/fuzz/replay.o $(call objs,$(S),$(COMMON_SRC) $(FUZZ_FRONTEND_SRC))
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(SAN) -Itests/fuzz -Ifrontend -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
+
+$(B)/fuzz/fuzz-answers: tests/fuzz/fuzz-answers.c tests/fuzz/fuzz.h $(call objs,$(B)/fuzz/obj,$(COMMON_SRC) $(FUZZ_FRONTEND_SRC))
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(ALL_CFLAGS) $(FUZZ_SAN) -O1 -Itests/fuzz -Ifrontend -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
 

@@ -99,6 +99,16 @@ static uint64_t file_sum(const char *buf, size_t len) {
         return hash64(hash64(1, &h, sizeof h), buf + sizeof h, len - sizeof h);
 }
 
+void answers_seal(char *buf, size_t len) {
+        Header h;
+
+        memcpy(&h, buf, sizeof h);
+        h.size = len;
+        memcpy(buf, &h, sizeof h);
+        h.sum = file_sum(buf, len);
+        memcpy(buf, &h, sizeof h);
+}
+
 /* ---- building ---- */
 
 typedef struct Out {
@@ -253,10 +263,8 @@ int answers_build(const Manifest *m, const char *key, const struct stat *st, Ans
                         return r;
                 memcpy(o.buf + table, pages, h.n_pages * sizeof(Seg));
         }
-        h.size = o.len;
         memcpy(o.buf, &h, sizeof h);
-        h.sum = file_sum(o.buf, o.len);
-        memcpy(o.buf, &h, sizeof h);
+        answers_seal(o.buf, o.len);
         a = answers_new(o.buf, o.len, st);
         if (!a)
                 return -ENOMEM;

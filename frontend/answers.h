@@ -34,6 +34,8 @@ int answers_build(const Manifest *m, const char *key, const struct stat *st, Ans
 /* The answers file written for key: -ENOENT when it is missing, stale, not ours, or fails any check
  * (a bad file is a miss, never an error). */
 int answers_load(const char *file, const char *key, const struct stat *st, Answers **ret);
+/* Writes the size and checksum of the answers file in buf (what a forger would do too: tests). */
+void answers_seal(char *buf, size_t len);
 /* Best effort: replaces file atomically. */
 int answers_save(const Answers *a, const char *file);
 Answers *answers_free(Answers *a);
