@@ -43,6 +43,20 @@ static void help(void) {
                "  --version, --help\n");
 }
 
+/* Under the system manager a backend runs as the user mcp-lazy-NAME (DynamicUser=), and systemd's user
+ * names are at most 31 characters of A-Za-z0-9_-. */
+#define SYSTEM_USER_PREFIX   "mcp-lazy-"
+#define SYSTEM_USER_NAME_MAX 31U
+
+static bool system_user_name_ok(const char *name) {
+        if (strlen(SYSTEM_USER_PREFIX) + strlen(name) > SYSTEM_USER_NAME_MAX)
+                return false;
+        for (const char *p = name; *p; p++)
+                if (!strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-", *p))
+                        return false;
+        return true;
+}
+
 static int check(const char *path) {
         _cleanup_(manifest_freep) Manifest *m = NULL;
         _cleanup_free_ char *err = NULL;
@@ -69,6 +83,17 @@ static int check(const char *path) {
                 for (char **a = b->command; a && *a; a++)
                         printf(" %s", *a);
                 printf("\n");
+        }
+        for (size_t i = 0; i < m->n_backends; i++) {
+                const char *n = m->backends[i].name;
+                if (m->backends[i].remote.kind != REMOTE_NONE || system_user_name_ok(n))
+                        continue;
+                fprintf(stderr,
+                        "warning: backend '%s': under the system manager it would run as the user '" SYSTEM_USER_PREFIX
+                        "%s', which systemd refuses (at most %u characters of A-Za-z0-9_-, so a backend name of at "
+                        "most %zu): give mcp-lazy@%s.service a User= of its own in a drop-in ('systemctl edit "
+                        "mcp-lazy@%s.service'), or rename the backend; a user manager runs it as it is\n",
+                        n, n, SYSTEM_USER_NAME_MAX, SYSTEM_USER_NAME_MAX - strlen(SYSTEM_USER_PREFIX), n, n);
         }
         return 0;
 }

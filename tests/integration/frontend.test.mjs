@@ -214,6 +214,21 @@ test("mcp-lazy check: every manifest in manifests/ passes; bad ones get file:lin
   await sleep(0);
 });
 
+test("mcp-lazy check warns of backend names the system manager's sandbox user cannot carry", async () => {
+  const ok = "a".repeat(22);
+  const long = "b".repeat(23);
+  const path = manifest(
+    "names.yaml",
+    `backends:\n  ${ok}: {command: [x]}\n  ${long}: {command: [x]}\n  my.server: {command: [x]}\n  far.away: {host: "ssh://h"}\n` +
+      `tools:\n  - {name: t, backend: ${ok}, input_schema: {type: object}}\n`,
+  );
+  const p = new RawPeer(MCP_LAZY, ["check", path]);
+  assert.equal((await p.exited).code, 0, "a user manager runs them all: a warning, not an error");
+  const warned = [...p.stderr.matchAll(/^warning: backend '([^']+)'/gm)].map((m) => m[1]);
+  assert.deepEqual(warned, [long, "my.server"], p.stderr);
+  assert.match(p.stderr, new RegExp(`user 'mcp-lazy-${long}', which systemd refuses \\(at most 31 characters of A-Za-z0-9_-, so a backend name of at most 22\\): give mcp-lazy@${long}.service a User= of its own`));
+});
+
 test("a changed manifest is reloaded and announced; a broken one is refused and the old one stays", async () => {
   const path = manifest("reload.yaml", "backends:\n  b: {command: [x]}\ntools:\n  - {name: one, backend: b, input_schema: {type: object}}\n");
   const p = peer(path);
