@@ -220,6 +220,7 @@ Client *client_free(Client *c) {
                                 s->n_clients--;
                         break;
                 }
+        roots_client_free(c);
         hashmap_free(c->pending);
         channel_free(c->ch);
         cJSON_Delete(c->init_params);
@@ -242,9 +243,34 @@ void client_fail_request(Client *c, const Message *m, const char *text) {
                 client_send(c, r);
 }
 
+int client_attach(Client *c, char *text, size_t size) {
+        int r = instance_get(c->shim, c, &c->instance);
+
+        if (r == -EUSERS) {
+                c->init_params = (cJSON_Delete(c->init_params), NULL);
+                free(c->refused);
+                c->refused = strdup("this backend already runs for as many client configurations as it may (8); "
+                                    "try again later");
+                snprintf(text, size, "%s", c->refused ?: "no room for another client configuration");
+        } else if (r == -EDQUOT) {
+                c->init_params = (cJSON_Delete(c->init_params), NULL);
+                (void) peer_may_start_instance(c->shim, c->uid, text, size);
+        } else if (r < 0)
+                snprintf(text, size, "out of memory");
+        return r;
+}
+
+/* Its roots are asked for first when they are part of its pool key (roots.c). */
+static void ask_roots(Client *c, Message *m) {
+        if (roots_hold(c, m) < 0)
+                return;
+        if (roots_ask(c) < 0)
+                roots_failed(c, "cannot ask the client for its roots");
+}
+
 static void handle_initialize(Client *c, Message *m) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(m->params, "protocolVersion");
-        int r;
+        char text[512];
 
         if (!cJSON_IsObject(m->params) || !cJSON_IsString(v))
                 return reply_error(c, m->id_json, JSONRPC_INVALID_PARAMS,
@@ -252,27 +278,16 @@ static void handle_initialize(Client *c, Message *m) {
         if (c->init_params)
                 return reply_error(c, m->id_json, JSONRPC_INVALID_REQUEST, "the connection is already initialized");
         c->init_params = cJSON_Duplicate(m->params, true);
-        r = c->init_params ? instance_get(c->shim, c, &c->instance) : -ENOMEM;
-        if (r == -EUSERS) {
-                c->init_params = (cJSON_Delete(c->init_params), NULL);
-                free(c->refused);
-                c->refused = strdup("this backend already runs for as many client configurations as it may (8); "
-                                    "try again later");
-                return reply_error(c, m->id_json, JSONRPC_INTERNAL_ERROR,
-                                   c->refused ?: "no room for another client configuration");
-        }
-        if (r == -EDQUOT) {
-                char text[512];
-                c->init_params = (cJSON_Delete(c->init_params), NULL);
-                (void) peer_may_start_instance(c->shim, c->uid, text, sizeof text);
-                return reply_error(c, m->id_json, JSONRPC_INTERNAL_ERROR, text);
-        }
-        if (r < 0)
+        if (!c->init_params)
                 return reply_error(c, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+        if (roots_pooled(c))
+                return ask_roots(c, m);
+        if (client_attach(c, text, sizeof text) < 0)
+                return reply_error(c, m->id_json, JSONRPC_INTERNAL_ERROR, text);
         instance_submit(c->instance, c, m);
 }
 
-static void handle_message(Client *c, Message *m) {
+void client_handle_message(Client *c, Message *m) {
         char text[512];
 
         if (c->over_limit) {
@@ -311,13 +326,27 @@ static void handle_message(Client *c, Message *m) {
                 }
                 if (!c->instance && c->refused)
                         return client_fail_request(c, m, c->refused);
+                if (!c->instance && c->init_params && roots_pooled(c))
+                        return ask_roots(c, m); /* asked before, or asked again after no answer */
                 if (!c->instance)
                         return reply_error(c, m->id_json, JSONRPC_INVALID_REQUEST, "send initialize first");
                 return instance_submit(c->instance, c, m);
         case JSONRPC_NOTIFICATION:
                 /* The backend got its own notifications/initialized when it started. */
-                if (streq(m->method, "notifications/initialized") || !c->instance)
+                if (streq(m->method, "notifications/initialized"))
                         return;
+                if (!c->instance && c->roots_asking)
+                        return (void) roots_hold(c, m);
+                if (!c->instance)
+                        return;
+                /* Roots that key its pool: the shim asks again, and moves it if they changed; a backend
+                 * shared with other sessions never hears of one session's roots. */
+                if (streq(m->method, "notifications/roots/list_changed") && roots_pooled(c)) {
+                        if (roots_ask(c) < 0)
+                                log_warning("Cannot ask connection %llu for its roots again.",
+                                            (unsigned long long) c->serial);
+                        return;
+                }
                 if (streq(m->method, "notifications/cancelled"))
                         return instance_cancel(c->instance, c, m);
                 if (streq(m->method, "notifications/progress"))
@@ -347,7 +376,7 @@ void client_handle_line(Client *c, const char *line, size_t len) {
         if (r < 0)
                 return reply_error(c, NULL, JSONRPC_PARSE_ERROR,
                                    "Parse error: a message must be one line of valid UTF-8 JSON");
-        handle_message(c, m);
+        client_handle_message(c, m);
 }
 
 /* A line past the limit: refused under its own id when its beginning shows one. */

@@ -45,13 +45,13 @@ static const char *iname(const Instance *i) {
         return i->shim->backend->name;
 }
 
-static char *pool_key(const cJSON *init_params) {
+char *pool_key(const cJSON *init_params, const char *roots_key) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(init_params, "protocolVersion");
         _cleanup_free_ char *caps =
                 cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(init_params, "capabilities"));
         char *k = NULL;
 
-        if (asprintf(&k, "%s %s", cJSON_GetStringValue(v) ?: "", caps ?: "{}") < 0)
+        if (asprintf(&k, "%s %s%s", cJSON_GetStringValue(v) ?: "", caps ?: "{}", roots_key ?: "") < 0)
                 return NULL;
         return k;
 }
@@ -98,7 +98,7 @@ static Instance *instance_new(Shim *s, char *key) {
 }
 
 int instance_get(Shim *s, Client *c, Instance **ret) {
-        _cleanup_free_ char *key = pool_key(c->init_params);
+        _cleanup_free_ char *key = pool_key(c->init_params, c->roots_key);
         Instance *i;
 
         if (!key)
@@ -132,6 +132,8 @@ int instance_get(Shim *s, Client *c, Instance **ret) {
                         i->owner_uid = c->uid;
                         i->n_clients = 1;
                         i->session_owned = s->backend->sharing == SHARING_SESSION;
+                        cJSON_Delete(i->roots);
+                        i->roots = cJSON_Duplicate(c->roots, true);
                         log_info("Backend '%s' (pid %d), started ahead, serves its first session.", iname(i),
                                  (int) i->pid);
                         *ret = i;
@@ -143,6 +145,7 @@ int instance_get(Shim *s, Client *c, Instance **ret) {
         if (!i)
                 return -ENOMEM;
         key = NULL;
+        i->roots = cJSON_Duplicate(c->roots, true);
         i->owner_uid = c->uid;
         i->n_clients = 1;
         i->session_owned = s->backend->sharing == SHARING_SESSION;
@@ -353,6 +356,7 @@ Instance *instance_free(Instance *i) {
         cJSON_Delete(i->init_result);
         cJSON_Delete(i->init_params);
         cJSON_Delete(i->late_discover);
+        cJSON_Delete(i->roots);
         free(i->last_exit);
         free(i->key);
         free(i);
@@ -529,6 +533,7 @@ static void forward_request(Instance *i, Client *c, const Message *m) {
         if (!r)
                 return client_fail_request(c, m, "out of memory");
         r->backend_id = i->next_id++;
+        r->instance = i;
         r->client = c;
         r->client_id = strdup(m->id_text);
         r->method = strdup(m->method);
@@ -911,6 +916,8 @@ static void handle_backend_notification(Instance *i, const Message *m) {
 static void handle_backend_request(Instance *i, const Message *m) {
         _cleanup_json_ cJSON *reply = NULL;
 
+        if (streq(m->method, "roots/list") && roots_answer_backend(i, m))
+                return;
         if (!streq(m->method, "ping"))
                 return upcall_forward(i, m);
         reply = jsonrpc_result_new(m->id_json, cJSON_CreateObject());
@@ -1361,9 +1368,9 @@ void instance_cancel(Instance *i, Client *c, const Message *m) {
                 }
                 return; /* already answered, or never ours: the spec says to ignore it */
         }
-        (void) send_to_backend(i, r, m);
+        (void) send_to_backend(r->instance, r, m);
         /* The late answer, if any, is dropped: the client has stopped waiting. */
-        route_remove(i, r);
+        route_remove(r->instance, r);
         shim_update(i->shim);
 }
 
@@ -1381,9 +1388,9 @@ void instance_forget_client(Instance *i, Client *c) {
                     cJSON_AddStringToObject(params, "reason", "the client disconnected")) {
                         m = jsonrpc_notification_new("notifications/cancelled", TAKE_PTR(params));
                         if (m)
-                                (void) instance_send(i, m);
+                                (void) instance_send(r->instance, m);
                 }
-                route_remove(i, r);
+                route_remove(r->instance, r);
         }
         for (QueueItem **q = &i->queue; *q;) {
                 if ((*q)->client == c) {
@@ -1402,6 +1409,11 @@ void instance_forget_client(Instance *i, Client *c) {
         }
 }
 
+void instance_leave(Instance *i, Client *c) {
+        instance_forget_tasks(i, c);
+        i->n_clients--;
+}
+
 /* lifecycle: warm or resident: the backend starts with the shim, before any session, initialized
  * as the newest protocol version's client with no capabilities. The first session takes it. */
 int instance_start_ahead(Shim *s) {
@@ -1417,7 +1429,7 @@ int instance_start_ahead(Shim *s) {
             !cJSON_AddStringToObject(info, "name", "mcp-lazy-shimd") ||
             !cJSON_AddStringToObject(info, "version", MCP_LAZY_VERSION))
                 return -ENOMEM;
-        i = instance_new(s, pool_key(params));
+        i = instance_new(s, pool_key(params, NULL));
         if (!i || !i->key) {
                 instance_free(i);
                 return -ENOMEM;

@@ -39,6 +39,8 @@
 #define UPCALL_ID_PREFIX      "mcp-lazy-upcall:"
 /* Sessions per peer (uid) other than root and the shim's own user: a share of max_sessions. */
 #define PEER_SESSIONS_SHARE(max) ((max) - (max) / 4U)
+#define ROOTS_TIMEOUT_USEC    (10ULL * 1000000ULL) /* the shim's own roots/list to a session */
+#define ROOTS_MAX_BYTES       65536U               /* a session's roots, as the pool keeps them */
 /* initialize of a backend started ahead of any call (lifecycle warm, resident) */
 #define SHIM_AHEAD_PROTOCOL_VERSION "2025-11-25"
 
@@ -48,6 +50,7 @@ typedef struct Instance Instance;
 typedef struct QueueItem QueueItem;
 typedef struct ProgressMemo ProgressMemo;
 typedef struct Mrtr Mrtr;
+typedef struct HeldItem HeldItem;
 
 /* The era of MCP a backend process speaks (manifest `protocol`, or found out when it starts). */
 typedef enum BackendEra {
@@ -66,6 +69,7 @@ typedef enum InstanceState {
 /* One request from a client in flight at a backend, under the backend-side id. */
 typedef struct Route {
         int64_t backend_id;
+        Instance *instance; /* where it is in flight (a session whose roots changed has moved on) */
         Client *client;
         char *client_id;     /* the exact text of the client's id: the key in Client.pending */
         char *client_token;  /* _meta.progressToken as the client sent it, if any */
@@ -90,7 +94,8 @@ typedef struct Route {
 
 struct Instance {
         Shim *shim;
-        char *key; /* pool key: protocol version + client capabilities */
+        char *key; /* pool key: protocol version + client capabilities (+ roots, roots.c) */
+        cJSON *roots; /* what its sessions answered to roots/list ({"result":...} or {"error":...}) */
         InstanceState state;
         pid_t pid;
         sd_event_source *child_source, *timer_source;
@@ -142,6 +147,14 @@ struct Client {
         bool eof;
         bool modern;       /* sent requests in the 2026-07-28 era: it takes no requests from a backend */
         cJSON *mrtr_ended; /* requestState -> what its retry gets: calls that ended while their retry was awaited */
+        /* roots.c: a session pooled by its roots is asked for them before it gets a backend */
+        HeldItem *held;      /* what it sent meanwhile */
+        unsigned n_held;
+        Message *held_init;  /* its initialize */
+        sd_event_source *roots_timer;
+        bool roots_asking, roots_stale;
+        cJSON *roots; /* its answer, as the pool keeps it */
+        char *roots_key;
         Client *next;
 };
 
@@ -220,6 +233,22 @@ void client_progress(Client *c, const Message *m);
 /* upcalls.c: the backend whose open request to c carries this progress token (its text), if any. */
 Instance *upcall_progress_target(Client *c, const char *text, size_t len);
 
+/* roots.c */
+/* The client declares roots and its backend is pooled with other sessions: roots are part of its key. */
+bool roots_pooled(const Client *c);
+/* Holds a message until the session's roots are known. */
+int roots_hold(Client *c, Message *m);
+/* Asks the client for its roots (again, after notifications/roots/list_changed). */
+int roots_ask(Client *c);
+void roots_answered(Client *c, const cJSON *answer);
+void roots_failed(Client *c, const char *text);
+/* A backend's roots/list: answered by the shim for a pooled backend (false: its one session answers). */
+bool roots_answer_backend(Instance *i, const Message *m);
+void roots_client_free(Client *c);
+/* upcalls.c: the shim's own roots/list to a client */
+int upcall_roots(Client *c);
+void upcall_drop_roots(Client *c);
+
 /* tasks.c: a shared backend's tasks/list answer with only the tasks of c (*ret NULL: all are c's). */
 int tasks_list_filter(Instance *i, Client *c, const Message *m, Message **ret);
 Client *instance_task_owner(Instance *i, const char *text, size_t len);
@@ -265,6 +294,9 @@ void client_send_text(Client *c, const char *text, size_t len);
 void client_send_draining(Client *c);
 /* One line the client sent (also the fuzz target's way in). */
 void client_handle_line(Client *c, const char *line, size_t len);
+void client_handle_message(Client *c, Message *m);
+/* Gives the client its backend instance (its pool key's); < 0 with a sentence in text. */
+int client_attach(Client *c, char *text, size_t size);
 /* Leaves the client's backend instance (its calls there are cancelled). */
 void client_detach(Client *c);
 
@@ -282,6 +314,10 @@ Instance *instance_free(Instance *i);
 void instance_submit(Instance *i, Client *c, Message *m);
 /* The client is leaving: its calls are cancelled at the backend. */
 void instance_forget_client(Instance *i, Client *c);
+/* The client moves to another instance: its calls here finish here. */
+void instance_leave(Instance *i, Client *c);
+/* The pool key of a client configuration: protocol version, capabilities, and roots (NULL: none). */
+char *pool_key(const cJSON *init_params, const char *roots_key);
 void instance_cancel(Instance *i, Client *c, const Message *m);
 /* Answers a client's request with a failure: a tool error for tools/call, else a JSON-RPC error. */
 void client_fail_request(Client *c, const Message *m, const char *text);

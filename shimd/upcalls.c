@@ -19,6 +19,7 @@ typedef struct Upcall {
         /* An input request of a bridged call (bridge.c): the call's route and the request's key. */
         int64_t bridge_route;
         char *input_key;
+        bool roots; /* the shim's own roots/list (roots.c): no backend waits for it */
 } Upcall;
 
 static void upcall_free(Upcall *u) {
@@ -61,15 +62,6 @@ static Client *pick_client(Instance *i, unsigned *ret_calling) {
         return NULL;
 }
 
-/* roots/list carries nothing of a session to another: it only asks, and every session of a pooled
- * backend shares what that backend keeps. Any session it serves may answer. */
-static Client *any_client(Instance *i) {
-        for (Client *c = i->shim->clients; c; c = c->next)
-                if (c->instance == i && !c->modern)
-                        return c;
-        return NULL;
-}
-
 /* The one id an upcall's message carries across this hop: ours toward the client, the backend's back. */
 static int map_upcall_id(void *userdata, const IdField *f, char **ret) {
         const char *text = userdata;
@@ -101,8 +93,6 @@ void upcall_forward(Instance *i, const Message *m) {
 
         if (mrtr_upcall(i, c, m))
                 return;
-        if (!c && streq(m->method, "roots/list"))
-                c = any_client(i);
         if (!c) {
                 log_warning("Backend '%s' sent %s while %u sessions were calling it; refused it, since mcp-lazy cannot "
                             "tell which session it is for (use sharing: session for this backend).",
@@ -173,6 +163,42 @@ Instance *upcall_progress_target(Client *c, const char *text, size_t len) {
         return NULL;
 }
 
+int upcall_roots(Client *c) {
+        Shim *s = c->shim;
+        _cleanup_json_ cJSON *req = NULL, *id = NULL;
+        Upcall *u;
+        char key[64];
+
+        if (hashmap_size(s->upcalls) >= CLIENT_MAX_PENDING)
+                return -ENOBUFS;
+        snprintf(key, sizeof key, UPCALL_ID_PREFIX "%llu", (unsigned long long) ++s->next_upcall);
+        u = calloc(1, sizeof *u);
+        id = cJSON_CreateString(key);
+        req = id ? jsonrpc_request_new(id, "roots/list", NULL) : NULL;
+        if (!u || !req || !(u->key = strdup(key)) || hashmap_put(s->upcalls, u->key, u) < 0) {
+                upcall_free(u);
+                return -ENOMEM;
+        }
+        u->client = c;
+        u->roots = true;
+        log_debug("Asking connection %llu for its roots as %s.", (unsigned long long) c->serial, key);
+        client_send(c, req);
+        return 0;
+}
+
+void upcall_drop_roots(Client *c) {
+        size_t state = 0;
+        void *v;
+
+        while (hashmap_iterate(c->shim->upcalls, &state, NULL, &v)) {
+                Upcall *u = v;
+                if (u->roots && u->client == c) {
+                        hashmap_remove(c->shim->upcalls, u->key);
+                        upcall_free(u);
+                }
+        }
+}
+
 bool upcall_answer(Client *c, const Message *m) {
         Shim *s = c->shim;
         Upcall *u;
@@ -183,7 +209,9 @@ bool upcall_answer(Client *c, const Message *m) {
         if (!u || u->client != c)
                 return false;
         hashmap_remove(s->upcalls, u->key);
-        if (u->input_key) {
+        if (u->roots)
+                roots_answered(c, m->json);
+        else if (u->input_key) {
                 Span rs;
                 _cleanup_free_ char *result = message_find(m, (const char *const[]){"result", NULL}, &rs) >= 0
                                                       ? message_span_dup(m, rs)
@@ -202,7 +230,9 @@ bool upcall_fail(Client *c, const cJSON *id, const char *text) {
         if (!cJSON_IsString(id) || !(u = hashmap_get(s->upcalls, id->valuestring)) || u->client != c)
                 return false;
         hashmap_remove(s->upcalls, u->key);
-        if (u->input_key) {
+        if (u->roots)
+                roots_failed(c, text);
+        else if (u->input_key) {
                 /* An input request of a bridged call: that call fails, saying why. */
                 _cleanup_json_ cJSON *m = cJSON_CreateObject();
                 cJSON *e = m ? cJSON_AddObjectToObject(m, "error") : NULL;
