@@ -262,7 +262,7 @@ int client_attach(Client *c, char *text, size_t size) {
 
 /* Its roots are asked for first when they are part of its pool key (roots.c). */
 static void ask_roots(Client *c, Message *m) {
-        if (roots_hold(c, m) < 0)
+        if (roots_hold(c, m) < 0 || c->roots_asking)
                 return;
         if (roots_ask(c) < 0)
                 roots_failed(c, "cannot ask the client for its roots");
