@@ -59,6 +59,32 @@ test("real backends work as unprivileged users of their own; a drop-in grants on
   await s.close();
 });
 
+test("a secret in an EnvironmentFile= drop-in reaches its backend, not the socket group's members (README)", async () => {
+  await fleet.sh(`install -m 0600 -D /dev/stdin /etc/mcp-lazy/secrets/everything.env <<<'MCP_LAZY_TEST_SECRET=s3cret-value'
+    mkdir -p /etc/systemd/system/mcp-lazy@everything.service.d
+    printf '[Service]\\nEnvironmentFile=/etc/mcp-lazy/secrets/everything.env\\n' > /etc/systemd/system/mcp-lazy@everything.service.d/secret.conf
+    systemctl daemon-reload; systemctl stop mcp-lazy@everything.service`);
+  try {
+    const s = await fleet.session();
+    const env = JSON.parse((await s.callTool({ name: "get-env", arguments: {} })).content[0].text);
+    assert.equal(env.MCP_LAZY_TEST_SECRET, "s3cret-value");
+    // alice may connect (group mcp-lazy) and read the manifest, but not the secret: not its file, not
+    // the unit's properties, not the running backend's environment.
+    const r = await fleet.try(`pid=$(systemctl show -P MainPID mcp-lazy@everything.service)
+      runuser -u alice -- head -c 100 /etc/mcp-lazy/manifest.yaml >/dev/null && echo manifest-readable
+      runuser -u alice -- cat /etc/mcp-lazy/secrets/everything.env
+      runuser -u alice -- systemctl show mcp-lazy@everything.service
+      runuser -u alice -- cat /proc/$pid/environ
+      for p in $(pgrep -u mcp-lazy-everything); do runuser -u alice -- cat /proc/$p/environ; done`);
+    assert.match(r.stdout, /^manifest-readable$/m);
+    assert.match(r.stdout, /^EnvironmentFiles=\/etc\/mcp-lazy\/secrets\/everything\.env /m, "the unit names the file");
+    assert.ok(!(r.stdout + r.stderr).includes("s3cret-value"), r.stdout + r.stderr);
+    await s.close();
+  } finally {
+    await fleet.sh("rm -rf /etc/systemd/system/mcp-lazy@everything.service.d/secret.conf; systemctl daemon-reload");
+  }
+});
+
 test("systemd-analyze security: the exposure of the service template, and what could not be tightened", async () => {
   // As installed: without the drop-in that lets the sanitizer builds' leak check use ptrace.
   const out = await fleet.sh(`mv /etc/systemd/system/mcp-lazy@.service.d/sanitizer.conf /root/; systemctl daemon-reload
