@@ -60,7 +60,9 @@ test("real backends work as unprivileged users of their own; a drop-in grants on
 });
 
 test("a secret in an EnvironmentFile= drop-in reaches its backend, not the socket group's members (README)", async () => {
-  await fleet.sh(`install -m 0600 -D /dev/stdin /etc/mcp-lazy/secrets/everything.env <<<'MCP_LAZY_TEST_SECRET=s3cret-value'
+  // server-everything's get-env shows its environment (tools: is the manifest's last section).
+  await fleet.sh(`grep -q 'name: get-env' /etc/mcp-lazy/manifest.yaml || echo '  - {name: get-env, backend: everything, input_schema: {type: object}}' >> /etc/mcp-lazy/manifest.yaml
+    install -m 0600 -D /dev/stdin /etc/mcp-lazy/secrets/everything.env <<<'MCP_LAZY_TEST_SECRET=s3cret-value'
     mkdir -p /etc/systemd/system/mcp-lazy@everything.service.d
     printf '[Service]\\nEnvironmentFile=/etc/mcp-lazy/secrets/everything.env\\n' > /etc/systemd/system/mcp-lazy@everything.service.d/secret.conf
     systemctl daemon-reload; systemctl stop mcp-lazy@everything.service`);

@@ -45,7 +45,6 @@ export function fleetManifest({ postgres = false, idle = `${IDLE_MS}ms` } = {}) 
   m += tool("create_entities", "memory", { entities: { type: "array" } });
   m += tool("echo", "everything", { message: { type: "string" } });
   m += tool("get-sum", "everything", { a: { type: "number" }, b: { type: "number" } });
-  m += tool("get-env", "everything");
   m += tool("trigger-long-running-operation", "everything", { duration: { type: "number" }, steps: { type: "number" } });
   m += tool("list_allowed_directories", "files");
   m += tool("search_nodes", "npxmem", { query: { type: "string" } });
