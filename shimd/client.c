@@ -260,14 +260,6 @@ int client_attach(Client *c, char *text, size_t size) {
         return r;
 }
 
-/* Its roots are asked for first when they are part of its pool key (roots.c). */
-static void ask_roots(Client *c, Message *m) {
-        if (roots_hold(c, m) < 0 || c->roots_asking)
-                return;
-        if (roots_ask(c) < 0)
-                roots_failed(c, "cannot ask the client for its roots");
-}
-
 static void handle_initialize(Client *c, Message *m) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(m->params, "protocolVersion");
         char text[512];
@@ -280,8 +272,9 @@ static void handle_initialize(Client *c, Message *m) {
         c->init_params = cJSON_Duplicate(m->params, true);
         if (!c->init_params)
                 return reply_error(c, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+        /* Its roots are asked for first when they are part of its pool key (roots.c). */
         if (roots_pooled(c))
-                return ask_roots(c, m);
+                return roots_begin(c, m);
         if (client_attach(c, text, sizeof text) < 0)
                 return reply_error(c, m->id_json, JSONRPC_INTERNAL_ERROR, text);
         instance_submit(c->instance, c, m);
@@ -326,8 +319,8 @@ void client_handle_message(Client *c, Message *m) {
                 }
                 if (!c->instance && c->refused)
                         return client_fail_request(c, m, c->refused);
-                if (!c->instance && c->init_params && roots_pooled(c))
-                        return ask_roots(c, m); /* asked before, or asked again after no answer */
+                if (!c->instance && c->init_params && (roots_pooled(c) || roots_pending(c)) && roots_request(c, m))
+                        return; /* asked before, or asked again after no answer */
                 if (!c->instance)
                         return reply_error(c, m->id_json, JSONRPC_INVALID_REQUEST, "send initialize first");
                 return instance_submit(c->instance, c, m);
@@ -335,7 +328,7 @@ void client_handle_message(Client *c, Message *m) {
                 /* The backend got its own notifications/initialized when it started. */
                 if (streq(m->method, "notifications/initialized"))
                         return;
-                if (!c->instance && c->roots_asking)
+                if (!c->instance && roots_pending(c))
                         return (void) roots_hold(c, m);
                 if (!c->instance)
                         return;

@@ -24,8 +24,14 @@ bool roots_pooled(const Client *c) {
 
         /* One session per backend (sharing: session, or a shim of one connection): its backend asks
          * it directly, as without mcp-lazy. A modern backend gets roots with each request. */
+        /* A 2026-07-28 client takes no requests from a server: its sessions are pooled apart (see
+         * roots_request()). */
         return s->backend->sharing == SHARING_POOLED && !s->inetd && s->backend->protocol != PROTOCOL_MODERN &&
-               s->learned_era != BACKEND_ERA_MODERN && cJSON_GetObjectItemCaseSensitive(caps, "roots");
+               s->learned_era != BACKEND_ERA_MODERN && !c->modern && cJSON_GetObjectItemCaseSensitive(caps, "roots");
+}
+
+bool roots_pending(const Client *c) {
+        return c->held_init || c->roots_waiting || c->roots_asking;
 }
 
 static void held_free(Client *c) {
@@ -63,11 +69,20 @@ int roots_hold(Client *c, Message *m) {
         return 0;
 }
 
+static int arm(Client *c, uint64_t usec);
+
 static int on_roots_timeout(sd_event_source *source, uint64_t usec, void *userdata) {
         Client *c = userdata;
         char text[256];
 
         (void) source, (void) usec;
+        if (c->roots_waiting) {
+                /* No request came with initialize: a client that waits for its answer. Ask now. */
+                c->roots_waiting = false;
+                if (roots_ask(c) < 0)
+                        roots_failed(c, "cannot ask the client for its roots");
+                return 0;
+        }
         snprintf(text, sizeof text,
                  "the client did not answer mcp-lazy's roots/list within %llu s (backend '%s' is pooled by its "
                  "sessions' roots); call again",
@@ -89,15 +104,31 @@ int roots_ask(Client *c) {
                 return r;
         c->roots_asking = true;
         c->roots_stale = false;
+        return arm(c, ROOTS_TIMEOUT_USEC);
+}
+
+static int arm(Client *c, uint64_t usec) {
+        int r;
+
         if (!c->roots_timer)
-                r = sd_event_add_time_relative(c->shim->event, &c->roots_timer, CLOCK_MONOTONIC, ROOTS_TIMEOUT_USEC, 0,
-                                               on_roots_timeout, c);
-        else {
-                r = sd_event_source_set_time_relative(c->roots_timer, ROOTS_TIMEOUT_USEC);
-                if (r >= 0)
-                        r = sd_event_source_set_enabled(c->roots_timer, SD_EVENT_ONESHOT);
-        }
+                return sd_event_add_time_relative(c->shim->event, &c->roots_timer, CLOCK_MONOTONIC, usec, 0,
+                                                  on_roots_timeout, c);
+        r = sd_event_source_set_time_relative(c->roots_timer, usec);
+        if (r >= 0)
+                r = sd_event_source_set_enabled(c->roots_timer, SD_EVENT_ONESHOT);
         return r;
+}
+
+/* The roots question waits a moment after initialize: a frontend sends its first call with it, and a
+ * 2026-07-28 client's call (its envelope) says not to ask at all. */
+void roots_begin(Client *c, Message *init) {
+        (void) roots_hold(c, init);
+        c->roots_waiting = true;
+        if (arm(c, ROOTS_GRACE_USEC) < 0) {
+                c->roots_waiting = false;
+                if (roots_ask(c) < 0)
+                        roots_failed(c, "cannot ask the client for its roots");
+        }
 }
 
 /* The held messages go on (or fail, with text). */
@@ -123,7 +154,7 @@ static void release_held(Client *c, const char *text) {
 }
 
 void roots_failed(Client *c, const char *text) {
-        c->roots_asking = false;
+        c->roots_asking = c->roots_waiting = false;
         (void) sd_event_source_set_enabled(c->roots_timer, SD_EVENT_OFF);
         if (c->instance) {
                 log_warning("Connection %llu: %s; it stays with its backend.", (unsigned long long) c->serial, text);
@@ -248,6 +279,45 @@ void roots_answered(Client *c, const cJSON *answer) {
         }
         r = client_attach(c, text, sizeof text);
         release_held(c, r < 0 ? text : NULL);
+}
+
+/* A 2026-07-28 client: no roots/list for it (it takes no requests from a server). It is pooled only
+ * with others of its kind, and their backend's roots/list gets "no roots" from the shim: a roots
+ * question of the backend that mrtr.c would carry to one of them would set them for all. */
+static void roots_settle_modern(Client *c) {
+        char text[512];
+        int r;
+
+        (void) sd_event_source_set_enabled(c->roots_timer, SD_EVENT_OFF);
+        c->roots_waiting = false;
+        if (c->roots_asking) {
+                upcall_drop_roots(c);
+                c->roots_asking = false;
+        }
+        free(c->roots_key);
+        c->roots_key = strdup(" roots:(a 2026-07-28 client: not asked)");
+        c->roots = (cJSON_Delete(c->roots), NULL);
+        r = c->roots_key ? client_attach(c, text, sizeof text) : -ENOMEM;
+        if (r == -ENOMEM)
+                snprintf(text, sizeof text, "out of memory");
+        release_held(c, r < 0 ? text : NULL);
+}
+
+bool roots_request(Client *c, Message *m) {
+        if (c->modern) {
+                roots_settle_modern(c);
+                if (c->instance)
+                        return false;
+                client_fail_request(c, m, c->refused ?: "no backend process could be given to this session");
+                return true;
+        }
+        if (roots_hold(c, m) < 0)
+                return true;
+        if (c->roots_waiting)
+                c->roots_waiting = false;
+        if (!c->roots_asking && roots_ask(c) < 0)
+                roots_failed(c, "cannot ask the client for its roots");
+        return true;
 }
 
 /* A backend's roots/list: answered from what its pool's sessions answered. */

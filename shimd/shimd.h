@@ -41,6 +41,7 @@
 #define PEER_SESSIONS_SHARE(max) ((max) - (max) / 4U)
 #define ROOTS_TIMEOUT_USEC    (10ULL * 1000000ULL) /* the shim's own roots/list to a session */
 #define ROOTS_MAX_BYTES       65536U               /* a session's roots, as the pool keeps them */
+#define ROOTS_GRACE_USEC      (200ULL * 1000ULL)   /* after initialize, for the first request (roots.c) */
 /* initialize of a backend started ahead of any call (lifecycle warm, resident) */
 #define SHIM_AHEAD_PROTOCOL_VERSION "2025-11-25"
 
@@ -152,7 +153,7 @@ struct Client {
         unsigned n_held;
         Message *held_init;  /* its initialize */
         sd_event_source *roots_timer;
-        bool roots_asking, roots_stale;
+        bool roots_waiting, roots_asking, roots_stale;
         cJSON *roots; /* its answer, as the pool keeps it */
         char *roots_key;
         Client *next;
@@ -236,8 +237,13 @@ Instance *upcall_progress_target(Client *c, const char *text, size_t len);
 /* roots.c */
 /* The client declares roots and its backend is pooled with other sessions: roots are part of its key. */
 bool roots_pooled(const Client *c);
+bool roots_pending(const Client *c);
 /* Holds a message until the session's roots are known. */
 int roots_hold(Client *c, Message *m);
+/* initialize of such a session: held, and its roots asked for unless its first request is modern. */
+void roots_begin(Client *c, Message *init);
+/* A request while its roots are unknown: true if held (or answered); false: go on, it has a backend. */
+bool roots_request(Client *c, Message *m);
 /* Asks the client for its roots (again, after notifications/roots/list_changed). */
 int roots_ask(Client *c);
 void roots_answered(Client *c, const cJSON *answer);

@@ -141,3 +141,28 @@ test("bounded: a session that does not answer roots/list, or answers past the si
   assert.match(msgs[0].result.content[0].text, /\/srv\/rc/);
   await p.close();
 });
+
+test("a 2026-07-28 client is not asked (it takes no requests from a server): pooled apart, its backend gets no roots", async () => {
+  const { RawPeer } = await import("./lib/env.mjs");
+  const { MREQ } = await import("./lib/eras.mjs");
+  await sh("systemctl stop mcp-lazy@files.service");
+  const a = await session(["/srv/ra"]);
+  await a.allowed();
+  const [cmd, ...pre] = box.nsenterArgs();
+  const p = new RawPeer(cmd, [...pre, MCP_LAZY, "--manifest", "/etc/mcp-lazy/manifest.yaml"]);
+  const t0 = Date.now();
+  const msgs = [];
+  for (let id = 1; id <= 2; id++) {
+    p.send(MREQ(id, "tools/call", { name: "list_allowed_directories", arguments: {} }, { roots: { listChanged: true } }));
+    const [m] = await p.next(1, 30000);
+    msgs.push(m);
+    await sleep(500); // server-filesystem asks for roots once initialized; the shim answers "none"
+  }
+  assert.ok(msgs.every((m) => m.result), JSON.stringify(msgs));
+  assert.ok(Date.now() - t0 < 8000, "no wait for a roots/list answer that never comes");
+  assert.match(msgs[1].result.content[0].text, /^Allowed directories:\n\/srv\/rc$/, "the manifest's directory: no session's roots");
+  assert.deepEqual(await a.allowed(), ["/srv/ra"]);
+  assert.equal(await backendPids(), 2, "pooled apart from the session that answered roots");
+  await p.close();
+  await a.client.close();
+});
