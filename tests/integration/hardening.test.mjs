@@ -81,9 +81,14 @@ test("a secret in an EnvironmentFile= drop-in reaches its backend, not the socke
     assert.match(r.stdout, /^manifest-readable$/m);
     assert.match(r.stdout, /^EnvironmentFiles=\/etc\/mcp-lazy\/secrets\/everything\.env /m, "the unit names the file");
     assert.ok(!(r.stdout + r.stderr).includes("s3cret-value"), r.stdout + r.stderr);
+    // Environment= would not do: any user reads a unit's properties (README says so).
+    await fleet.sh(`printf '[Service]\\nEnvironment=MCP_LAZY_TEST_SHOWN=sh0wn-value\\n' > /etc/systemd/system/mcp-lazy@everything.service.d/shown.conf
+      systemctl daemon-reload`);
+    const shown = await fleet.try("runuser -u alice -- systemctl show -P Environment mcp-lazy@everything.service");
+    assert.match(shown.stdout, /MCP_LAZY_TEST_SHOWN=sh0wn-value/);
     await s.close();
   } finally {
-    await fleet.sh("rm -rf /etc/systemd/system/mcp-lazy@everything.service.d/secret.conf; systemctl daemon-reload");
+    await fleet.sh("rm -f /etc/systemd/system/mcp-lazy@everything.service.d/{secret,shown}.conf; systemctl daemon-reload");
   }
 });
 
