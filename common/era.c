@@ -141,3 +141,43 @@ cJSON *era_client_info_new(void) {
                 return NULL;
         return TAKE_PTR(info);
 }
+
+/* Adds {cap: {sub: {}}} (sub NULL: {cap: {}}) to missing, unless it is there. */
+static int require(cJSON *missing, const char *cap, const char *sub) {
+        cJSON *c = cJSON_GetObjectItemCaseSensitive(missing, cap);
+
+        if (!c && !(c = cJSON_AddObjectToObject(missing, cap)))
+                return -ENOMEM;
+        if (sub && !cJSON_GetObjectItemCaseSensitive(c, sub) && !cJSON_AddObjectToObject(c, sub))
+                return -ENOMEM;
+        return 0;
+}
+
+int era_input_missing(const char *method, const cJSON *params, const cJSON *caps, cJSON *missing) {
+        if (streq(method, "elicitation/create")) {
+                /* A mode the client declared: an empty elicitation object means form only (the spec). */
+                const cJSON *e = cJSON_GetObjectItemCaseSensitive(caps, "elicitation");
+                const char *mode = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(params, "mode")) ?: "form";
+                bool form = streq(mode, "form");
+
+                if (!cJSON_IsObject(e))
+                        return require(missing, "elicitation", form ? NULL : mode);
+                if (cJSON_GetObjectItemCaseSensitive(e, mode) || (form && !e->child))
+                        return 0;
+                return require(missing, "elicitation", mode);
+        }
+        if (streq(method, "sampling/createMessage")) {
+                /* Tool use needs sampling.tools. */
+                const cJSON *s = cJSON_GetObjectItemCaseSensitive(caps, "sampling");
+                bool tools = cJSON_HasObjectItem(params, "tools") || cJSON_HasObjectItem(params, "toolChoice");
+
+                if (!cJSON_IsObject(s))
+                        return require(missing, "sampling", tools ? "tools" : NULL);
+                if (tools && !cJSON_GetObjectItemCaseSensitive(s, "tools"))
+                        return require(missing, "sampling", "tools");
+                return 0;
+        }
+        if (streq(method, "roots/list") && !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(caps, "roots")))
+                return require(missing, "roots", NULL);
+        return 0;
+}

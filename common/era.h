@@ -39,6 +39,10 @@ cJSON *era_unsupported_version_new(const cJSON *id, const char *requested);
 cJSON *era_missing_capability_new(const cJSON *id, const char *text, cJSON *required);
 /* Every version mcp-lazy serves, newest first: what server/discover and -32022 list. */
 cJSON *era_supported_versions_new(void);
+/* What answering an input request (elicitation/create, sampling/createMessage, roots/list, with its
+ * params) needs of a client's capabilities: added to missing as -32021's requiredCapabilities say it
+ * (an elicitation mode, sampling.tools for tool use). -ENOMEM only. */
+int era_input_missing(const char *method, const cJSON *params, const cJSON *caps, cJSON *missing);
 /* Methods the 2026-07-28 era removed. */
 bool era_method_removed(const char *method);
 /* resultType "complete", ttlMs and cacheScope on a cacheable result; serverInfo in its _meta. */

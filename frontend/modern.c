@@ -211,16 +211,6 @@ bool modern_intercept(Session *s, Message *m, Batch *batch) {
 
 #define RESOURCE_NOT_FOUND_LEGACY -32002
 
-static const char *input_capability(const char *method) {
-        if (streq(method, "elicitation/create"))
-                return "elicitation";
-        if (streq(method, "sampling/createMessage"))
-                return "sampling";
-        if (streq(method, "roots/list"))
-                return "roots";
-        return NULL;
-}
-
 /* An input_required answer may only ask for what the request's envelope declared: else -32021. */
 static cJSON *check_input_capabilities(const Pending *p, const Message *answer, const cJSON *result) {
         const cJSON *params = p->request->params;
@@ -231,13 +221,10 @@ static cJSON *check_input_capabilities(const Pending *p, const Message *answer, 
 
         if (!missing)
                 return NULL;
-        cJSON_ArrayForEach (it, cJSON_GetObjectItemCaseSensitive(result, "inputRequests")) {
-                const char *cap =
-                        input_capability(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, "method")) ?: "");
-                if (cap && !cJSON_GetObjectItemCaseSensitive(caps, cap) &&
-                    !cJSON_GetObjectItemCaseSensitive(missing, cap) && !cJSON_AddObjectToObject(missing, cap))
+        cJSON_ArrayForEach (it, cJSON_GetObjectItemCaseSensitive(result, "inputRequests"))
+                if (era_input_missing(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, "method")) ?: "",
+                                      cJSON_GetObjectItemCaseSensitive(it, "params"), caps, missing) < 0)
                         return NULL;
-        }
         if (!missing->child)
                 return NULL;
         return era_missing_capability_new(answer->id_json,

@@ -29,7 +29,8 @@ typedef struct Input {
         char *key;        /* in inputRequests and inputResponses */
         char *backend_id; /* the backend's request id, its exact text */
         char *method;
-        char *params; /* the backend's params, its own bytes; NULL: none */
+        char *params;       /* the backend's params, its own bytes; NULL: none */
+        cJSON *params_json; /* the same, parsed: what answering needs (era_input_missing()) */
 } Input;
 
 struct Mrtr {
@@ -52,6 +53,7 @@ static void input_clear(Input *in) {
         free(in->backend_id);
         free(in->method);
         free(in->params);
+        cJSON_Delete(in->params_json);
         *in = (Input){};
 }
 
@@ -83,16 +85,6 @@ bool mrtr_request_modern(const cJSON *params) {
 
 static bool bridgeable(const char *method) {
         return streq(method, "tools/call") || streq(method, "prompts/get") || streq(method, "resources/read");
-}
-
-static const char *input_capability(const char *method) {
-        if (streq(method, "elicitation/create"))
-                return "elicitation";
-        if (streq(method, "sampling/createMessage"))
-                return "sampling";
-        if (streq(method, "roots/list"))
-                return "roots";
-        return NULL;
 }
 
 /* What a retry must repeat: the method and params of the call, less what changes between rounds. */
@@ -254,12 +246,9 @@ static void ask(Mrtr *x) {
 
         if (!missing || !id)
                 return route_fail(i, r, "out of memory");
-        for (unsigned k = 0; k < x->n_inputs; k++) {
-                const char *cap = input_capability(x->inputs[k].method);
-                if (cap && !cJSON_GetObjectItemCaseSensitive(x->caps, cap) &&
-                    !cJSON_GetObjectItemCaseSensitive(missing, cap) && !cJSON_AddObjectToObject(missing, cap))
+        for (unsigned k = 0; k < x->n_inputs; k++)
+                if (era_input_missing(x->inputs[k].method, x->inputs[k].params_json, x->caps, missing) < 0)
                         return route_fail(i, r, "out of memory");
-        }
         if (missing->child) {
                 log_info("Backend '%s' asked connection %llu for input its request did not declare a capability for; "
                          "the call fails with -32021.",
@@ -301,7 +290,8 @@ static int input_add(Mrtr *x, const Message *m) {
         in->method = strdup(m->method);
         if (message_find(m, (const char *const[]){"params", NULL}, &params) >= 0)
                 in->params = message_span_dup(m, params);
-        if (!in->backend_id || !in->method || (m->params && !in->params)) {
+        in->params_json = m->params ? cJSON_Duplicate(m->params, true) : NULL;
+        if (!in->backend_id || !in->method || (m->params && (!in->params || !in->params_json))) {
                 input_clear(in);
                 return -ENOMEM;
         }

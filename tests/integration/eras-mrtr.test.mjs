@@ -417,3 +417,25 @@ ${TOOL("raw", "raw")}`,
   assert.equal(await nextLine(p), `{"jsonrpc":"2.0","id":2,"error":{"code":-32602,"message":"Resource not found","data":{"big":${BIG}}}}`);
   await p.close();
 });
+
+test("-32021 names what answering needs: a URL-mode elicitation needs elicitation.url, sampling with tools sampling.tools", async () => {
+  const m = manifest(
+    "raw-legacy-caps.yaml",
+    `backends:
+  raw:
+    command: [node, ${join(TESTS, "servers/raw-modern.mjs")}, --legacy]
+tools:
+${["ask-url", "sample-tools"].map((t) => TOOL(t, "raw")).join("")}`,
+  );
+  const p = new RawPeer(MCP_LAZY, direct(m));
+  const url = await p.request(MREQ(1, "tools/call", { name: "ask-url", arguments: {} }, { elicitation: {} }), 30000);
+  assert.equal(url.error?.code, -32021, JSON.stringify(url));
+  assert.deepEqual(url.error.data, { requiredCapabilities: { elicitation: { url: {} } } });
+  const tools = await p.request(MREQ(2, "tools/call", { name: "sample-tools", arguments: {} }, { sampling: {} }), 10000);
+  assert.deepEqual(tools.error?.data, { requiredCapabilities: { sampling: { tools: {} } } }, JSON.stringify(tools));
+  // Declared: asked.
+  const ok = await p.request(MREQ(3, "tools/call", { name: "ask-url", arguments: {} }, { elicitation: { url: {} } }), 10000);
+  assert.equal(ok.result?.resultType, "input_required", JSON.stringify(ok));
+  assert.equal(Object.values(ok.result.inputRequests)[0].params.mode, "url");
+  await p.close();
+});

@@ -4,7 +4,8 @@
 // line they got. `raw` echoes its request (`keep-meta` too, with more in _meta); `ask-raw` asks for input (params with a big integer) first,
 // then echoes the retry. With --legacy it is a handshake-era server instead: `ask-raw` sends its
 // client an elicitation/create (params with a big integer) and answers the call with the very line
-// of the client's answer; `raw` answers with a big integer, resources/read with -32002.
+// of the client's answer; `ask-url` asks for a URL-mode elicitation, `sample-tools` for sampling
+// with tools; `raw` answers with a big integer, resources/read with -32002.
 import { createInterface } from "node:readline";
 
 const legacy = process.argv.includes("--legacy");
@@ -45,6 +46,10 @@ function handshakeEra(m, id, line) {
     asking = id;
     return out(`{"jsonrpc":"2.0","id":"e1","method":"elicitation/create","params":{"message":"n?","requestedSchema":{"type":"object","properties":{"n":{"type":"integer"}}},"_meta":{"big":${BIG}}}}`);
   }
+  if (m.method === "tools/call" && m.params.name === "ask-url")
+    return out(`{"jsonrpc":"2.0","id":"e2","method":"elicitation/create","params":{"mode":"url","message":"sign in","url":"https://example.com/x","elicitationId":"x1"}}`);
+  if (m.method === "tools/call" && m.params.name === "sample-tools")
+    return out(`{"jsonrpc":"2.0","id":"s1","method":"sampling/createMessage","params":{"messages":[],"maxTokens":5,"tools":[{"name":"t","inputSchema":{"type":"object"}}]}}`);
   if (m.method === "tools/call" && m.params.name === "raw")
     return out(`{"jsonrpc":"2.0","id":${id},"result":{ "content":[{"type":"text","text":"\\u00e9"}],"big":${BIG}}}`);
   if (m.method === "resources/read")

@@ -79,6 +79,40 @@ int main(void) {
         CHECK_STREQ(printed,
                     "{\"tools\":[],\"resultType\":\"complete\",\"ttlMs\":1500,\"cacheScope\":\"private\",\"_meta\":{"
                     "\"" META_SERVER_INFO "\":{\"name\":\"s\"}}}");
+        /* What answering an input request needs: the elicitation mode (an empty object is form only),
+         * sampling.tools for tool use. */
+        {
+                static const struct {
+                        const char *method, *params, *caps, *missing;
+                } cases[] = {
+                        {"elicitation/create", "{}", "{}", "{\"elicitation\":{}}"},
+                        {"elicitation/create", "{}", "{\"elicitation\":{}}", "{}"},
+                        {"elicitation/create", "{\"mode\":\"form\"}", "{\"elicitation\":{\"url\":{}}}",
+                         "{\"elicitation\":{\"form\":{}}}"},
+                        {"elicitation/create", "{\"mode\":\"url\"}", "{\"elicitation\":{}}",
+                         "{\"elicitation\":{\"url\":{}}}"},
+                        {"elicitation/create", "{\"mode\":\"url\"}", "{}", "{\"elicitation\":{\"url\":{}}}"},
+                        {"elicitation/create", "{\"mode\":\"url\"}", "{\"elicitation\":{\"form\":{},\"url\":{}}}",
+                         "{}"},
+                        {"sampling/createMessage", "{}", "{\"sampling\":{}}", "{}"},
+                        {"sampling/createMessage", "{\"tools\":[]}", "{\"sampling\":{}}",
+                         "{\"sampling\":{\"tools\":{}}}"},
+                        {"sampling/createMessage", "{\"toolChoice\":{}}", "{}", "{\"sampling\":{\"tools\":{}}}"},
+                        {"sampling/createMessage", "{\"tools\":[]}", "{\"sampling\":{\"tools\":{}}}", "{}"},
+                        {"roots/list", NULL, "{\"roots\":{}}", "{}"},
+                        {"roots/list", NULL, "{\"sampling\":{}}", "{\"roots\":{}}"},
+                        {"ping", NULL, "{}", "{}"},
+                };
+                for (size_t k = 0; k < ELEMENTSOF(cases); k++) {
+                        _cleanup_json_ cJSON *params = cases[k].params ? cJSON_Parse(cases[k].params) : NULL;
+                        _cleanup_json_ cJSON *caps = cJSON_Parse(cases[k].caps), *missing = cJSON_CreateObject();
+                        _cleanup_free_ char *got = NULL;
+                        CHECK(era_input_missing(cases[k].method, params, caps, missing) == 0);
+                        got = cJSON_PrintUnformatted(missing);
+                        CHECK_STREQ(got, cases[k].missing);
+                }
+        }
+
         parse("{}", &e, &problem); /* frees the last kept tree */
         return tests_finish("test-era");
 }
