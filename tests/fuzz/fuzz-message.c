@@ -129,6 +129,55 @@ static void check_round_trip(const Message *m) {
         FUZZ_ASSERT(strstr(back, "12345678901234567890}")); /* the payload as it was */
 }
 
+/* The spans the bridges keep a peer's bytes by: each holds the value cJSON has there, and an object's
+ * members are its own, in order. */
+static void check_members(const Message *m, Span obj, const cJSON *j, unsigned depth) {
+        _cleanup_free_ Member *mb = NULL;
+        const cJSON *c;
+        size_t n = 0, k = 0;
+
+        FUZZ_ASSERT(message_members(m, obj, &mb, &n) == 0);
+        for (c = j->child; c; c = c->next, k++) {
+                _cleanup_json_ cJSON *v = NULL;
+                FUZZ_ASSERT(k < n);
+                v = cJSON_ParseWithLength(m->text + mb[k].value.start, mb[k].value.len);
+                FUZZ_ASSERT(v && same_tree(v, c));
+                FUZZ_ASSERT(mb[k].member.start < mb[k].value.start &&
+                            mb[k].value.start + mb[k].value.len == mb[k].member.start + mb[k].member.len);
+                if (cJSON_IsObject(c) && depth < 3)
+                        check_members(m, mb[k].value, c, depth + 1);
+        }
+        FUZZ_ASSERT(k == n);
+}
+
+static void check_find(const Message *m) {
+        static const char *const paths[][4] = {
+                {"params", NULL},
+                {"result", NULL},
+                {"params", "_meta", NULL},
+                {"result", "requestState", NULL},
+                {"params", "inputResponses", NULL},
+                {"error", "code", NULL},
+        };
+        Span s;
+
+        if (!cJSON_IsObject(m->json))
+                return;
+        FUZZ_ASSERT(message_find(m, (const char *const[]){NULL}, &s) == 0);
+        check_members(m, s, m->json, 0);
+        for (size_t k = 0; k < ELEMENTSOF(paths); k++) {
+                const cJSON *j = m->json;
+                for (size_t l = 0; j && paths[k][l]; l++)
+                        j = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, paths[k][l]) : NULL;
+                if (message_find(m, paths[k], &s) < 0) {
+                        FUZZ_ASSERT(!j);
+                        continue;
+                }
+                _cleanup_json_ cJSON *v = cJSON_ParseWithLength(m->text + s.start, s.len);
+                FUZZ_ASSERT(j && v && same_tree(v, j));
+        }
+}
+
 static void check_line(const char *text, size_t size) {
         _cleanup_message_ Message *m = NULL;
         int r = message_parse(text, size, JSONRPC_DEFAULT_MAX_DEPTH, &m);
@@ -163,6 +212,8 @@ static void check_line(const char *text, size_t size) {
         }
         check_fields(m);
         check_translation(m);
+        if (m->kind != JSONRPC_INVALID)
+                check_find(m);
         if (m->kind == JSONRPC_REQUEST)
                 check_round_trip(m);
 }
