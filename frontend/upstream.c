@@ -189,6 +189,15 @@ static void upconn_handle_invalid(UpConn *c, const Message *m) {
         char text[512];
 
         log_warning("Backend '%s' sent an invalid message (%s), ignoring it.", up_name(c->up), m->problem);
+        if (cJSON_HasObjectItem(m->json, "method") && cJSON_HasObjectItem(m->json, "id")) {
+                /* A request all the same: its sender waits, and gets why (under null if its id is bad). */
+                _cleanup_json_ cJSON *e = NULL;
+                snprintf(text, sizeof text, "Invalid Request: %s", m->problem);
+                e = jsonrpc_error_new(m->id_json, JSONRPC_INVALID_REQUEST, text);
+                if (e)
+                        (void) channel_send_json(c->ch, e);
+                return;
+        }
         if (!p || p->conn != c)
                 return;
         snprintf(text, sizeof text, "backend '%s' sent an invalid answer to this call (%s)", up_name(c->up),

@@ -6,7 +6,7 @@ import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { connect } from "node:net";
+import { connect, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { INIT, MCP_LAZY, RawPeer, SHIMD, TESTS, cleanupPeers, sleep, waitFor } from "./lib/env.mjs";
@@ -262,6 +262,44 @@ describe("a hostile session on a pooled backend (issue 7's review)", () => {
     assert.match(t.error?.message ?? "", /task id is longer than 1024 bytes/);
     const after = await a.request(call(7, "raw"));
     assert.equal(after.id, 7, "the session goes on");
+  });
+});
+
+describe("the frontend, with a shim that sends an invalid request", () => {
+  test("the invalid request is answered with the JSON-RPC error, and the session goes on", async () => {
+    // A stand-in for a (remote, or compromised) shim on the backend's socket.
+    const sock = join(dir, "fake-shim.sock");
+    const got = [];
+    const server = createServer((c) => {
+      let buf = "";
+      c.setEncoding("utf8").on("data", (d) => {
+        buf += d;
+        let i;
+        while ((i = buf.indexOf("\n")) >= 0) {
+          const m = JSON.parse(buf.slice(0, i));
+          buf = buf.slice(i + 1);
+          got.push(m);
+          if (m.method === "initialize")
+            c.write(JSON.stringify({ jsonrpc: "2.0", id: m.id, result: { protocolVersion: "2025-06-18", capabilities: { tools: {} }, serverInfo: { name: "fake", version: "1" } } }) + "\n");
+          if (m.method === "tools/call") {
+            c.write(JSON.stringify({ jsonrpc: "2.0", id: "srv-1", method: "sampling/createMessage", params: "not an object" }) + "\n");
+            setTimeout(() => c.write(JSON.stringify({ jsonrpc: "2.0", id: m.id, result: { content: [{ type: "text", text: "done" }] } }) + "\n"), 200);
+          }
+        }
+      });
+    });
+    await new Promise((r) => server.listen(sock, r));
+    const m = join(dir, "fake.yaml");
+    writeFileSync(m, `backends:\n  fake: {command: [x], socket: ${sock}}\ntools:\n  - {name: t, backend: fake, input_schema: {type: object}}\n`);
+    const p = new RawPeer(MCP_LAZY, ["--manifest", m, "--activation=systemd"]);
+    assert.ok((await p.request(INIT("2025-06-18", { sampling: {} }))).result);
+    const r = await p.request(call(1, "t"), 10000);
+    assert.equal(text(r), "done", JSON.stringify(r));
+    const answer = got.find((x) => x.id === "srv-1");
+    assert.equal(answer?.error?.code, -32600, JSON.stringify(got));
+    assert.match(answer.error.message, /"params" must be an object or an array/);
+    await p.close();
+    server.close();
   });
 });
 
