@@ -116,6 +116,10 @@ typedef struct Out {
         size_t len, cap;
 } Out;
 
+static void out_done(Out *o) {
+        free(o->buf);
+}
+
 static int out_reserve(Out *o, size_t n) {
         size_t cap = o->cap ?: 4096;
         char *p;
@@ -227,10 +231,9 @@ static Answers *answers_new(char *buf, size_t len, const struct stat *st) {
 }
 
 int answers_build(const Manifest *m, const char *key, const struct stat *st, Answers **ret) {
-        _cleanup_free_ char *buf = NULL;
+        _cleanup_(out_done) Out o = {};
         size_t key_len = strlen(key), table;
         Surfaces sf;
-        Out o = {};
         Header h = {
                 .format = ANSWERS_FORMAT,
                 .key_len = key_len,
@@ -238,9 +241,12 @@ int answers_build(const Manifest *m, const char *key, const struct stat *st, Ans
                 .page_size = m->page_size,
                 .n_pages = pages_of(m->n_tools, m->page_size),
         };
+        _cleanup_free_ Seg *pages = calloc(h.n_pages, sizeof(Seg));
         Answers *a;
         int r;
 
+        if (!pages)
+                return -ENOMEM;
         memcpy(h.magic, ANSWERS_MAGIC, sizeof h.magic);
         r = surfaces_from_manifest(m, &sf);
         if (r < 0)
@@ -249,26 +255,18 @@ int answers_build(const Manifest *m, const char *key, const struct stat *st, Ans
         table = ALIGN8(sizeof h + key_len);
         if (out_reserve(&o, table + h.n_pages * sizeof(Seg)) < 0)
                 return -ENOMEM;
-        buf = o.buf;
         memcpy(o.buf + sizeof h, key, key_len);
         o.len = table + h.n_pages * sizeof(Seg);
-        {
-                _cleanup_free_ Seg *pages = calloc(h.n_pages, sizeof(Seg));
-
-                if (!pages)
-                        return -ENOMEM;
-                r = build_texts(m, &o, &h, pages);
-                buf = o.buf;
-                if (r < 0)
-                        return r;
-                memcpy(o.buf + table, pages, h.n_pages * sizeof(Seg));
-        }
+        r = build_texts(m, &o, &h, pages);
+        if (r < 0)
+                return r;
+        memcpy(o.buf + table, pages, h.n_pages * sizeof(Seg));
         memcpy(o.buf, &h, sizeof h);
         answers_seal(o.buf, o.len);
         a = answers_new(o.buf, o.len, st);
         if (!a)
                 return -ENOMEM;
-        TAKE_PTR(buf);
+        o.buf = NULL;
         *ret = a;
         return 0;
 }
