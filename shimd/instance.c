@@ -880,8 +880,8 @@ static void handle_progress(Instance *i, const Message *m) {
                 log_debug("Dropping backend '%s''s progress for a token of no call in flight.", iname(i));
                 return; /* the call has ended: progress for it is stale */
         }
-        if (mrtr_parked(r))
-                return; /* it waits for its client's retry: progress for it is stale */
+        if (mrtr_progress_dropped(r))
+                return; /* it waits for its client's retry, or the retry asked for none */
         send_to_client(i, r, m);
 }
 

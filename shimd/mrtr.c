@@ -75,6 +75,10 @@ bool mrtr_parked(const Route *r) {
         return r->mrtr && r->mrtr->parked;
 }
 
+bool mrtr_progress_dropped(const Route *r) {
+        return r->mrtr && (r->mrtr->parked || !r->client_token);
+}
+
 static const cJSON *meta_of(const cJSON *params) {
         return cJSON_GetObjectItemCaseSensitive(params, "_meta");
 }

@@ -268,6 +268,8 @@ bool mrtr_retry(Instance *i, Client *c, const Message *m);
 /* The backend answered r while its client's retry is awaited: kept for the retry (true). */
 bool mrtr_hold_answer(Route *r, const Message *m);
 bool mrtr_parked(const Route *r);
+/* Progress of r has nobody to go to: its client's retry is awaited, or the retry named no token. */
+bool mrtr_progress_dropped(const Route *r);
 /* A failure for a route whose retry is awaited (id_text: its key): kept for the retry (true). */
 bool mrtr_failure(Client *c, const char *id_text, const char *text);
 /* r is going: the backend's requests of it get errors, and a retry still to come hears how it ended. */

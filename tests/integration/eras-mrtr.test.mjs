@@ -439,3 +439,26 @@ ${["ask-url", "sample-tools"].map((t) => TOOL(t, "raw")).join("")}`,
   assert.equal(Object.values(ok.result.inputRequests)[0].params.mode, "url");
   await p.close();
 });
+
+test("progress of a call that asked for input reaches the modern client under the token of the request it waits on", async () => {
+  const m = askerManifest("progress.yaml");
+  writeFileSync(m, readFileSync(m, "utf8") + TOOL("ask-progress", "asker"));
+  const p = new RawPeer(MCP_LAZY, direct(m));
+  p.send(MREQ(1, "tools/call", { name: "ask-progress", arguments: {}, _meta: { progressToken: "first" } }, CAPS));
+  const [before, asked] = await p.next(2, 30000);
+  assert.deepEqual(before.params, { progressToken: "first", progress: 1, total: 2, message: "before" }, JSON.stringify(before));
+  assert.equal(asked.result.resultType, "input_required");
+  const [key] = Object.keys(asked.result.inputRequests);
+  p.send(MREQ(2, "tools/call", { name: "ask-progress", arguments: {}, requestState: asked.result.requestState, inputResponses: { [key]: { action: "accept", content: { answer: "yes" } } }, _meta: { progressToken: "second" } }, CAPS));
+  const [after, done] = await p.next(2, 10000);
+  assert.deepEqual(after.params, { progressToken: "second", progress: 2, total: 2, message: "after" }, JSON.stringify(after));
+  assert.deepEqual(done.result.content, [{ type: "text", text: "went on: yes" }]);
+  // A retry that names no token gets no progress (the first request's token has ended).
+  p.send(MREQ(3, "tools/call", { name: "ask-progress", arguments: {}, _meta: { progressToken: "third" } }, CAPS));
+  const [, again] = await p.next(2, 10000);
+  p.send(MREQ(4, "tools/call", { name: "ask-progress", arguments: {}, requestState: again.result.requestState, inputResponses: { [Object.keys(again.result.inputRequests)[0]]: { action: "accept", content: { answer: "no" } } } }, CAPS));
+  const [last] = await p.next(1, 10000);
+  assert.equal(last.id, 4, JSON.stringify(last));
+  assert.deepEqual(last.result.content, [{ type: "text", text: "went on: no" }]);
+  await p.close();
+});

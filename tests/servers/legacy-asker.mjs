@@ -44,6 +44,15 @@ server.registerTool("ask-both", { description: "Ask the user and the model at on
   const [user, model] = await Promise.all([elicit("user?", extra), sample("model?")]);
   return text(`user said ${user}, model said ${model}`);
 });
+server.registerTool("ask-progress", { description: "Report progress, ask, report again", inputSchema: {} }, async (_, extra) => {
+  const token = extra._meta?.progressToken;
+  const progress = (n, message) =>
+    token !== undefined && extra.sendNotification({ method: "notifications/progress", params: { progressToken: token, progress: n, total: 2, message } });
+  await progress(1, "before");
+  const answer = await elicit("go on?", extra);
+  await progress(2, "after");
+  return text(`went on: ${answer}`);
+});
 server.registerTool("think", { description: "Ask the client model", inputSchema: { prompt: z.string() } }, async ({ prompt }) =>
   text(`model said: ${await sample(prompt)}`),
 );
