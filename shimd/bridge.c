@@ -14,6 +14,7 @@
 #include "shimd.h"
 
 #define BRIDGE_MAX_ROUNDS 8U
+#define BRIDGE_MAX_INPUT_REQUESTS 16U /* per round: upcall slots are shared by every session of the shim */
 
 /* The envelope a handshake-era client's initialize params stand for. */
 static cJSON *envelope_new(const cJSON *init_params) {
@@ -370,21 +371,39 @@ static void bridge_start(Instance *i, Route *r, const Message *m) {
         }
         cJSON_ArrayForEach (it, requests) {
                 const char *method = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, "method"));
+                const cJSON *params = cJSON_GetObjectItemCaseSensitive(it, "params");
                 if (!method || !input_method_known(method)) {
                         snprintf(text, sizeof text, "backend '%s' asked for input of an unknown kind ('%.64s')",
                                  i->shim->backend->name, method ?: "?");
                         return route_fail(i, r, text);
                 }
-                r->awaiting++;
+                if (params && !cJSON_IsObject(params)) {
+                        snprintf(text, sizeof text,
+                                 "backend '%s' asked for input (%s) with params that are not an object",
+                                 i->shim->backend->name, method);
+                        return route_fail(i, r, text);
+                }
+                if (++r->awaiting > BRIDGE_MAX_INPUT_REQUESTS) {
+                        snprintf(text, sizeof text,
+                                 "backend '%s' asked for more than %u inputs in one input_required answer "
+                                 "(mcp-lazy's limit per round)",
+                                 i->shim->backend->name, BRIDGE_MAX_INPUT_REQUESTS);
+                        return route_fail(i, r, text);
+                }
         }
         if (r->awaiting == 0)
                 return bridge_retry(i, r);
         cJSON_ArrayForEach (it, requests) {
                 const cJSON *params = cJSON_GetObjectItemCaseSensitive(it, "params");
                 _cleanup_free_ char *params_text = input_params_text(m, it->string, params);
-                if ((params && !params_text) ||
-                    upcall_bridge(i, r, it->string, cJSON_GetObjectItemCaseSensitive(it, "method")->valuestring,
-                                  params_text) < 0)
+                int k = params && !params_text
+                                ? -ENOMEM
+                                : upcall_bridge(i, r, it->string,
+                                                cJSON_GetObjectItemCaseSensitive(it, "method")->valuestring,
+                                                params_text);
+                if (k == -ENOBUFS)
+                        return route_fail(i, r, "too many requests are waiting for clients at this backend's shim");
+                if (k < 0)
                         return route_fail(i, r, "out of memory");
         }
 }

@@ -129,6 +129,8 @@ int upcall_bridge(Instance *i, Route *r, const char *input_key, const char *meth
         Upcall *u;
         char key[64];
 
+        if (!r->client)
+                return -ENOTCONN; /* routes go with their client: a bridged call without one asks no one */
         if (hashmap_size(s->upcalls) >= CLIENT_MAX_PENDING)
                 return -ENOBUFS;
         snprintf(key, sizeof key, UPCALL_ID_PREFIX "%llu", (unsigned long long) ++s->next_upcall);
