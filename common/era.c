@@ -153,6 +153,11 @@ static int require(cJSON *missing, const char *cap, const char *sub) {
         return 0;
 }
 
+bool era_input_method_known(const char *method) {
+        return streq(method, "elicitation/create") || streq(method, "sampling/createMessage") ||
+               streq(method, "roots/list");
+}
+
 int era_input_missing(const char *method, const cJSON *params, const cJSON *caps, cJSON *missing) {
         if (streq(method, "elicitation/create")) {
                 /* A mode the client declared: an empty elicitation object means form only (the spec). */

@@ -43,6 +43,9 @@ cJSON *era_supported_versions_new(void);
  * params) needs of a client's capabilities: added to missing as -32021's requiredCapabilities say it
  * (an elicitation mode, sampling.tools for tool use). -ENOMEM only. */
 int era_input_missing(const char *method, const cJSON *params, const cJSON *caps, cJSON *missing);
+/* The kinds of input request there are (elicitation/create, sampling/createMessage, roots/list): any
+ * other is refused, by the shim's bridge and the frontend alike. */
+bool era_input_method_known(const char *method);
 /* Methods the 2026-07-28 era removed. */
 bool era_method_removed(const char *method);
 /* resultType "complete", ttlMs and cacheScope on a cacheable result; serverInfo in its _meta. */

@@ -168,8 +168,11 @@ bool modern_intercept(Session *s, Message *m, Batch *batch) {
         if (r == 0 && !discover)
                 return false; /* a handshake-era request: served as always */
         if (r == 0)
-                problem = "server/discover needs params._meta with " META_PROTOCOL_VERSION
-                          " and " META_CLIENT_CAPABILITIES;
+                problem = cJSON_HasObjectItem(m->params, "_meta") &&
+                                          !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(m->params, "_meta"))
+                                  ? "params._meta must be an object"
+                                  : "server/discover needs params._meta with " META_PROTOCOL_VERSION
+                                    " and " META_CLIENT_CAPABILITIES;
         if (r == 0 || r == -EINVAL) {
                 char text[512];
                 snprintf(text, sizeof text, "Invalid params: %s", problem);
@@ -210,6 +213,46 @@ bool modern_intercept(Session *s, Message *m, Batch *batch) {
 }
 
 #define RESOURCE_NOT_FOUND_LEGACY -32002
+
+/* An input_required answer the shim's bridge would refuse for a handshake-era client (shimd/bridge.c):
+ * the same rule for a modern one. Writes why into text. */
+static bool input_requests_invalid(const Pending *p, const cJSON *result, char *text, size_t size) {
+        const cJSON *requests = cJSON_GetObjectItemCaseSensitive(result, "inputRequests"), *it;
+        const char *name = p->upstream ? upstream_name(p->upstream) : "?";
+
+        if (requests && !cJSON_IsObject(requests)) {
+                snprintf(text, size, "backend '%s' answered input_required with inputRequests that is not an object",
+                         name);
+                return true;
+        }
+        cJSON_ArrayForEach (it, requests) {
+                const char *method = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, "method"));
+                const cJSON *params = cJSON_GetObjectItemCaseSensitive(it, "params");
+                if (!method || !era_input_method_known(method)) {
+                        snprintf(text, size, "backend '%s' asked for input of an unknown kind ('%.64s')", name,
+                                 method ?: "?");
+                        return true;
+                }
+                if (params && !cJSON_IsObject(params)) {
+                        snprintf(text, size, "backend '%s' asked for input (%s) with params that are not an object",
+                                 name, method);
+                        return true;
+                }
+        }
+        return false;
+}
+
+/* The call fails with text, as session_fail() says it to a modern client. */
+static cJSON *call_failure_new(const Pending *p, const char *text) {
+        const cJSON *id = p->request->id_json;
+        _cleanup_json_ cJSON *m = p->is_tool_call ? jsonrpc_result_new(id, tool_error_result_new(text))
+                                                  : jsonrpc_error_new(id, JSONRPC_INTERNAL_ERROR, text);
+
+        if (!m || (p->is_tool_call &&
+                   !cJSON_AddStringToObject(cJSON_GetObjectItemCaseSensitive(m, "result"), "resultType", "complete")))
+                return NULL;
+        return TAKE_PTR(m);
+}
 
 /* An input_required answer may only ask for what the request's envelope declared: else -32021. */
 static cJSON *check_input_capabilities(const Pending *p, const Message *answer, const cJSON *result) {
@@ -275,8 +318,12 @@ cJSON *modern_adapt_response(const Pending *p, const Message *answer) {
         _cleanup_json_ cJSON *copy = NULL;
         cJSON *r;
 
-        if (type && streq(type, "input_required"))
+        if (type && streq(type, "input_required")) {
+                char text[256];
+                if (input_requests_invalid(p, result, text, sizeof text))
+                        return call_failure_new(p, text);
                 return check_input_capabilities(p, answer, result);
+        }
         if (!not_found && (!cJSON_IsObject(result) || type))
                 return NULL; /* an error, or a modern backend's own answer: as it is */
         r = adapt_in_place(p, answer, not_found);

@@ -527,6 +527,12 @@ static bool routable(Session *s, Message *m, Batch *batch) {
                             "too many requests in flight (%u); wait for some to finish", SESSION_MAX_PENDING);
                 return false;
         }
+        /* One id space: notifications/cancelled names either a request or a listen stream, never both. */
+        if (hashmap_get(s->listens, m->id_text)) {
+                reply_error(s, batch, m->id_json, JSONRPC_INVALID_REQUEST,
+                            "request id is already used by a subscriptions/listen stream still open");
+                return false;
+        }
         if (cJSON_IsString(m->id) &&
             strncmp(m->id->valuestring, UPSTREAM_OWN_PREFIX, strlen(UPSTREAM_OWN_PREFIX)) == 0) {
                 reply_error(s, batch, m->id_json, JSONRPC_INVALID_REQUEST,

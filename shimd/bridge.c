@@ -321,10 +321,6 @@ static void bridge_retry(Instance *i, Route *r) {
                 route_fail(i, r, "the backend's stdin is closed");
 }
 
-static bool input_method_known(const char *m) {
-        return streq(m, "elicitation/create") || streq(m, "sampling/createMessage") || streq(m, "roots/list");
-}
-
 /* One input request's params as the backend wrote them (NULL: none, or a key we cannot find by its text). */
 static char *input_params_text(const Message *m, const char *key, const cJSON *params) {
         Span s;
@@ -372,7 +368,7 @@ static void bridge_start(Instance *i, Route *r, const Message *m) {
         cJSON_ArrayForEach (it, requests) {
                 const char *method = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(it, "method"));
                 const cJSON *params = cJSON_GetObjectItemCaseSensitive(it, "params");
-                if (!method || !input_method_known(method)) {
+                if (!method || !era_input_method_known(method)) {
                         snprintf(text, sizeof text, "backend '%s' asked for input of an unknown kind ('%.64s')",
                                  i->shim->backend->name, method ?: "?");
                         return route_fail(i, r, text);

@@ -1,11 +1,13 @@
-// A hostile 2026-07-28 backend (and client) against the era bridges: each broken input_required
-// answer fails its own call with a sentence that says what was wrong, and the shim serves on.
+// Hostile peers of the 2026-07-28 era: a backend's broken input_required answer fails its own call with
+// a sentence that says what was wrong, for clients of either era, and the shim serves on; a client's
+// ids and envelopes are held to one rule.
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { INIT, MCP_LAZY, RawPeer, SHIMD, TESTS, cleanupPeers } from "./lib/env.mjs";
+import { MREQ } from "./lib/eras.mjs";
 
 after(cleanupPeers);
 
@@ -99,5 +101,54 @@ test("an input request whose params are not an object fails that call, saying so
   const r = await p.request(CALL(1, "badparams"), 30000);
   assert.equal(r.result.isError, true, JSON.stringify(r));
   assert.match(text(r), /backend 'hostile' asked for input \(elicitation\/create\) with params that are not an object/);
+  await p.close();
+});
+
+test("a modern client gets the same refusals of a broken input_required as the bridge gives a handshake-era one", async () => {
+  const p = new RawPeer(MCP_LAZY, direct(hostile));
+  const caps = { roots: {}, elicitation: {}, sampling: {} };
+  const want = {
+    unknown: /backend 'hostile' asked for input of an unknown kind \('x\/unknown'\)/,
+    array: /backend 'hostile' answered input_required with inputRequests that is not an object/,
+    badparams: /backend 'hostile' asked for input \(elicitation\/create\) with params that are not an object/,
+    notobject: /backend 'hostile' asked for input of an unknown kind \('\?'\)/,
+  };
+  for (const [name, re] of Object.entries(want)) {
+    const r = await p.request(MREQ(name, "tools/call", { name, arguments: {} }, caps), 30000);
+    assert.equal(r.id, name);
+    assert.equal(r.result?.isError, true, JSON.stringify(r));
+    assert.equal(r.result.resultType, "complete");
+    assert.match(text(r), re);
+  }
+  // A valid one still passes as it is.
+  const ok = await p.request(MREQ("many", "tools/call", { name: "many", arguments: { n: 2 } }, caps));
+  assert.equal(ok.result.resultType, "input_required");
+  assert.deepEqual(Object.keys(ok.result.inputRequests), ["r0", "r1"]);
+  await p.close();
+});
+
+test("one id space: a request may not take the id of an open subscriptions/listen stream", async () => {
+  const p = new RawPeer(MCP_LAZY, direct(hostile));
+  p.send(MREQ(7, "subscriptions/listen", { notifications: {} }));
+  assert.equal((await p.next(1))[0].method, "notifications/subscriptions/acknowledged");
+  const r = await p.request(MREQ(7, "tools/call", { name: "echo", arguments: { message: "x" } }), 30000);
+  assert.equal(r.id, 7);
+  assert.equal(r.error?.code, -32600, JSON.stringify(r));
+  assert.match(r.error.message, /request id is already used by a subscriptions\/listen stream still open/);
+  // Once the stream is cancelled, the id is free again.
+  p.send({ jsonrpc: "2.0", method: "notifications/cancelled", params: { requestId: 7 } });
+  assert.equal(text(await p.request(MREQ(7, "tools/call", { name: "echo", arguments: { message: "x" } }), 30000)), "echo: x");
+  await p.close();
+});
+
+test("server/discover with a _meta that is not an object says so", async () => {
+  const p = new RawPeer(MCP_LAZY, direct(hostile));
+  for (const meta of ["x", 5, [], null]) {
+    const r = await p.request({ jsonrpc: "2.0", id: 1, method: "server/discover", params: { _meta: meta } });
+    assert.equal(r.error?.code, -32602, JSON.stringify(r));
+    assert.equal(r.error.message, "Invalid params: params._meta must be an object", JSON.stringify(meta));
+  }
+  const none = await p.request({ jsonrpc: "2.0", id: 2, method: "server/discover", params: {} });
+  assert.match(none.error.message, /server\/discover needs params._meta with/);
   await p.close();
 });
