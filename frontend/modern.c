@@ -276,76 +276,91 @@ static cJSON *check_input_capabilities(const Pending *p, const Message *answer, 
                                           TAKE_PTR(missing));
 }
 
-/* A handshake-era backend's answer as the 2026-07-28 era wants it, as the backend's bytes with what
- * that era adds put in (a raw item of that text): resultType, for resources/read no caching, and
- * -32602 for -32002. NULL if the message layer cannot place it (then it is printed again). */
-static cJSON *adapt_in_place(const Pending *p, const Message *answer, bool not_found) {
-        const cJSON *result = cJSON_GetObjectItemCaseSensitive(answer->json, "result");
-        bool read = streq(p->request->method, "resources/read") && !cJSON_HasObjectItem(result, "ttlMs") &&
-                    !cJSON_HasObjectItem(result, "cacheScope");
-        _cleanup_free_ char *text = NULL, *insert = NULL;
-        Span at;
-        size_t len;
-        Splice sp;
+/* Resource not found was -32002 before; it is -32602 now. */
+static int adapt_not_found(const Message *answer, char **ret, size_t *ret_len) {
+        static const char code[] = "-32602";
+        Span s;
+        int r = message_find(answer, (const char *const[]){"error", "code", NULL}, &s);
 
-        if (not_found) {
-                if (message_find(answer, (const char *const[]){"error", "code", NULL}, &at) < 0)
-                        return NULL;
-                sp = (Splice){at, "-32602", strlen("-32602")};
-        } else {
-                size_t k;
-                if (message_find(answer, (const char *const[]){"result", NULL}, &at) < 0)
-                        return NULL;
-                for (k = at.start + 1; k < at.start + at.len && strchr(" \t\r\n", answer->text[k]); k++)
-                        ;
-                if (asprintf(&insert, "\"resultType\":\"complete\"%s%s",
-                             read ? ",\"ttlMs\":0,\"cacheScope\":\"private\"" : "",
-                             answer->text[k] == '}' ? "" : ",") < 0)
-                        return NULL;
-                sp = (Splice){{at.start + 1, 0}, insert, strlen(insert)};
+        if (r < 0)
+                return r;
+        return message_splice(answer, &(Splice){s, code, strlen(code)}, 1, ret, ret_len);
+}
+
+static bool adapted_key(const Message *answer, const Member *mb, bool read) {
+        return message_key_is(answer, mb, "resultType") ||
+               (read && (message_key_is(answer, mb, "ttlMs") || message_key_is(answer, mb, "cacheScope")));
+}
+
+/* The result with resultType "complete" first (and for resources/read ttlMs 0, cacheScope "private":
+ * a handshake-era server gave no hint, so nothing may be kept), in place of any the backend wrote:
+ * each key once. Every other byte is the backend's (a dropped member goes with its comma). */
+static int adapt_result(const Pending *p, const Message *answer, char **ret, size_t *ret_len) {
+        bool read = streq(p->request->method, "resources/read");
+        _cleanup_free_ Member *members = NULL;
+        _cleanup_free_ char *obj = NULL;
+        const char *t = answer->text;
+        size_t n, size = 0, pos;
+        FILE *f;
+        Span s;
+        int r;
+
+        r = message_find(answer, (const char *const[]){"result", NULL}, &s);
+        if (r >= 0)
+                r = message_members(answer, s, &members, &n);
+        if (r < 0)
+                return r;
+        f = open_memstream(&obj, &size);
+        if (!f)
+                return -ENOMEM;
+        fputs(read ? "{\"resultType\":\"complete\",\"ttlMs\":0,\"cacheScope\":\"private\""
+                   : "{\"resultType\":\"complete\"",
+              f);
+        /* pos: after the '{', or after the comma that follows the last member seen */
+        pos = s.start + 1;
+        for (size_t k = 0; k < n; k++) {
+                const Span mb = members[k].member;
+                if (!adapted_key(answer, &members[k], read)) {
+                        fputc(',', f);
+                        fwrite(t + pos, 1, mb.start + mb.len - pos, f);
+                }
+                pos = mb.start + mb.len;
+                while (t[pos] == ' ' || t[pos] == '\t' || t[pos] == '\r' || t[pos] == '\n')
+                        pos++;
+                if (t[pos] == ',')
+                        pos++;
         }
-        if (message_splice(answer, &sp, 1, &text, &len) < 0)
-                return NULL;
-        return cJSON_CreateRaw(text);
+        fwrite(t + pos, 1, s.start + s.len - pos, f); /* what is left: whitespace, and the '}' */
+        if (fclose(f) != 0)
+                return -ENOMEM;
+        return message_splice(answer, &(Splice){s, obj, size}, 1, ret, ret_len);
 }
 
 cJSON *modern_adapt_response(const Pending *p, const Message *answer) {
         const cJSON *result = cJSON_GetObjectItemCaseSensitive(answer->json, "result");
         const cJSON *error = cJSON_GetObjectItemCaseSensitive(answer->json, "error");
         const cJSON *code = cJSON_GetObjectItemCaseSensitive(error, "code");
-        const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(result, "resultType"));
+        const cJSON *resultType = cJSON_GetObjectItemCaseSensitive(result, "resultType");
+        const char *type = cJSON_GetStringValue(resultType);
         bool not_found = cJSON_IsNumber(code) && code->valuedouble == RESOURCE_NOT_FOUND_LEGACY;
-        _cleanup_json_ cJSON *copy = NULL;
-        cJSON *r;
+        _cleanup_free_ char *text = NULL;
+        size_t len;
+        int r;
 
         if (type && streq(type, "input_required")) {
-                char text[256];
-                if (input_requests_invalid(p, result, text, sizeof text))
-                        return call_failure_new(p, text);
+                char why[256];
+                if (input_requests_invalid(p, result, why, sizeof why))
+                        return call_failure_new(p, why);
                 return check_input_capabilities(p, answer, result);
         }
-        if (!not_found && (!cJSON_IsObject(result) || type))
+        if (!not_found && (!cJSON_IsObject(result) || cJSON_IsString(resultType)))
                 return NULL; /* an error, or a modern backend's own answer: as it is */
-        r = adapt_in_place(p, answer, not_found);
-        if (r)
-                return r;
-        /* A handshake-era answer: printed again from what was parsed, with the id's exact text. */
-        copy = cJSON_Duplicate(answer->json, true);
-        if (!copy || !cJSON_ReplaceItemInObjectCaseSensitive(copy, "id", cJSON_Duplicate(answer->id_json, true)))
+        /* A handshake-era answer: the backend's bytes, with only what the era requires spliced in. */
+        r = not_found ? adapt_not_found(answer, &text, &len) : adapt_result(p, answer, &text, &len);
+        if (r < 0) {
+                log_warning_errno(r, "Cannot adapt backend '%s''s answer for a modern client, passing it as it is: %m",
+                                  p->upstream ? upstream_name(p->upstream) : "?");
                 return NULL;
-        /* Resource not found was -32002 before; it is -32602 now. */
-        if (not_found) {
-                cJSON_SetNumberValue(
-                        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(copy, "error"), "code"),
-                        JSONRPC_INVALID_PARAMS);
-                return TAKE_PTR(copy);
         }
-        r = cJSON_GetObjectItemCaseSensitive(copy, "result");
-        if (!cJSON_AddStringToObject(r, "resultType", "complete"))
-                return NULL;
-        /* resources/read is cacheable: a handshake-era server gave no hint, so nothing may be kept. */
-        if (streq(p->request->method, "resources/read") &&
-            (!cJSON_AddNumberToObject(r, "ttlMs", 0) || !cJSON_AddStringToObject(r, "cacheScope", "private")))
-                return NULL;
-        return TAKE_PTR(copy);
+        return cJSON_CreateRaw(text);
 }

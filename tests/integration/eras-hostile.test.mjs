@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { INIT, MCP_LAZY, RawPeer, SHIMD, TESTS, cleanupPeers } from "./lib/env.mjs";
+import { INIT, MCP_LAZY, RawPeer, SHIMD, TESTS, cleanupPeers, sleep } from "./lib/env.mjs";
 import { MREQ } from "./lib/eras.mjs";
 
 after(cleanupPeers);
@@ -150,5 +150,51 @@ test("server/discover with a _meta that is not an object says so", async () => {
   }
   const none = await p.request({ jsonrpc: "2.0", id: 2, method: "server/discover", params: {} });
   assert.match(none.error.message, /server\/discover needs params._meta with/);
+  await p.close();
+});
+
+// The next line from p as it was written (duplicate keys and number spellings are lost in parsing).
+async function rawLine(p, ms = 30000) {
+  const end = Date.now() + ms;
+  while (p.lines.length === 0) {
+    if (Date.now() > end) throw new Error(`no line within ${ms} ms; stderr: ${p.stderr}`);
+    await sleep(20);
+  }
+  return p.lines.shift();
+}
+const count = (text, key) => text.split(`"${key}":`).length - 1;
+
+test("a handshake-era backend's answer to a modern request says resultType, ttlMs and cacheScope once, as mcp-lazy means them, and keeps the backend's bytes", async () => {
+  const m = manifest(
+    "hostile-legacy.yaml",
+    `backends:
+  legacy:
+    command: [node, ${join(TESTS, "servers/hostile-legacy.mjs")}]
+    protocol: legacy
+    resources: [{uri: "hostile://secret", name: secret}, {uri: "hostile://missing", name: missing}]
+tools:
+  - {name: typed, backend: legacy, input_schema: {type: object}}
+`,
+  );
+  const p = new RawPeer(MCP_LAZY, direct(m));
+  p.send(MREQ(1, "resources/read", { uri: "hostile://secret" }));
+  const read = await rawLine(p);
+  for (const key of ["resultType", "ttlMs", "cacheScope"]) assert.equal(count(read, key), 1, `${key} once: ${read}`);
+  const r = JSON.parse(read).result;
+  assert.deepEqual([r.resultType, r.ttlMs, r.cacheScope], ["complete", 0, "private"]);
+  assert.deepEqual(r.contents, [{ uri: "hostile://secret", text: "for one user only" }]);
+  // Everything else is the backend's bytes: numbers a double does not hold keep their spelling.
+  assert.match(read, /"big":12345678901234567890123[,}]/);
+
+  p.send(MREQ(2, "tools/call", { name: "typed", arguments: {} }));
+  const call = await rawLine(p);
+  assert.equal(count(call, "resultType"), 1, call);
+  assert.equal(JSON.parse(call).result.resultType, "complete");
+  assert.equal(count(call, "ttlMs") + count(call, "cacheScope"), 0, call);
+  assert.match(call, /"structuredContent":\{"big":12345678901234567890123,"exact":1\.10,"e":1E400\}/);
+  // Resource not found: -32002 becomes -32602, the rest of the error as the backend wrote it.
+  p.send(MREQ(3, "resources/read", { uri: "hostile://missing" }));
+  const missing = await rawLine(p);
+  assert.equal(missing, '{"jsonrpc":"2.0","id":3,"error":{"code":-32602,"message":"no such resource","data":{"uri":"hostile://missing","n":12345678901234567890123}}}');
   await p.close();
 });
