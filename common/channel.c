@@ -47,6 +47,8 @@ struct Channel {
         bool was_backed_up;         /* went past the high-water mark: report CHANNEL_DRAINED when below half */
         unsigned dispatching;
         bool free_pending;
+        bool batched; /* output queued during a burst, written when the burst ends (see batch_end()) */
+        Channel *batch_next;
         channel_handler_t handler;
         channel_read_hook_t read_hook;
         void *userdata;
@@ -54,6 +56,40 @@ struct Channel {
 
 static void channel_update_reading(Channel *c);
 static void channel_mark_closed(Channel *c);
+static void channel_flush(Channel *c);
+
+/* While lines are handed out, what the handlers send is queued and written when the burst of lines
+ * ends, one writev() per channel per burst instead of one write() per line (each of which wakes the
+ * reader). Outside a burst a send is written at once. One event loop per process: a static. */
+static unsigned batch_depth;
+static Channel *batch_head;
+
+static void batch_begin(void) {
+        batch_depth++;
+}
+
+static void batch_forget(Channel *c) {
+        if (!c->batched)
+                return;
+        for (Channel **p = &batch_head; *p; p = &(*p)->batch_next)
+                if (*p == c) {
+                        *p = c->batch_next;
+                        break;
+                }
+        c->batched = false;
+}
+
+static void batch_end(void) {
+        if (--batch_depth > 0)
+                return;
+        /* A flush calls no handler (errors are reported from a defer source): the list holds still. */
+        while (batch_head) {
+                Channel *c = batch_head;
+                batch_head = c->batch_next;
+                c->batched = false;
+                channel_flush(c);
+        }
+}
 
 static int fd_make_nonblocking(int fd, bool *ret_pollable) {
         struct stat st;
@@ -99,6 +135,12 @@ static uint64_t pipe_unread(const Channel *c) {
 }
 
 static void channel_really_free(Channel *c) {
+        /* Output a burst queued goes out as it would have at once, as far as the peer takes it now. */
+        if (c->batched) {
+                batch_forget(c);
+                if (c->out_fd >= 0 && !c->write_closed)
+                        channel_flush(c);
+        }
         sd_event_source_disable_unref(c->dispatch_source);
         sd_event_source_disable_unref(c->closed_source);
         sd_event_source_disable_unref(c->stall_source);
@@ -147,8 +189,6 @@ static bool channel_emit(Channel *c, ChannelEvent ev, const char *line, size_t l
         }
         return true;
 }
-
-static void channel_flush(Channel *c);
 
 static int on_write_error(sd_event_source *s, void *userdata) {
         Channel *c = userdata;
@@ -336,20 +376,24 @@ static int on_in(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
 
         (void) s, (void) fd, (void) revents;
         c->dispatching++;
+        batch_begin();
         channel_read(c, 16);
         c->dispatching--;
         if (c->free_pending && c->dispatching == 0)
                 channel_really_free(c);
+        batch_end();
         return 0;
 }
 
 void channel_read_all(Channel *c) {
         c->dispatching++;
+        batch_begin();
         /* 64 MiB at most: a backend's child that still writes cannot keep us here. */
         channel_read(c, 1024);
         c->dispatching--;
         if (c->free_pending && c->dispatching == 0)
                 channel_really_free(c);
+        batch_end();
 }
 
 static int on_dispatch(sd_event_source *s, void *userdata) {
@@ -357,10 +401,12 @@ static int on_dispatch(sd_event_source *s, void *userdata) {
 
         (void) s;
         c->dispatching++;
+        batch_begin();
         (void) channel_dispatch_lines(c);
         c->dispatching--;
         if (c->free_pending && c->dispatching == 0)
                 channel_really_free(c);
+        batch_end();
         return 0;
 }
 
@@ -556,8 +602,16 @@ int channel_sendv(Channel *c, const struct iovec *iov, size_t n) {
         if (c->out_bytes > OUT_HIGH_WATER)
                 c->was_backed_up = true;
 
-        /* Write right away: a reply usually fits the pipe, and that saves a trip through epoll. */
-        if (c->out_head == o)
+        /* Inside a burst of lines: written when it ends (batch_end()). Else right away: a reply
+         * usually fits the pipe, and that saves a trip through epoll. */
+        if (c->out_head == o && batch_depth > 0) {
+                if (!c->batched) {
+                        c->batched = true;
+                        c->batch_next = batch_head;
+                        batch_head = c;
+                }
+                channel_update_reading(c);
+        } else if (c->out_head == o)
                 channel_flush(c);
         else
                 channel_update_reading(c);

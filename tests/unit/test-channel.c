@@ -235,7 +235,70 @@ static void test_last_line_without_newline(void) {
         sd_event_unref(e);
 }
 
+/* Lines read in one burst whose handler sends elsewhere: what it sent goes out in one write when
+ * the burst ends (one record on a SOCK_SEQPACKET socket), in order; a channel freed inside the
+ * burst still delivers what was sent to it. */
+typedef struct Relay {
+        Channel *to;
+        bool free_on_bye;
+} Relay;
+
+static void relay_handler(Channel *c, ChannelEvent ev, const char *line, size_t len, int error, void *userdata) {
+        Relay *r = userdata;
+        char out[64];
+
+        (void) c, (void) error;
+        if (ev != CHANNEL_LINE || !r->to)
+                return;
+        snprintf(out, sizeof out, "got %.*s", (int) (len < 40 ? len : 40), line);
+        CHECK(channel_send(r->to, out, strlen(out)) == 0);
+        if (r->free_on_bye && len == 3 && memcmp(line, "bye", 3) == 0)
+                r->to = channel_free(r->to);
+}
+
+static void test_burst_one_write(void) {
+        sd_event *e = NULL;
+        Channel *in = NULL;
+        Relay r = {};
+        Seen s = {};
+        char buf[256];
+        int a[2], b[2];
+        ssize_t n;
+
+        CHECK(sd_event_new(&e) >= 0);
+        CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a) == 0);
+        CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, b) == 0);
+        CHECK(channel_new(e, a[0], a[0], 1024, relay_handler, &r, &in) >= 0);
+        CHECK(channel_new(e, b[0], b[0], 1024, handler, &s, &r.to) >= 0);
+        /* Outside a burst a send goes at once. */
+        CHECK(channel_send(r.to, "first", 5) == 0);
+        CHECK(recv(b[1], buf, sizeof buf, MSG_DONTWAIT) == 6 && memcmp(buf, "first\n", 6) == 0);
+        CHECK(write(a[1], "one\ntwo\nthree\n", 14) == 14);
+        run_for(e, 20);
+        n = recv(b[1], buf, sizeof buf - 1, MSG_DONTWAIT);
+        CHECK(n == 26);
+        buf[n > 0 ? n : 0] = 0;
+        CHECK(strcmp(buf, "got one\ngot two\ngot three\n") == 0);
+        CHECK(recv(b[1], buf, sizeof buf, MSG_DONTWAIT) < 0 && errno == EAGAIN);
+
+        /* Freed inside the burst, after a send: what was sent still arrives, then EOF. */
+        r.free_on_bye = true;
+        CHECK(write(a[1], "x\nbye\n", 6) == 6);
+        run_for(e, 20);
+        CHECK(!r.to);
+        n = recv(b[1], buf, sizeof buf - 1, MSG_DONTWAIT);
+        CHECK(n == 14);
+        buf[n > 0 ? n : 0] = 0;
+        CHECK(strcmp(buf, "got x\ngot bye\n") == 0);
+        CHECK(recv(b[1], buf, sizeof buf, MSG_DONTWAIT) == 0);
+        channel_free(in);
+        close(a[1]);
+        close(b[1]);
+        sd_event_unref(e);
+}
+
 int main(void) {
+        test_burst_one_write();
         test_last_line_without_newline();
         test_resume_dispatches_buffered();
         test_shutdown_flushes();
