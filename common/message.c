@@ -1,7 +1,8 @@
 /* The message layer: a peer's line parsed once and validated (strict JSON, no duplicate keys, typed
  * envelope), with the byte spans of its id-carrying fields, so that what goes on is the peer's own bytes
- * with only our ids spliced in. cJSON parses the values; the scan here only checks the grammar cJSON is
- * lenient about and notes where the id fields are. */
+ * with only our ids spliced in. One scan checks it all (grammar, UTF-8, nesting, duplicate keys at any
+ * depth) and takes the envelope; cJSON builds a tree of the values only for whoever reads past the
+ * envelope (message_json()). */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -14,6 +15,32 @@
 #include "macros.h"
 #include "message.h"
 
+/* A key as the next hop reads it: decoded (escapes), and cut at a decoded NUL as a C string is (and
+ * as cJSON's key is). Points into the text when it has no escape. */
+typedef struct Key {
+        const char *p;
+        size_t len;
+        char *owned;
+} Key;
+
+#define KEYS_PAIRWISE 16U /* objects up to this many keys compare them pairwise; larger ones sort */
+
+/* The top-level object's members the envelope is made of. */
+typedef enum Member {
+        MEMBER_JSONRPC,
+        MEMBER_ID,
+        MEMBER_METHOD,
+        MEMBER_PARAMS,
+        MEMBER_RESULT,
+        MEMBER_ERROR,
+        _MEMBER_MAX,
+} Member;
+
+static const char *const member_names[_MEMBER_MAX] = {
+        [MEMBER_JSONRPC] = "jsonrpc", [MEMBER_ID] = "id",         [MEMBER_METHOD] = "method",
+        [MEMBER_PARAMS] = "params",   [MEMBER_RESULT] = "result", [MEMBER_ERROR] = "error",
+};
+
 typedef struct Scanner {
         const char *s;
         size_t pos, len;
@@ -22,10 +49,33 @@ typedef struct Scanner {
         bool want_elements; /* a batch: note the spans of the top-level array's elements */
         Span *elements;
         size_t n_elements, max_elements;
+        /* The keys of the objects being scanned, innermost last: duplicates are found as they come. */
+        Key *keys, keys_inline[32];
+        size_t n_keys, max_keys;
+        bool has_dup;
+        char dup[65];    /* the first duplicate key found (has_dup), cut to 64 bytes */
+        bool dup_id;     /* the top-level object has "id" twice */
+        bool top_object; /* the text is an object */
+        Span members[_MEMBER_MAX];
+        bool has_member[_MEMBER_MAX];
+        bool method_escaped;
 } Scanner;
 
+static void scanner_done(Scanner *sc) {
+        for (size_t i = 0; i < sc->n_keys; i++)
+                free(sc->keys[i].owned);
+        if (sc->keys != sc->keys_inline)
+                free(sc->keys);
+        sc->keys = NULL;
+        sc->n_keys = sc->max_keys = 0;
+}
+
+static bool is_ws(char c) {
+        return c == ' ' || c == '\n' || c == '\r' || c == '\t';
+}
+
 static void skip_ws(Scanner *sc) {
-        while (sc->pos < sc->len && strchr(" \t\r\n", sc->s[sc->pos]) && sc->s[sc->pos])
+        while (sc->pos < sc->len && is_ws(sc->s[sc->pos]))
                 sc->pos++;
 }
 
@@ -74,11 +124,25 @@ static size_t utf8_sequence(const uint8_t *p, size_t n) {
         return k + 1;
 }
 
-/* A string token; on success ret_start and ret_end bound its contents (without the quotes). Plain runs
- * are skipped through a table: this loop is where a large payload's bytes go by. */
-static int scan_string(Scanner *sc, size_t *ret_start, size_t *ret_end) {
+static int hex4(const uint8_t *p) {
+        int v = 0;
+        for (int k = 0; k < 4; k++) {
+                int h = hexval((char) p[k]);
+                if (h < 0)
+                        return -1;
+                v = v * 16 + h;
+        }
+        return v;
+}
+
+/* A string token; on success ret_start and ret_end bound its contents (without the quotes), and
+ * ret_escaped says whether they hold an escape. Plain runs are skipped through a table: this loop is
+ * where a large payload's bytes go by. A \u escape of half a surrogate pair must come with its other
+ * half, as cJSON and every other decoder of UTF-16 escapes want. */
+static int scan_string(Scanner *sc, size_t *ret_start, size_t *ret_end, bool *ret_escaped) {
         const uint8_t *s = (const uint8_t *) sc->s;
         size_t p = sc->pos, n = sc->len, start;
+        bool escaped = false;
 
         if (p >= n || s[p] != '"')
                 return -EBADMSG;
@@ -93,15 +157,21 @@ static int scan_string(Scanner *sc, size_t *ret_start, size_t *ret_end) {
                 if (s[p] < 0x20)
                         return -EBADMSG; /* JSON wants control characters escaped; NUL among them */
                 if (s[p] == '\\') {
+                        escaped = true;
                         if (++p >= n)
                                 return -EBADMSG;
                         if (s[p] == 'u') {
-                                if (p + 4 >= n)
+                                int v;
+                                if (p + 4 >= n || (v = hex4(s + p + 1)) < 0 || (v >= 0xDC00 && v <= 0xDFFF))
                                         return -EBADMSG;
-                                for (int k = 1; k <= 4; k++)
-                                        if (hexval((char) s[p + k]) < 0)
-                                                return -EBADMSG;
                                 p += 5;
+                                if (v >= 0xD800 && v <= 0xDBFF) {
+                                        int w;
+                                        if (p + 5 >= n || s[p] != '\\' || s[p + 1] != 'u' || (w = hex4(s + p + 2)) < 0 ||
+                                            w < 0xDC00 || w > 0xDFFF)
+                                                return -EBADMSG;
+                                        p += 6;
+                                }
                         } else if (s[p] != 0 && strchr("\"\\/bfnrt", s[p]))
                                 p++;
                         else
@@ -115,6 +185,7 @@ static int scan_string(Scanner *sc, size_t *ret_start, size_t *ret_end) {
         }
         *ret_start = start;
         *ret_end = p;
+        *ret_escaped = escaped;
         sc->pos = p + 1;
         return 0;
 }
@@ -163,33 +234,149 @@ static int scan_literal(Scanner *sc, const char *word) {
         return 0;
 }
 
-/* Whether the raw key s[a..b) decodes to name (ASCII): escapes decoded as JSON says. */
-static bool key_equals(const char *s, size_t a, size_t b, const char *name) {
-        size_t i = a;
-
-        for (; *name; name++) {
-                unsigned c;
-                if (i >= b)
-                        return false;
-                if (s[i] != '\\')
-                        c = (unsigned char) s[i++];
-                else {
-                        char e = s[i + 1];
-                        if (e == 'u') {
-                                c = 0;
-                                for (int k = 2; k < 6; k++)
-                                        c = c * 16 + (unsigned) hexval(s[i + k]);
-                                i += 6;
-                        } else {
-                                static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
-                                c = (unsigned char) to[strchr(from, e) - from];
-                                i += 2;
-                        }
-                }
-                if (c != (unsigned char) *name)
-                        return false;
+static size_t utf8_put(char *out, uint32_t cp) {
+        if (cp < 0x80) {
+                out[0] = (char) cp;
+                return 1;
         }
-        return i == b;
+        if (cp < 0x800) {
+                out[0] = (char) (0xC0 | (cp >> 6));
+                out[1] = (char) (0x80 | (cp & 0x3F));
+                return 2;
+        }
+        if (cp < 0x10000) {
+                out[0] = (char) (0xE0 | (cp >> 12));
+                out[1] = (char) (0x80 | ((cp >> 6) & 0x3F));
+                out[2] = (char) (0x80 | (cp & 0x3F));
+                return 3;
+        }
+        out[0] = (char) (0xF0 | (cp >> 18));
+        out[1] = (char) (0x80 | ((cp >> 12) & 0x3F));
+        out[2] = (char) (0x80 | ((cp >> 6) & 0x3F));
+        out[3] = (char) (0x80 | (cp & 0x3F));
+        return 4;
+}
+
+/* The contents s[a..b) of a string the scan took, decoded into out (room for b - a + 1 bytes) and
+ * NUL-terminated; returns the decoded length (a decoded NUL included: compare with strlen()). */
+static size_t string_decode(const char *s, size_t a, size_t b, char *out) {
+        size_t i = a, o = 0;
+
+        while (i < b) {
+                if (s[i] != '\\') {
+                        out[o++] = s[i++];
+                        continue;
+                }
+                char e = s[i + 1];
+                if (e == 'u') {
+                        uint32_t cp = (uint32_t) hex4((const uint8_t *) s + i + 2);
+                        i += 6;
+                        if (cp >= 0xD800 && cp <= 0xDBFF) { /* the scan checked its low half follows */
+                                cp = 0x10000 + ((cp - 0xD800) << 10) + ((uint32_t) hex4((const uint8_t *) s + i + 2) - 0xDC00);
+                                i += 6;
+                        }
+                        o += utf8_put(out + o, cp);
+                } else {
+                        static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+                        out[o++] = to[strchr(from, e) - from];
+                        i += 2;
+                }
+        }
+        out[o] = 0;
+        return o;
+}
+
+/* Whether the string value at span (quotes included) decodes to exactly name. */
+static bool string_is(const char *s, Span span, const char *name) {
+        char buf[16];
+        size_t l = strlen(name);
+
+        if (span.len < 2 || span.len - 2 >= sizeof buf)
+                return false;
+        return string_decode(s, span.start + 1, span.start + span.len - 1, buf) == l && memcmp(buf, name, l) == 0;
+}
+
+static int key_make(const Scanner *sc, size_t a, size_t b, bool escaped, Key *ret) {
+        if (!escaped) {
+                *ret = (Key){sc->s + a, b - a, NULL};
+                return 0;
+        }
+        char *d = malloc(b - a + 1);
+        if (!d)
+                return -ENOMEM;
+        (void) string_decode(sc->s, a, b, d);
+        *ret = (Key){d, strlen(d), d};
+        return 0;
+}
+
+static bool key_is(const Key *k, const char *name) {
+        size_t l = strlen(name);
+        return k->len == l && memcmp(k->p, name, l) == 0;
+}
+
+static int key_compare(const Key *x, const Key *y) {
+        int c = memcmp(x->p, y->p, x->len < y->len ? x->len : y->len);
+        return c ? c : x->len < y->len ? -1 : x->len > y->len;
+}
+
+static int key_compare_qsort(const void *a, const void *b) {
+        return key_compare(a, b);
+}
+
+static void note_duplicate(Scanner *sc, const Key *k, bool top) {
+        if (top && key_is(k, "id"))
+                sc->dup_id = true;
+        if (!sc->has_dup)
+                snprintf(sc->dup, sizeof sc->dup, "%.*s", (int) (k->len < 64 ? k->len : 64), k->p);
+        sc->has_dup = true;
+}
+
+/* A key of the object whose keys start at base: duplicates of the first few are found at once. */
+static int keys_push(Scanner *sc, size_t base, const Key *k, bool top) {
+        if (sc->n_keys == sc->max_keys) {
+                size_t n = sc->max_keys ? sc->max_keys * 2 : ELEMENTSOF(sc->keys_inline);
+                Key *nk;
+                if (sc->keys == sc->keys_inline || !sc->keys) {
+                        nk = malloc(n * sizeof *nk);
+                        if (nk && sc->n_keys)
+                                memcpy(nk, sc->keys, sc->n_keys * sizeof *nk);
+                } else
+                        nk = reallocarray(sc->keys, n, sizeof *nk);
+                if (!nk)
+                        return -ENOMEM;
+                sc->keys = nk;
+                sc->max_keys = n;
+        }
+        if (sc->n_keys - base < KEYS_PAIRWISE)
+                for (size_t i = base; i < sc->n_keys; i++)
+                        if (key_compare(&sc->keys[i], k) == 0) {
+                                note_duplicate(sc, k, top);
+                                break;
+                        }
+        sc->keys[sc->n_keys++] = *k;
+        return 0;
+}
+
+/* The object's keys are all there: a large one is checked sorted; then they go. */
+static int keys_pop(Scanner *sc, size_t base, bool top) {
+        size_t n = sc->n_keys - base;
+
+        if (n > KEYS_PAIRWISE) {
+                _cleanup_free_ Key *sorted = malloc(n * sizeof *sorted);
+                if (!sorted)
+                        return -ENOMEM;
+                memcpy(sorted, sc->keys + base, n * sizeof *sorted);
+                qsort(sorted, n, sizeof *sorted, key_compare_qsort);
+                for (size_t i = 1; i < n; i++)
+                        if (key_compare(&sorted[i - 1], &sorted[i]) == 0) {
+                                note_duplicate(sc, &sorted[i], top);
+                                break;
+                        }
+        }
+        for (size_t i = base; i < sc->n_keys; i++)
+                free(sc->keys[i].owned);
+        sc->n_keys = base;
+        return 0;
 }
 
 /* mask: the id paths whose first 'level' keys lead here. */
@@ -226,19 +413,36 @@ static int scan_next(Scanner *sc, char close) {
 }
 
 static int scan_object(Scanner *sc, unsigned level, uint32_t mask) {
+        size_t base = sc->n_keys;
+        bool top = sc->depth == 0;
         int r = scan_open(sc, '}');
 
+        sc->top_object = sc->top_object || (top && r >= 0);
         while (r == 0) {
                 size_t ka, kb;
+                bool escaped;
                 uint32_t sub = 0;
+                int member = -1;
+                Key k;
 
                 skip_ws(sc);
-                r = scan_string(sc, &ka, &kb);
+                r = scan_string(sc, &ka, &kb, &escaped);
                 if (r < 0)
                         return r;
+                r = key_make(sc, ka, kb, escaped, &k);
+                if (r < 0)
+                        return r;
+                r = keys_push(sc, base, &k, top);
+                if (r < 0) {
+                        free(k.owned);
+                        return r;
+                }
                 for (unsigned p = 0; mask && p < _ID_PATH_MAX; p++)
-                        if ((mask & (1U << p)) && key_equals(sc->s, ka, kb, id_paths[p][level]))
+                        if ((mask & (1U << p)) && key_is(&k, id_paths[p][level]))
                                 sub |= 1U << p;
+                for (unsigned mb = 0; top && mb < _MEMBER_MAX && member < 0; mb++)
+                        if (key_is(&k, member_names[mb]))
+                                member = (int) mb;
                 skip_ws(sc);
                 if (sc->pos >= sc->len || sc->s[sc->pos] != ':')
                         return -EBADMSG;
@@ -255,9 +459,15 @@ static int scan_object(Scanner *sc, unsigned level, uint32_t mask) {
                 for (unsigned p = 0; sc->spans && sub && p < _ID_PATH_MAX; p++)
                         if ((sub & (1U << p)) && !id_paths[p][level + 1])
                                 sc->spans[p] = (Span){vstart, sc->pos - vstart};
+                if (member >= 0 && !sc->has_member[member]) {
+                        sc->has_member[member] = true;
+                        sc->members[member] = (Span){vstart, sc->pos - vstart};
+                }
                 r = scan_next(sc, '}');
         }
-        return r < 0 ? r : 0;
+        if (r < 0)
+                return r;
+        return keys_pop(sc, base, top);
 }
 
 static int scan_array(Scanner *sc, bool top) {
@@ -296,7 +506,8 @@ static int scan_value(Scanner *sc, unsigned level, uint32_t mask, bool top) {
                 return scan_array(sc, top);
         case '"': {
                 size_t a, b;
-                return scan_string(sc, &a, &b);
+                bool e;
+                return scan_string(sc, &a, &b, &e);
         }
         case 't':
                 return scan_literal(sc, "true");
@@ -316,46 +527,6 @@ static int scan_text(Scanner *sc) {
                 return r;
         skip_ws(sc);
         return sc->pos == sc->len ? 0 : -EBADMSG;
-}
-
-static int cmp_keys(const void *a, const void *b) {
-        return strcmp(*(char *const *) a, *(char *const *) b);
-}
-
-/* The first key that appears twice in one object, anywhere in j; NULL if none. */
-static const char *duplicate_key(const cJSON *j) {
-        const cJSON *c;
-
-        if (!cJSON_IsObject(j) && !cJSON_IsArray(j))
-                return NULL;
-        if (cJSON_IsObject(j)) {
-                size_t n = 0;
-                for (c = j->child; c; c = c->next)
-                        n++;
-                if (n > 1 && n <= 16) {
-                        for (c = j->child; c; c = c->next)
-                                for (const cJSON *d = c->next; d; d = d->next)
-                                        if (streq(c->string, d->string))
-                                                return c->string;
-                } else if (n > 16) {
-                        _cleanup_free_ const char **keys = malloc(n * sizeof *keys);
-                        size_t i = 0;
-                        if (!keys)
-                                return "(out of memory)";
-                        for (c = j->child; c; c = c->next)
-                                keys[i++] = c->string;
-                        qsort(keys, n, sizeof *keys, cmp_keys);
-                        for (i = 1; i < n; i++)
-                                if (streq(keys[i - 1], keys[i]))
-                                        return keys[i];
-                }
-        }
-        for (c = j->child; c; c = c->next) {
-                const char *k = duplicate_key(c);
-                if (k)
-                        return k;
-        }
-        return NULL;
 }
 
 static bool integer_text(const char *t, size_t len) {
@@ -399,10 +570,10 @@ static void check_id_lengths(Message *m) {
         for (size_t i = 0; i < n && i < ELEMENTSOF(f); i++) {
                 if (f[i].len <= MESSAGE_MAX_ID_BYTES)
                         continue;
-                if (f[i].path == ID_PATH_ID) {
+                /* Not echoed: a reply carries id_json, made from id_text (message_parse_envelope()). */
+                if (f[i].path == ID_PATH_ID)
                         m->id = NULL, m->id_text = NULL;
-                        m->id_json = (cJSON_Delete(m->id_json), NULL);
-                }
+                m->method = NULL;
                 snprintf(m->problem_buf, sizeof m->problem_buf, "%s is longer than %u bytes, the limit",
                          f[i].kind == ID_KIND_PROGRESS ? "the progress token"
                          : f[i].kind == ID_KIND_TASK   ? "the task id"
@@ -415,113 +586,155 @@ static void check_id_lengths(Message *m) {
         }
 }
 
-/* The envelope: the same rules jsonrpc_classify() applies, with ids taken by their text. */
-static void classify(Message *m) {
-        const cJSON *j = m->json, *v, *method, *id, *params;
-        const Span *ids = &m->spans[ID_PATH_ID];
-        bool id_ok;
+/* The member's value, as the scan found it: its first byte says its type. */
+static char member_type(const Message *m, const Scanner *sc, Member mb) {
+        return sc->has_member[mb] ? m->text[sc->members[mb].start] : 0;
+}
+
+/* The envelope, from the scan: the same rules jsonrpc_classify() applies, with ids taken by their text. */
+static void classify(Message *m, const Scanner *sc) {
+        const Span *ids = &sc->members[MEMBER_ID];
+        bool has_id = sc->has_member[MEMBER_ID], id_ok = false;
+        char method_type = member_type(m, sc, MEMBER_METHOD), params_type = member_type(m, sc, MEMBER_PARAMS);
 
         m->kind = JSONRPC_INVALID;
-        if (!cJSON_IsObject(j)) {
+        if (!sc->top_object) {
                 m->problem = "a message must be a JSON object";
                 return;
         }
-        id = cJSON_GetObjectItemCaseSensitive(j, "id");
-        id_ok = id && ids->len > 0 && json_id_valid(id, m->text + ids->start, ids->len);
-        if (id_ok) {
-                _cleanup_free_ char *t = strndup(m->text + ids->start, ids->len);
-                m->id = id;
-                m->id_json = t ? cJSON_CreateRaw(t) : NULL;
-                if (!m->id_json) {
-                        m->id = NULL;
+        if (has_id && !sc->dup_id) {
+                memcpy(m->id_buf, m->text + ids->start, ids->len);
+                m->id_buf[ids->len] = 0;
+                m->id_value = cJSON_ParseWithLength(m->id_buf, ids->len);
+                if (!m->id_value) {
                         m->problem = "out of memory";
                         return;
                 }
-                m->id_text = m->id_json->valuestring;
-        }
-        const char *dup = duplicate_key(j);
-        if (dup) {
-                /* Which of two ids would the next hop read? Neither: answer with null. */
-                if (streq(dup, "id")) {
-                        m->id = NULL, m->id_text = NULL;
-                        m->id_json = (cJSON_Delete(m->id_json), NULL);
+                id_ok = json_id_valid(m->id_value, m->id_buf, ids->len);
+                if (id_ok) {
+                        m->id = m->id_value;
+                        m->id_text = m->id_buf;
                 }
-                return set_problem(m, "duplicate key \"%.64s\" in an object", dup);
         }
-        v = cJSON_GetObjectItemCaseSensitive(j, "jsonrpc");
-        if (!cJSON_IsString(v) || !streq(v->valuestring, "2.0")) {
+        if (sc->has_dup)
+                /* Which of two ids would the next hop read? Neither (dup_id): answer with null. */
+                return set_problem(m, "duplicate key \"%.64s\" in an object", sc->dup);
+        if (member_type(m, sc, MEMBER_JSONRPC) != '"' ||
+            !string_is(m->text, sc->members[MEMBER_JSONRPC], "2.0")) {
                 m->problem = "\"jsonrpc\" must be \"2.0\"";
                 return;
         }
-        method = cJSON_GetObjectItemCaseSensitive(j, "method");
-        if (method) {
-                if (!cJSON_IsString(method)) {
+        if (method_type) {
+                const Span *ms = &sc->members[MEMBER_METHOD];
+                if (method_type != '"') {
                         m->problem = "\"method\" must be a string";
                         return;
                 }
-                params = cJSON_GetObjectItemCaseSensitive(j, "params");
-                if (params && !cJSON_IsObject(params) && !cJSON_IsArray(params)) {
+                /* A NUL would end the name we read, not the one the next hop reads. */
+                if (string_decode(m->text, ms->start + 1, ms->start + ms->len - 1, m->method_buf) !=
+                    strlen(m->method_buf)) {
+                        m->problem = "\"method\" must not hold a NUL character";
+                        return;
+                }
+                if (params_type && params_type != '{' && params_type != '[') {
                         m->problem = "\"params\" must be an object or an array";
                         return;
                 }
-                if (id && !id_ok) {
+                if (has_id && !id_ok) {
                         m->problem = "\"id\" must be a string or an integer";
                         return;
                 }
-                if (ids_method_kind_mismatch(id ? JSONRPC_REQUEST : JSONRPC_NOTIFICATION, method->valuestring))
+                if (ids_method_kind_mismatch(has_id ? JSONRPC_REQUEST : JSONRPC_NOTIFICATION, m->method_buf))
                         return set_problem(m,
-                                           id ? "\"%.64s\" is a notification: it takes no \"id\""
-                                              : "\"%.64s\" is a request: it needs an \"id\"",
-                                           method->valuestring);
-                m->kind = id ? JSONRPC_REQUEST : JSONRPC_NOTIFICATION;
-                m->method = method->valuestring;
-                m->params = params;
+                                           has_id ? "\"%.64s\" is a notification: it takes no \"id\""
+                                                  : "\"%.64s\" is a request: it needs an \"id\"",
+                                           m->method_buf);
+                m->kind = has_id ? JSONRPC_REQUEST : JSONRPC_NOTIFICATION;
+                m->method = m->method_buf;
                 return check_id_lengths(m);
         }
-        if (cJSON_HasObjectItem(j, "result") != cJSON_HasObjectItem(j, "error") && id) {
+        if (sc->has_member[MEMBER_RESULT] != sc->has_member[MEMBER_ERROR] && has_id) {
                 /* A response to a request never sent is dropped by the caller; its id may be null. */
                 m->kind = JSONRPC_RESPONSE;
-                m->id = id;
+                m->id = m->id_value;
                 return check_id_lengths(m);
         }
         m->problem = "a message needs \"method\", or \"id\" with exactly one of \"result\" and \"error\"";
 }
 
-int message_parse(const char *line, size_t len, unsigned max_depth, Message **ret) {
+/* One allocation holds the message, its text, its id's text and its method's name. */
+static Message *message_alloc(const char *line, size_t len, const Scanner *sc) {
+        size_t id_len = sc->has_member[MEMBER_ID] ? sc->members[MEMBER_ID].len : 0;
+        size_t method_len = sc->has_member[MEMBER_METHOD] ? sc->members[MEMBER_METHOD].len : 0;
+        Message *m = calloc(1, sizeof *m + len + 1 + id_len + 1 + method_len + 1);
+
+        if (!m)
+                return NULL;
+        m->n_ref = 1;
+        m->text = (char *) (m + 1);
+        memcpy(m->text, line, len);
+        m->text[len] = 0;
+        m->len = len;
+        m->id_buf = m->text + len + 1;
+        m->method_buf = m->id_buf + id_len + 1;
+        memcpy(m->spans, sc->spans, sizeof m->spans);
+        return m;
+}
+
+int message_parse_envelope(const char *line, size_t len, unsigned max_depth, Message **ret) {
+        Span spans[_ID_PATH_MAX] = {};
+        Scanner sc = {.s = line, .len = len, .max_depth = max_depth, .spans = spans};
         Message *m;
-        Scanner sc;
         int r;
 
-        m = calloc(1, sizeof *m);
+        /* One pass checks it all: grammar, UTF-8 inside strings (outside them JSON is ASCII), no NUL,
+         * duplicate keys, and nesting, before cJSON (which recurses) ever sees it. */
+        sc.keys = sc.keys_inline;
+        sc.max_keys = ELEMENTSOF(sc.keys_inline);
+        r = scan_text(&sc);
+        scanner_done(&sc);
+        if (r < 0)
+                return r;
+        m = message_alloc(line, len, &sc);
         if (!m)
                 return -ENOMEM;
-        /* Not strndup(): the line may hold a NUL, which the scan must see to refuse. */
-        m->text = malloc(len + 1);
-        if (m->text) {
-                memcpy(m->text, line, len);
-                m->text[len] = 0;
-        } else {
-                free(m);
-                return -ENOMEM;
+        classify(m, &sc);
+        /* Replies to a request (and refusals of an invalid message) carry its id's exact text. */
+        if (m->id_text && (m->kind == JSONRPC_REQUEST || m->kind == JSONRPC_INVALID)) {
+                m->id_json = cJSON_CreateRaw(m->id_text);
+                if (!m->id_json) {
+                        m->id = NULL, m->id_text = NULL, m->method = NULL;
+                        m->problem = "out of memory";
+                        m->kind = JSONRPC_INVALID;
+                }
         }
-        m->n_ref = 1;
-        m->len = len;
-        /* One pass checks it all: grammar, UTF-8 inside strings (outside them JSON is ASCII), no NUL,
-         * and nesting, before cJSON (which recurses) sees it. */
-        sc = (Scanner){.s = m->text, .len = len, .max_depth = max_depth, .spans = m->spans};
-        r = scan_text(&sc);
-        if (r >= 0) {
-                m->json = cJSON_ParseWithLength(m->text, len);
-                if (!m->json)
-                        r = -EBADMSG; /* what the scan let through and cJSON did not: lone surrogates */
-        }
-        if (r < 0) {
-                message_unref(m);
-                return r;
-        }
-        classify(m);
         *ret = m;
         return 0;
+}
+
+int message_parse(const char *line, size_t len, unsigned max_depth, Message **ret) {
+        Message *m;
+        int r = message_parse_envelope(line, len, max_depth, &m);
+
+        if (r < 0)
+                return r;
+        if (!message_json(m)) {
+                message_unref(m);
+                return -ENOMEM;
+        }
+        *ret = m;
+        return 0;
+}
+
+const cJSON *message_json(const Message *cm) {
+        Message *m = (Message *) cm; /* the tree is a cache of what the text says */
+
+        if (m->json)
+                return m->json;
+        m->json = cJSON_ParseWithLength(m->text, m->len);
+        if (m->json && (m->kind == JSONRPC_REQUEST || m->kind == JSONRPC_NOTIFICATION))
+                m->params = cJSON_GetObjectItemCaseSensitive(m->json, "params");
+        return m->json;
 }
 
 Message *message_ref(Message *m) {
@@ -535,7 +748,7 @@ Message *message_unref(Message *m) {
                 return NULL;
         cJSON_Delete(m->json);
         cJSON_Delete(m->id_json);
-        free(m->text);
+        cJSON_Delete(m->id_value);
         free(m);
         return NULL;
 }
@@ -556,6 +769,7 @@ int message_split_batch(const char *line, size_t len, unsigned max_depth, Span *
         if (!message_is_batch(line, len))
                 return -EBADMSG;
         r = scan_text(&sc);
+        scanner_done(&sc);
         if (r < 0) {
                 free(sc.elements);
                 return r;

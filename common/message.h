@@ -21,22 +21,32 @@ struct Message {
         unsigned n_ref;
         char *text; /* the peer's line, NUL-terminated */
         size_t len;
-        cJSON *json;
+        cJSON *json; /* the whole tree: message_parse() builds it; after message_parse_envelope(),
+                      * NULL until message_json() */
         JsonRpcKind kind;
         const char *method;  /* requests and notifications */
-        const cJSON *params; /* NULL when absent */
-        const cJSON *id;     /* the id as parsed (requests, responses; INVALID: if one could be read) */
-        cJSON *id_json;      /* the same id as a raw item of its exact text: what replies carry */
+        const cJSON *params; /* NULL when absent, or while json is not built */
+        const cJSON *id;     /* the id's value (requests, responses; INVALID: if one could be read) */
+        cJSON *id_json;      /* requests and INVALID: the same id as a raw item of its exact text: what
+                              * replies carry */
         const char *id_text; /* that text ("\"a1\"", "12345678901234567890"); NULL without an id */
         const char *problem; /* INVALID: why, as a sentence fragment for the error message */
         Span spans[_ID_PATH_MAX];
         char problem_buf[160];
+        cJSON *id_value; /* owns what id points to */
+        char *id_buf, *method_buf;
 };
 
-/* -EBADMSG: not JSON (strictly), not UTF-8, NUL, or trailing bytes; -E2BIG: deeper than max_depth.
- * Anything else that is JSON gives a Message, of kind JSONRPC_INVALID if it is not a valid one
- * (duplicate keys included). */
+/* -EBADMSG: not JSON (strictly), not UTF-8, NUL, a lone UTF-16 surrogate escape, or trailing bytes;
+ * -E2BIG: deeper than max_depth. Anything else that is JSON gives a Message, of kind JSONRPC_INVALID
+ * if it is not a valid one (duplicate keys included), with its tree built. */
 int message_parse(const char *line, size_t len, unsigned max_depth, Message **ret);
+/* The same checks and the same envelope (kind, method, id, problem, id spans) from one scan, without
+ * building the tree: for the forwarding path, where most messages are read no further. Whoever reads
+ * more than the envelope (params, result, error) calls message_json() first. */
+int message_parse_envelope(const char *line, size_t len, unsigned max_depth, Message **ret);
+/* m's tree (and m->params), built on first use; NULL only when out of memory. */
+const cJSON *message_json(const Message *m);
 Message *message_ref(Message *m);
 Message *message_unref(Message *m);
 static inline void message_unrefp(Message **m) {

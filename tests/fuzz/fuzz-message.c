@@ -1,7 +1,9 @@
 /* Fuzz target: one line from a peer (client or backend) through message_parse() and the id translation
  * every hop makes. Invariants: cJSON agrees with the scan; a valid message has no duplicate key; each id
  * field's bytes hold the value the tree has there; a translated line parses to the same message with only
- * the translated ids changed; an id sent on under our number and answered comes back as its exact text. */
+ * the translated ids changed; an id sent on under our number and answered comes back as its exact text;
+ * the envelope alone (message_parse_envelope(), the forwarding path) says the same as the full parse,
+ * and its tree, built later, is the same tree. */
 #include <errno.h>
 #include <math.h>
 #include <string.h>
@@ -178,9 +180,37 @@ static void check_find(const Message *m) {
         }
 }
 
+static bool same_text(const char *a, const char *b) {
+        return (!a && !b) || (a && b && streq(a, b));
+}
+
+static void check_envelope(const char *text, size_t size, int r, const Message *m) {
+        _cleanup_message_ Message *e = NULL;
+        int k = message_parse_envelope(text, size, JSONRPC_DEFAULT_MAX_DEPTH, &e);
+        IdField fm[16], fe[16];
+        size_t nm, ne;
+
+        FUZZ_ASSERT(k == r);
+        if (k < 0)
+                return;
+        FUZZ_ASSERT(!e->json && !e->params);
+        FUZZ_ASSERT(e->kind == m->kind && same_text(e->method, m->method) && same_text(e->id_text, m->id_text));
+        FUZZ_ASSERT(same_text(e->problem, m->problem) && !!e->id == !!m->id && !!e->id_json == !!m->id_json);
+        FUZZ_ASSERT(memcmp(e->spans, m->spans, sizeof e->spans) == 0);
+        nm = ids_fields(m, fm, ELEMENTSOF(fm));
+        ne = ids_fields(e, fe, ELEMENTSOF(fe));
+        FUZZ_ASSERT(nm == ne);
+        for (size_t i = 0; i < ne && i < ELEMENTSOF(fe); i++)
+                FUZZ_ASSERT(fe[i].path == fm[i].path && fe[i].len == fm[i].len && !memcmp(fe[i].text, fm[i].text, fe[i].len));
+        FUZZ_ASSERT(message_json(e) && same_tree(e->json, m->json));
+        FUZZ_ASSERT((!e->params && !m->params) || (e->params && m->params && same_tree(e->params, m->params)));
+}
+
 static void check_line(const char *text, size_t size) {
         _cleanup_message_ Message *m = NULL;
         int r = message_parse(text, size, JSONRPC_DEFAULT_MAX_DEPTH, &m);
+
+        check_envelope(text, size, r, m);
 
         if (r == -E2BIG) {
                 FUZZ_ASSERT(json_text_depth(text, size) > JSONRPC_DEFAULT_MAX_DEPTH);
@@ -201,7 +231,14 @@ static void check_line(const char *text, size_t size) {
                 FUZZ_ASSERT(m->method && m->id && m->id_text && m->id_json);
         if (m->kind == JSONRPC_NOTIFICATION)
                 FUZZ_ASSERT(m->method && !m->id_text);
+        /* What the scan found of the envelope, the tree has too. */
+        if (m->method)
+                FUZZ_ASSERT(streq(m->method, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->json, "method"))));
         if (m->id_text) {
+                _cleanup_json_ cJSON *v = cJSON_Parse(m->id_text);
+                FUZZ_ASSERT(v && same_tree(v, cJSON_GetObjectItemCaseSensitive(m->json, "id")));
+        }
+        if (m->id_json) {
                 /* The reply to it carries the id's exact text. */
                 _cleanup_json_ cJSON *e = jsonrpc_error_new(m->id_json, JSONRPC_INVALID_REQUEST, "x");
                 _cleanup_free_ char *s = e ? cJSON_PrintUnformatted(e) : NULL;
