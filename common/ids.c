@@ -122,11 +122,22 @@ char *id_text_string(const char *prefix, unsigned long long n) {
         return t;
 }
 
+const char *id_integer_format(long long n, char buf[static ID_INTEGER_MAX]) {
+        unsigned long long u = n < 0 ? -(unsigned long long) n : (unsigned long long) n;
+        char *p = buf + ID_INTEGER_MAX - 1;
+
+        *p = 0;
+        do
+                *--p = (char) ('0' + u % 10);
+        while ((u /= 10) > 0);
+        if (n < 0)
+                *--p = '-';
+        return p;
+}
+
 char *id_text_integer(long long n) {
-        char *t;
-        if (asprintf(&t, "%lld", n) < 0)
-                return NULL;
-        return t;
+        char buf[ID_INTEGER_MAX];
+        return strdup(id_integer_format(n, buf));
 }
 
 bool id_text_canonical(const char *t, size_t len) {

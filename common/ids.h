@@ -58,6 +58,9 @@ size_t ids_fields(const Message *m, IdField *ret_fields, size_t n);
  * m->text as it is), else a malloc'd line of *ret_len bytes. */
 int ids_translate(const Message *m, id_map_t map, void *userdata, char **ret_text, size_t *ret_len);
 
+/* An integer's decimal text in buf, which it returns (no printf: this is on every call's path). */
+#define ID_INTEGER_MAX 21 /* "-9223372036854775808" and its NUL */
+const char *id_integer_format(long long n, char buf[static ID_INTEGER_MAX]);
 /* An id as JSON text: a string for ours (prefix + number), or a bare integer. malloc'd. */
 char *id_text_string(const char *prefix, unsigned long long n);
 char *id_text_integer(long long n);

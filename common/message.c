@@ -26,7 +26,7 @@ typedef struct Key {
 #define KEYS_PAIRWISE 16U /* objects up to this many keys compare them pairwise; larger ones sort */
 
 /* The top-level object's members the envelope is made of. */
-typedef enum Member {
+typedef enum EnvelopeMember {
         MEMBER_JSONRPC,
         MEMBER_ID,
         MEMBER_METHOD,
@@ -34,7 +34,7 @@ typedef enum Member {
         MEMBER_RESULT,
         MEMBER_ERROR,
         _MEMBER_MAX,
-} Member;
+} EnvelopeMember;
 
 static const char *const member_names[_MEMBER_MAX] = {
         [MEMBER_JSONRPC] = "jsonrpc", [MEMBER_ID] = "id",         [MEMBER_METHOD] = "method",
@@ -284,6 +284,35 @@ static size_t string_decode(const char *s, size_t a, size_t b, char *out) {
         }
         out[o] = 0;
         return o;
+}
+
+/* Whether the raw key s[a..b) decodes to name (ASCII): escapes decoded as JSON says. */
+static bool key_equals(const char *s, size_t a, size_t b, const char *name) {
+        size_t i = a;
+
+        for (; *name; name++) {
+                unsigned c;
+                if (i >= b)
+                        return false;
+                if (s[i] != '\\')
+                        c = (unsigned char) s[i++];
+                else {
+                        char e = s[i + 1];
+                        if (e == 'u') {
+                                c = 0;
+                                for (int k = 2; k < 6; k++)
+                                        c = c * 16 + (unsigned) hexval(s[i + k]);
+                                i += 6;
+                        } else {
+                                static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+                                c = (unsigned char) to[strchr(from, e) - from];
+                                i += 2;
+                        }
+                }
+                if (c != (unsigned char) *name)
+                        return false;
+        }
+        return i == b;
 }
 
 /* Whether the string value at span (quotes included) decodes to exactly name. */
@@ -587,7 +616,7 @@ static void check_id_lengths(Message *m) {
 }
 
 /* The member's value, as the scan found it: its first byte says its type. */
-static char member_type(const Message *m, const Scanner *sc, Member mb) {
+static char member_type(const Message *m, const Scanner *sc, EnvelopeMember mb) {
         return sc->has_member[mb] ? m->text[sc->members[mb].start] : 0;
 }
 
@@ -828,10 +857,11 @@ static int find_path(Scanner *sc, const char *const *path, Span *ret) {
                 return -ENOENT;
         for (;;) {
                 size_t ka, kb;
+                bool escaped;
                 int r;
 
                 skip_ws(sc);
-                r = scan_string(sc, &ka, &kb);
+                r = scan_string(sc, &ka, &kb, &escaped);
                 if (r < 0)
                         return r;
                 skip_ws(sc);
@@ -851,7 +881,7 @@ static int find_path(Scanner *sc, const char *const *path, Span *ret) {
 }
 
 int message_find(const Message *m, const char *const *path, Span *ret) {
-        Scanner sc = {.s = m->text, .len = m->len, .max_depth = UINT_MAX};
+        _cleanup_(scanner_done) Scanner sc = {.s = m->text, .len = m->len, .max_depth = UINT_MAX};
         Span s;
         int r = find_path(&sc, path, &s);
 
@@ -862,7 +892,7 @@ int message_find(const Message *m, const char *const *path, Span *ret) {
 }
 
 int message_members(const Message *m, Span object, Member **ret, size_t *ret_n) {
-        Scanner sc = {.s = m->text, .len = object.start + object.len, .pos = object.start, .max_depth = UINT_MAX};
+        _cleanup_(scanner_done) Scanner sc = {.s = m->text, .len = object.start + object.len, .pos = object.start, .max_depth = UINT_MAX};
         _cleanup_free_ Member *list = NULL;
         size_t n = 0, size = 0;
 
@@ -873,10 +903,11 @@ int message_members(const Message *m, Span object, Member **ret, size_t *ret_n) 
         skip_ws(&sc);
         while (sc.pos < sc.len && sc.s[sc.pos] != '}') {
                 size_t ka, kb, vstart;
+                bool escaped;
                 int r;
 
                 skip_ws(&sc);
-                r = scan_string(&sc, &ka, &kb);
+                r = scan_string(&sc, &ka, &kb, &escaped);
                 if (r < 0)
                         return r;
                 skip_ws(&sc);

@@ -216,10 +216,9 @@ static void reply_error(Session *s, Batch *batch, const cJSON *id, int code, con
 
 /* A task-augmented call's answer names a task: later tasks calls for it go to the same backend. */
 static void track_task(Session *s, const Pending *p, const Message *answer) {
-        const cJSON *response = answer->json;
-        const cJSON *task =
-                cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(response, "result"), "task");
-        const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(task, "taskId"));
+        const Span *t = &answer->spans[ID_PATH_RESULT_TASK_ID]; /* the scan noted where it is */
+        _cleanup_json_ cJSON *v = t->len ? cJSON_ParseWithLength(answer->text + t->start, t->len) : NULL;
+        const char *id = cJSON_GetStringValue(v);
 
         if (id && hashmap_size(s->tasks) < 65536)
                 (void) hashmap_put(s->tasks, id, p->upstream);
@@ -248,7 +247,7 @@ void session_complete(Session *s, Pending *p, const Message *answer) {
 
         if (p->is_tool_call)
                 track_task(s, p, answer);
-        if (p->modern) {
+        if (p->modern && message_json(answer)) {
                 /* What the 2026-07-28 era requires of a handshake-era backend's answer. */
                 cJSON *adapted = modern_adapt_response(p, answer);
                 if (adapted) {

@@ -166,7 +166,7 @@ static void upconn_handle_response(UpConn *c, const Message *m) {
 
                 c->established = true;
                 remote_child_established(c->child);
-                err = cJSON_GetObjectItemCaseSensitive(m->json, "error");
+                err = cJSON_GetObjectItemCaseSensitive(message_json(m), "error");
                 if (err)
                         log_warning("Backend '%s' refused initialize: %s", up_name(c->up),
                                     cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(err, "message")) ?: "?");
@@ -185,7 +185,9 @@ static void upconn_handle_response(UpConn *c, const Message *m) {
 /* An answer that breaks the rules still ends its call, with an error that says so. */
 static void upconn_handle_invalid(UpConn *c, const Message *m) {
         Session *s = c->up->s;
-        Pending *p = m->id_text && !cJSON_HasObjectItem(m->json, "method") ? hashmap_get(s->pending, m->id_text) : NULL;
+        Pending *p = m->id_text && message_json(m) && !cJSON_HasObjectItem(m->json, "method")
+                             ? hashmap_get(s->pending, m->id_text)
+                             : NULL;
         char text[512];
 
         log_warning("Backend '%s' sent an invalid message (%s), ignoring it.", up_name(c->up), m->problem);
@@ -299,7 +301,9 @@ static void upconn_upcall_cancelled(UpConn *c, const Message *m) {
 static void upconn_handle_line(UpConn *c, const char *line, size_t len) {
         _cleanup_message_ Message *m = NULL;
 
-        if (message_parse(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &m) < 0) {
+        /* The envelope alone: an answer goes on to the client as the shim wrote it, unless something
+         * reads past the envelope (message_json()). */
+        if (message_parse_envelope(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &m) < 0) {
                 log_warning("Backend '%s' sent a line that is not JSON, ignoring it.", up_name(c->up));
                 return;
         }
@@ -316,6 +320,8 @@ static void upconn_handle_line(UpConn *c, const char *line, size_t len) {
                         return upconn_upcall_cancelled(c, m);
                 return session_send_text(c->up->s, m->text, m->len);
         case JSONRPC_REQUEST:
+                if (!message_json(m))
+                        return (void) log_oom();
                 return upconn_forward_upcall(c, m);
         case JSONRPC_INVALID:
                 return upconn_handle_invalid(c, m);

@@ -261,9 +261,12 @@ int client_attach(Client *c, char *text, size_t size) {
 }
 
 static void handle_initialize(Client *c, Message *m) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(m->params, "protocolVersion");
+        const cJSON *v;
         char text[512];
 
+        if (!message_json(m))
+                return reply_error(c, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+        v = cJSON_GetObjectItemCaseSensitive(m->params, "protocolVersion");
         if (!cJSON_IsObject(m->params) || !cJSON_IsString(v))
                 return reply_error(c, m->id_json, JSONRPC_INVALID_PARAMS,
                                    "initialize needs params with a string protocolVersion");
@@ -346,6 +349,8 @@ void client_handle_message(Client *c, Message *m) {
                         return client_progress(c, m);
                 return instance_submit(c->instance, c, m);
         case JSONRPC_RESPONSE:
+                if (!message_json(m))
+                        return (void) log_oom();
                 if (!upcall_answer(c, m))
                         log_debug("Dropping a response from connection %llu to a request never sent.",
                                   (unsigned long long) c->serial);
@@ -361,7 +366,9 @@ void client_handle_line(Client *c, const char *line, size_t len) {
 
         if (message_is_batch(line, len))
                 return reply_error(c, NULL, JSONRPC_INVALID_REQUEST, "mcp-lazy-shimd does not take JSON-RPC batches");
-        r = message_parse(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &m);
+        /* The envelope is all most messages need on their way to the backend: the rest of the tree is
+         * built where something reads it (message_json()). */
+        r = message_parse_envelope(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &m);
         if (r == -E2BIG)
                 return reply_error(c, NULL, JSONRPC_INVALID_REQUEST, "JSON nested too deeply");
         if (r == -ENOMEM)

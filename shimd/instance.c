@@ -170,12 +170,11 @@ static void route_free(Route *r) {
 
 /* Takes the route out of every map. */
 static void route_remove(Instance *i, Route *r) {
-        char key[32];
+        char key[ID_INTEGER_MAX];
 
         mrtr_route_gone(i, r);
         bridge_route_gone(i, r);
-        snprintf(key, sizeof key, "%lld", (long long) r->backend_id);
-        hashmap_remove(i->routes, key);
+        hashmap_remove(i->routes, id_integer_format(r->backend_id, key));
         if (r->backend_token && hashmap_get(i->tokens, r->backend_token) == r)
                 hashmap_remove(i->tokens, r->backend_token);
         if (r->backend_token && r->client_token && streq(r->backend_token, r->client_token))
@@ -186,10 +185,9 @@ static void route_remove(Instance *i, Route *r) {
 }
 
 static Route *route_find(Instance *i, int64_t id) {
-        char key[32];
+        char key[ID_INTEGER_MAX];
 
-        snprintf(key, sizeof key, "%lld", (long long) id);
-        return hashmap_get(i->routes, key);
+        return hashmap_get(i->routes, id_integer_format(id, key));
 }
 
 Route *instance_route(Instance *i, int64_t backend_id) {
@@ -197,15 +195,13 @@ Route *instance_route(Instance *i, int64_t backend_id) {
 }
 
 int route_retarget(Instance *i, Route *r) {
-        char old[32], key[32];
+        char old[ID_INTEGER_MAX], key[ID_INTEGER_MAX];
         int k;
 
-        snprintf(old, sizeof old, "%lld", (long long) r->backend_id);
-        snprintf(key, sizeof key, "%lld", (long long) i->next_id);
-        k = hashmap_put(i->routes, key, r);
+        k = hashmap_put(i->routes, id_integer_format(i->next_id, key), r);
         if (k < 0)
                 return k;
-        hashmap_remove(i->routes, old);
+        hashmap_remove(i->routes, id_integer_format(r->backend_id, old));
         r->backend_id = i->next_id++;
         return 0;
 }
@@ -388,12 +384,14 @@ int route_send(Instance *i, Route *r) {
 }
 
 static void track_subscription(Client *c, const Message *m) {
-        const cJSON *uri = cJSON_GetObjectItemCaseSensitive(m->params, "uri");
         bool sub = streq(m->method, "resources/subscribe");
+        const cJSON *uri, *it;
         int n = 0;
-        const cJSON *it;
 
-        if ((!sub && !streq(m->method, "resources/unsubscribe")) || !cJSON_IsString(uri))
+        if ((!sub && !streq(m->method, "resources/unsubscribe")) || !message_json(m))
+                return;
+        uri = cJSON_GetObjectItemCaseSensitive(m->params, "uri");
+        if (!cJSON_IsString(uri))
                 return;
         if (!c->subscriptions && !(c->subscriptions = cJSON_CreateArray()))
                 return;
@@ -524,7 +522,7 @@ static int send_to_backend(Instance *i, Route *r, const Message *m) {
 
 static void forward_request(Instance *i, Client *c, const Message *m) {
         Route *r;
-        char key[32];
+        char key[ID_INTEGER_MAX];
         int k;
 
         if (hashmap_size(c->pending) >= CLIENT_MAX_PENDING)
@@ -547,8 +545,7 @@ static void forward_request(Instance *i, Client *c, const Message *m) {
                 route_free(r);
                 return reply_failure(c, m->id_text, false, "request id is already used by a request still in flight");
         }
-        snprintf(key, sizeof key, "%lld", (long long) r->backend_id);
-        if (k < 0 || hashmap_put(i->routes, key, r) < 0) {
+        if (k < 0 || hashmap_put(i->routes, id_integer_format(r->backend_id, key), r) < 0) {
                 hashmap_remove(c->pending, r->client_id);
                 route_free(r);
                 return client_fail_request(c, m, "out of memory");
@@ -581,11 +578,14 @@ static void reply_initialize(Instance *i, Client *c, const Message *m) {
 /* A backend keeps one set of subscriptions for all the sessions it serves: a session's unsubscribe
  * goes to it only when no other session of it is subscribed to that URI; else it is answered here. */
 static bool unsubscribe_shared(Instance *i, Client *c, const Message *m) {
-        const char *uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "uri"));
         _cleanup_json_ cJSON *r = NULL;
+        const char *uri;
         bool shared = false;
 
-        if (!streq(m->method, "resources/unsubscribe") || !uri)
+        if (!streq(m->method, "resources/unsubscribe") || !message_json(m))
+                return false;
+        uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "uri"));
+        if (!uri)
                 return false;
         for (Client *o = i->shim->clients; o && !shared; o = o->next)
                 shared = o != c && o->instance == i && client_subscribed(o, uri);
@@ -779,6 +779,11 @@ static void send_to_client(Instance *i, Route *r, const Message *m) {
                 client_send_text(r->client, out ?: m->text, len);
 }
 
+/* bridge.c adapts a modern backend's answers for a handshake-era client: it reads their tree. */
+static bool answer_read_by_bridge(const Instance *i, const Route *r) {
+        return r && (r->legacy_client || i->era == BACKEND_ERA_MODERN);
+}
+
 /* The id of one of our requests that m answers: we only ever send integers below 2^53. */
 static bool backend_id_of(const Message *m, int64_t *ret) {
         double d;
@@ -799,6 +804,8 @@ static void handle_backend_invalid(Instance *i, const Message *m) {
         Route *r;
 
         log_warning("Backend '%s' sent an invalid message (%s), ignoring it.", iname(i), m->problem);
+        if (!message_json(m))
+                return (void) log_oom();
         if (cJSON_HasObjectItem(m->json, "method") && cJSON_HasObjectItem(m->json, "id")) {
                 /* A request all the same: its sender waits for an answer, and gets why (its own id when
                  * that could be read, else null). */
@@ -824,6 +831,12 @@ static void handle_backend_response(Instance *i, const Message *m) {
 
         if (!backend_id_of(m, &id))
                 return;
+        /* Only the answers the shim reads itself, and a bridged call's (bridge.c), are read past their
+         * envelope: a plain call's answer goes on as the backend wrote it, ids spliced in. */
+        if ((id <= INIT_REQUEST_ID || answer_read_by_bridge(i, route_find(i, id))) && !message_json(m)) {
+                log_oom();
+                return;
+        }
         if (id == PROBE_REQUEST_ID) {
                 if (i->state == INSTANCE_STARTING)
                         handle_probe_answer(i, m->json);
@@ -853,7 +866,8 @@ static void handle_backend_response(Instance *i, const Message *m) {
         case BRIDGE_PASS:
                 if (streq(r->method, "tasks/list") && !i->session_owned) {
                         _cleanup_message_ Message *own = NULL;
-                        if (tasks_list_filter(i, r->client, m, &own) < 0)
+                        /* The filter reads the tasks' tree: built here, as for a bridged answer. */
+                        if (!message_json(m) || tasks_list_filter(i, r->client, m, &own) < 0)
                                 reply_failure(r->client, r->client_id, false, "cannot filter tasks/list");
                         else
                                 send_to_client(i, r, own ?: m);
@@ -886,8 +900,11 @@ static void handle_progress(Instance *i, const Message *m) {
 }
 
 static void handle_backend_notification(Instance *i, const Message *m) {
-        const char *uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "uri"));
+        const char *uri = NULL;
 
+        /* The one notification read past its envelope here: whose subscription it concerns. */
+        if (streq(m->method, "notifications/resources/updated") && message_json(m))
+                uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "uri"));
         if (streq(m->method, "notifications/progress"))
                 return handle_progress(i, m);
         if (streq(m->method, "notifications/cancelled"))
@@ -916,6 +933,10 @@ static void handle_backend_notification(Instance *i, const Message *m) {
 static void handle_backend_request(Instance *i, const Message *m) {
         _cleanup_json_ cJSON *reply = NULL;
 
+        if (!message_json(m)) {
+                log_oom();
+                return;
+        }
         if (streq(m->method, "roots/list") && roots_answer_backend(i, m))
                 return;
         if (!streq(m->method, "ping"))
@@ -950,7 +971,8 @@ void instance_handle_backend_line(Instance *i, const char *line, size_t len) {
         _cleanup_message_ Message *m = NULL;
         int r;
 
-        r = message_parse(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &m);
+        /* The envelope alone: the tree is built where something reads past it (message_json()). */
+        r = message_parse_envelope(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &m);
         if (r < 0)
                 return handle_backend_garbage(i, line, len, r);
         switch (m->kind) {

@@ -88,6 +88,11 @@ static void test_ids(void) {
         CHECK(!id_text_canonical("01", 2));
         CHECK(!id_text_canonical("-0", 2)); /* comes back from any parser as 0 */
         CHECK(id_text_canonical("0", 1));
+        char buf[ID_INTEGER_MAX];
+        CHECK_STREQ(id_integer_format(0, buf), "0");
+        CHECK_STREQ(id_integer_format(-42, buf), "-42");
+        CHECK_STREQ(id_integer_format(9007199254740991LL, buf), "9007199254740991");
+        CHECK_STREQ(id_integer_format(-9223372036854775807LL - 1, buf), "-9223372036854775808");
 }
 
 typedef struct Map {
@@ -254,7 +259,55 @@ static void test_find(void) {
         CHECK(message_members(m, s, &mb, &n) == -ENOENT);
 }
 
+/* The envelope from the scan alone: what the forwarding path reads, with the tree built on demand. */
+static void test_envelope(void) {
+        static const char req[] = "{\"jsonrpc\":\"2.0\",\"id\":\"r\\u0031\",\"method\":\"tools\\/call\",\"params\":{\"name\":\"x\"}}";
+        static const char resp[] = "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"content\":[]}}";
+        _cleanup_message_ Message *a = NULL, *b = NULL;
+
+        CHECK(message_parse_envelope(req, strlen(req), JSONRPC_DEFAULT_MAX_DEPTH, &a) == 0);
+        CHECK(a && a->kind == JSONRPC_REQUEST && !a->json && !a->params);
+        CHECK_STREQ(a ? a->method : NULL, "tools/call");
+        CHECK_STREQ(a ? a->id_text : NULL, "\"r\\u0031\"");
+        CHECK(a && cJSON_IsString(a->id) && streq(a->id->valuestring, "r1") && a->id_json);
+        CHECK(a && message_json(a) && a->json && cJSON_IsObject(a->params));
+        CHECK(a && message_json(a) == a->json); /* built once */
+
+        CHECK(message_parse_envelope(resp, strlen(resp), JSONRPC_DEFAULT_MAX_DEPTH, &b) == 0);
+        CHECK(b && b->kind == JSONRPC_RESPONSE && !b->json && !b->method);
+        CHECK(b && cJSON_IsNumber(b->id) && b->id->valuedouble == 7 && !b->id_json);
+        CHECK_STREQ(b ? b->id_text : NULL, "7");
+        CHECK(message_parse_envelope("{\"a\":01}", 8, JSONRPC_DEFAULT_MAX_DEPTH, &b) == -EBADMSG);
+}
+
+/* What cJSON refuses, the scan refuses (a lone half of a surrogate pair); what the next hop would read
+ * differently from us is invalid (a NUL inside the method; "2.0" followed by a NUL). */
+static void test_scan_edges(void) {
+        CHECK(parse_result("{\"a\":\"\\ud800\"}") == -EBADMSG);
+        CHECK(parse_result("{\"a\":\"\\udc00\"}") == -EBADMSG);
+        CHECK(parse_result("{\"a\":\"\\ud800\\u0041\"}") == -EBADMSG);
+        CHECK(parse_result("{\"\\ud800x\":1}") == -EBADMSG);
+        CHECK(parse_result("{\"a\":\"\\ud800\\udc00\"}") == 0);
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\\u0000x\"}") == JSONRPC_INVALID);
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\\u0000\",\"method\":\"ping\",\"id\":1}") == JSONRPC_INVALID);
+        CHECK(kind_of("{\"jsonrpc\":\"\\u0032.0\",\"method\":\"ping\",\"id\":1}") == JSONRPC_REQUEST);
+        /* A key cut at a NUL is the key before it, as cJSON (and any C reader) sees it: a duplicate. */
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":1,\"params\":{\"b\\u0000\":1,\"b\":2}}") ==
+              JSONRPC_INVALID);
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":1,\"params\":{\"\\u00e9\":1,\"\\u00c9\":2}}") ==
+              JSONRPC_REQUEST);
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":1,\"params\":{\"\\u00e9\":1,\"\xc3\xa9\":2}}") ==
+              JSONRPC_INVALID);
+        /* The empty key twice (found by the fuzzer: an empty name counted as none). */
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":1,\"\":1,\"\":2}") == JSONRPC_INVALID);
+        /* Keys of one object at different depths are not duplicates. */
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":1,\"params\":{\"id\":{\"id\":1},\"x\":[{\"id\":2}]}}") ==
+              JSONRPC_REQUEST);
+}
+
 int main(void) {
+        test_envelope();
+        test_scan_edges();
         test_strict();
         test_id_length();
         test_method_kind();
