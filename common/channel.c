@@ -16,9 +16,12 @@
 #define READ_CHUNK     (64U * 1024U)
 #define OUT_HIGH_WATER CHANNEL_HIGH_WATER
 
+/* Small messages share a chunk: one allocation and one iovec for a burst of them. */
+#define OUT_CHUNK_SIZE (16U * 1024U)
+
 typedef struct OutChunk {
         struct OutChunk *next;
-        size_t len, done;
+        size_t len, done, size;
         char data[];
 } OutChunk;
 
@@ -573,45 +576,46 @@ int channel_send(Channel *c, const char *data, size_t len) {
 }
 
 int channel_sendv(Channel *c, const struct iovec *iov, size_t n) {
+        OutChunk *o = c->out_tail;
+        bool was_empty = !c->out_head;
         size_t len = 0;
-        OutChunk *o;
 
         if (c->write_closed || c->close_write_pending)
                 return -EPIPE;
         for (size_t i = 0; i < n; i++)
                 len += iov[i].iov_len;
-        o = malloc(sizeof *o + len + 1);
-        if (!o)
-                return -ENOMEM;
-        len = 0;
-        for (size_t i = 0; i < n; i++) {
-                memcpy(o->data + len, iov[i].iov_base, iov[i].iov_len);
-                len += iov[i].iov_len;
+        if (!o || o->size - o->len < len + 1) {
+                size_t size = len + 1 > OUT_CHUNK_SIZE ? len + 1 : OUT_CHUNK_SIZE;
+                o = malloc(sizeof *o + size);
+                if (!o)
+                        return -ENOMEM;
+                *o = (OutChunk){.size = size};
+                if (c->out_tail)
+                        c->out_tail->next = o;
+                else
+                        c->out_head = o;
+                c->out_tail = o;
         }
-        o->data[len] = '\n';
-        o->len = len + 1;
-        o->done = 0;
-        o->next = NULL;
-        if (c->out_tail)
-                c->out_tail->next = o;
-        else
-                c->out_head = o;
-        c->out_tail = o;
-        c->out_bytes += o->len;
-        c->sent_total += o->len;
+        for (size_t i = 0; i < n; i++) {
+                memcpy(o->data + o->len, iov[i].iov_base, iov[i].iov_len);
+                o->len += iov[i].iov_len;
+        }
+        o->data[o->len++] = '\n';
+        c->out_bytes += len + 1;
+        c->sent_total += len + 1;
         if (c->out_bytes > OUT_HIGH_WATER)
                 c->was_backed_up = true;
 
         /* Inside a burst of lines: written when it ends (batch_end()). Else right away: a reply
          * usually fits the pipe, and that saves a trip through epoll. */
-        if (c->out_head == o && batch_depth > 0) {
+        if (was_empty && batch_depth > 0) {
                 if (!c->batched) {
                         c->batched = true;
                         c->batch_next = batch_head;
                         batch_head = c;
                 }
                 channel_update_reading(c);
-        } else if (c->out_head == o)
+        } else if (was_empty)
                 channel_flush(c);
         else
                 channel_update_reading(c);
