@@ -23,6 +23,12 @@
 #define ACCEPT_RETRY_USEC (100ULL * 1000ULL)
 
 static sd_event_source *update_source;
+/* A STATUS= that only moves the call counts goes to PID 1 at most this often: under load they change
+ * with every call, and each message would wake systemd (and the bus) once per call. */
+#define STATUS_MIN_INTERVAL_USEC (100ULL * 1000ULL)
+static sd_event_source *status_source;
+static uint64_t status_sent_usec;
+static char status_sent_shape[384]; /* the status sent, without its counts */
 
 unsigned shim_in_flight(const Shim *s) {
         unsigned n = 0;
@@ -58,11 +64,36 @@ static void shim_notify_status(Shim *s) {
                  off ? "" : "backend idle", s->draining ? ", stopping" : "", s->n_clients, s->n_clients == 1 ? "" : "s",
                  shim_in_flight(s), (unsigned long long) s->calls_served, s->calls_served == 1 ? "" : "s", last,
                  contract);
-        /* Every call changes the counts, but PID 1 only hears of it when the line really changes. */
+        /* Every call changes the counts, but PID 1 only hears of it when the line really changes; a
+         * change of the counts alone not more often than STATUS_MIN_INTERVAL_USEC (it goes out when
+         * the interval ends). The backends' states, the sessions and the contract go out at once. */
         if (strcmp(status, s->last_status) != 0) {
+                uint64_t now = 0;
+                int armed = SD_EVENT_OFF;
+                char shape[384];
+                snprintf(shape, sizeof shape, "%.*s|%d|%u|%s", (int) off, status, s->draining, s->n_clients, contract);
+                bool counts_only = status_sent_usec && streq(shape, status_sent_shape);
+                (void) sd_event_now(s->event, CLOCK_MONOTONIC, &now);
+                (void) sd_event_source_get_enabled(status_source, &armed);
+                if (counts_only && now < status_sent_usec + STATUS_MIN_INTERVAL_USEC && status_source) {
+                        if (armed == SD_EVENT_OFF) {
+                                (void) sd_event_source_set_time(status_source, status_sent_usec + STATUS_MIN_INTERVAL_USEC);
+                                (void) sd_event_source_set_enabled(status_source, SD_EVENT_ONESHOT);
+                        }
+                        return;
+                }
                 (void) sd_notifyf(false, "STATUS=%s", status);
                 snprintf(s->last_status, sizeof s->last_status, "%s", status);
+                status_sent_usec = now;
+                snprintf(status_sent_shape, sizeof status_sent_shape, "%s", shape);
+                (void) sd_event_source_set_enabled(status_source, SD_EVENT_OFF);
         }
+}
+
+static int on_status(sd_event_source *src, uint64_t usec, void *userdata) {
+        (void) src, (void) usec;
+        shim_notify_status(userdata);
+        return 0;
 }
 
 static void listeners_enable(Shim *s, bool on) {
@@ -329,6 +360,10 @@ static int run(const char *manifest_path, const char *name_arg, size_t max_line)
                 r = sd_event_add_time(e, &s.drain_source, CLOCK_MONOTONIC, 0, 0, on_drain_grace, &s);
         if (r >= 0)
                 r = sd_event_add_time(e, &s.accept_retry_source, CLOCK_MONOTONIC, 0, 0, on_accept_retry, &s);
+        if (r >= 0)
+                r = sd_event_add_time(e, &status_source, CLOCK_MONOTONIC, 0, 0, on_status, &s);
+        if (r >= 0)
+                r = sd_event_source_set_enabled(status_source, SD_EVENT_OFF);
         if (r < 0)
                 return log_error_errno(r, "Failed to set up event sources: %m");
         (void) sd_event_source_set_enabled(s.idle_source, SD_EVENT_OFF);
@@ -357,6 +392,7 @@ static int run(const char *manifest_path, const char *name_arg, size_t max_line)
         free(s.listeners);
         hashmap_free(s.upcalls);
         update_source = sd_event_source_disable_unref(update_source);
+        status_source = sd_event_source_disable_unref(status_source);
         sd_event_source_disable_unref(s.idle_source);
         sd_event_source_disable_unref(s.drain_source);
         sd_event_source_disable_unref(s.accept_retry_source);
