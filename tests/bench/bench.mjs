@@ -179,74 +179,118 @@ function relayPair(sock, command, { env = process.env, prefix = [] } = {}) {
 async function closeRelay(client) {
   await client.close();
   await client.relayServer.close(3000);
+  for (const p of client.helpers ?? []) {
+    p.killTree();
+    await p.exited;
+  }
+}
+
+// The same two hops with systemd's own byte relay in the shim's place: `socat STDIO UNIX-CONNECT:A`
+// -> systemd-socket-proxyd, socket-activated on A (systemd-socket-activate passes it the listening
+// socket, as a .socket unit would) -> the C backend listening on B (floor.c's `listen`: proxyd
+// relays to a socket, not a pipe, so it applies to the C backend only).
+const SOCKET_PROXYD = "/usr/lib/systemd/systemd-socket-proxyd";
+const SOCKET_ACTIVATE = "/usr/bin/systemd-socket-activate";
+async function proxydPair(dir) {
+  for (const f of [SOCKET_PROXYD, SOCKET_ACTIVATE, "socat"].filter((f) => f.startsWith("/")))
+    if (!existsSync(f)) throw new Error(`${f} is missing (Debian's systemd package)`);
+  const [a, b] = [join(dir, "proxyd-front.sock"), join(dir, "proxyd-back.sock")];
+  const backend = new Peer(FLOOR, ["listen", b], { stderr: true });
+  const proxy = new Peer(SOCKET_ACTIVATE, ["-l", a, SOCKET_PROXYD, b], { stderr: true });
+  for (let i = 0; !(existsSync(a) && existsSync(b)); i++) {
+    if (i > 300) throw new Error(`systemd-socket-proxyd's sockets did not appear${proxy.stderrHint()}${backend.stderrHint()}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  const client = new Peer("socat", ["STDIO", `UNIX-CONNECT:${a},retry=200,interval=0.02`], { stderr: true });
+  client.relayServer = proxy;
+  client.helpers = [backend];
+  return client;
 }
 
 // Which backends section 2 calls: the C floor backend (what mcp-lazy adds, nothing else) and server-memory.
 const WARM = {
-  floor: { label: "C backend", command: () => [FLOOR, "backend"], call: ["floor_echo", {}], env: () => process.env },
+  floor: { label: "C backend", command: () => [FLOOR, "backend"], call: ["floor_echo", {}], env: () => process.env, proxyd: true },
   memory: { label: "memory read_graph", command: () => [NODE, SCRIPT.memory], call: BACKENDS.memory.call, env: () => memoryEnv("memory-direct.jsonl") },
 };
 
-async function warmTriple(name, manifest) {
+async function warmPaths(name, manifest) {
   const w = WARM[name];
   const [tool, args] = w.call;
   const [cmd, ...cargs] = w.command();
-  const direct = new Peer(cmd, cargs, { env: w.env(), cwd: TESTS, stderr: true });
-  const relay = relayPair(join(WORK, `relay-${name}.sock`), w.command(), { env: name === "memory" ? memoryEnv("memory-relay.jsonl") : process.env });
-  const lazy = lazyDirect(manifest);
+  const peers = {};
+  const closers = [];
   try {
-    await handshake(direct);
-    await handshake(relay);
-    await handshake(lazy);
-    const r = await interleavedCalls({ direct, relay, lazy }, tool, args);
-    return { ...r, processes: 1 + descendants(lazy.pid).length };
+    peers.direct = new Peer(cmd, cargs, { env: w.env(), cwd: TESTS, stderr: true });
+    closers.push(() => peers.direct.close());
+    peers.relay = relayPair(join(WORK, `relay-${name}.sock`), w.command(), { env: name === "memory" ? memoryEnv("memory-relay.jsonl") : process.env });
+    closers.push(() => closeRelay(peers.relay));
+    if (w.proxyd) {
+      peers.proxyd = await proxydPair(WORK);
+      closers.push(() => closeRelay(peers.proxyd));
+    }
+    peers.lazy = lazyDirect(manifest);
+    closers.push(() => peers.lazy.close());
+    for (const p of Object.values(peers)) await handshake(p);
+    const r = await interleavedCalls(peers, tool, args);
+    return { ...r, processes: 1 + descendants(peers.lazy.pid).length };
   } finally {
-    await Promise.all([direct.close(), closeRelay(relay), lazy.close()]);
+    await Promise.all(closers.map((f) => f()));
   }
 }
 
-// Rows for one backend: direct, the relays, mcp-lazy, and what each adds (quantile minus the
-// direct path's quantile) with mcp-lazy's added cost over the relays'.
+// Rows for one backend: each path's latency, then what each relay path adds over the direct call,
+// paired per round (the paths of one round run back to back, the order rotating: each difference is
+// that round's, so a stall that hits a whole round cancels), and mcp-lazy's added cost over each
+// floor's, at the median and the p99 of those per-round differences.
 function latencyRows(label, r, lazyLabel) {
   const q = (v) => [median(v), p90(v), p99(v)];
-  const [d, rl, l] = [q(r.direct), q(r.relay), q(r.lazy)];
-  const add = (x) => x.map((v, i) => v - d[i]);
-  const [ar, al] = [add(rl), add(l)];
-  return {
-    rows: [
-      [`${label}, direct`, r.direct.length, ...d.map(us), ""],
-      [`${label}, two socat relays`, r.relay.length, ...rl.map(us), ratio(rl[0], d[0])],
-      [`${label}, ${lazyLabel}`, r.lazy.length, ...l.map(us), ratio(l[0], d[0])],
-      ["  added by the relays", "", ...ar.map(us), ""],
-      ["  added by mcp-lazy", "", ...al.map(us), ""],
-      ["  mcp-lazy's added / the relays'", "", ratio(al[0], ar[0]), ratio(al[1], ar[1]), ratio(al[2], ar[2]), ""],
-    ],
-    med: al[0] / ar[0],
-    p99: al[2] / ar[2],
-  };
+  const paired = (k) => r[k].map((v, i) => v - r.direct[i]);
+  const floors = [["relay", "two socat relays"], ...(r.proxyd ? [["proxyd", "socat + systemd-socket-proxyd"]] : [])];
+  const al = q(paired("lazy"));
+  const rows = [[`${label}, direct`, r.direct.length, ...q(r.direct).map(us), ""]];
+  for (const [k, what] of floors) rows.push([`${label}, ${what}`, r[k].length, ...q(r[k]).map(us), ratio(median(r[k]), median(r.direct))]);
+  rows.push([`${label}, ${lazyLabel}`, r.lazy.length, ...q(r.lazy).map(us), ratio(median(r.lazy), median(r.direct))]);
+  const out = { rows, med: NaN, p99: NaN, floors: {} };
+  for (const [k, what] of floors) {
+    const a = q(paired(k));
+    rows.push([`  added by ${what} (per round)`, "", ...a.map(us), ""]);
+    out.floors[k] = { what, med: al[0] / a[0], p99: al[2] / a[2] };
+  }
+  rows.push(["  added by mcp-lazy (per round)", "", ...al.map(us), ""]);
+  for (const [k, what] of floors) {
+    const a = q(paired(k));
+    rows.push([`  mcp-lazy's added / ${what}'`, "", ratio(al[0], a[0]), ratio(al[1], a[1]), ratio(al[2], a[2]), ""]);
+  }
+  out.med = out.floors.relay.med;
+  out.p99 = out.floors.relay.p99;
+  return out;
 }
 const LATENCY_HEADERS = ["path", "calls", "median", "p90", "p99", "ratio to direct"];
 // A ratio of added costs means nothing where the relays added nothing (a negative difference).
 const warmVerdict = (label, x) => {
-  const f = (v) => (Number.isFinite(v) && v >= 0 ? `${v.toFixed(2)}x` : "not measurable (the relays added <= 0)");
-  const ok = [x.med, x.p99].every((v) => Number.isFinite(v) && v >= 0 && v <= 1.15);
-  return `${label}: median ${f(x.med)}, p99 ${f(x.p99)} ${ok ? "met" : "NOT met"}`;
+  const f = (v) => (Number.isFinite(v) && v >= 0 ? `${v.toFixed(2)}x` : "not measurable (the floor added <= 0)");
+  const one = (v) => [v.med, v.p99].every((y) => Number.isFinite(y) && y >= 0 && y <= 1.15);
+  return Object.values(x.floors)
+    .map((v) => `${label} vs ${v.what}: median ${f(v.med)}, p99 ${f(v.p99)} ${one(v) ? "met" : "NOT met"}`)
+    .join("; ");
 };
 
 async function sectionWarm(manifest) {
-  heading("2. Warm call latency: direct vs two socat relays vs mcp-lazy (direct activation)");
+  heading("2. Warm call latency: direct vs two relays (socat; socat + systemd-socket-proxyd) vs mcp-lazy (direct activation)");
   const rows = [];
   const verdicts = [];
   for (const name of Object.keys(WARM)) {
-    const r = await warmTriple(name, manifest);
+    const r = await warmPaths(name, manifest);
     const x = latencyRows(WARM[name].label, r, `mcp-lazy (${r.processes} procs)`);
     rows.push(...x.rows);
     verdicts.push(warmVerdict(WARM[name].label, x));
   }
   table(LATENCY_HEADERS, rows);
-  console.log(`  (sequential raw JSON-RPC calls on stdio after ${RUNS.warmUp} warm-up calls each, the three paths interleaved;`);
-  console.log("   'added' = that quantile minus the direct path's; the relays: socat STDIO UNIX-CONNECT -> socat UNIX-LISTEN EXEC)");
-  console.log(`  target: mcp-lazy's added cost <= 1.15x the relays', median and p99 -> ${verdicts.join("; ")}`);
+  console.log(`  (sequential raw JSON-RPC calls on stdio after ${RUNS.warmUp} warm-up calls each, the paths interleaved, the order`);
+  console.log("   rotating; 'added' = per round, that path's call minus the direct call of the same round; the relays:");
+  console.log("   socat STDIO UNIX-CONNECT -> socat UNIX-LISTEN EXEC, and socat STDIO UNIX-CONNECT -> systemd-socket-proxyd");
+  console.log("   (socket-activated) -> the C backend on a socket (floor.c listen); load average " + loadavg().map((x) => x.toFixed(2)).join(" ") + ")");
+  console.log(`  target: mcp-lazy's added cost <= 1.15x the floor's, median and p99 -> ${verdicts.join("; ")}`);
 }
 
 // ---- 9. both eras --------------------------------------------------------------------------

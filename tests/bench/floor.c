@@ -7,6 +7,8 @@
  *                                   tools/list with one tool "echo", anything else a text result
  *                                   "ok"), with the request's id copied byte for byte, one write()
  *                                   per read(): the throughput and warm-call floor.
+ *   floor listen PATH               the same server on a Unix socket at PATH, one connection at a time
+ *                                   (for systemd-socket-proxyd, which relays to a socket, not a pipe).
  *
  * Built by bench.mjs with cc -O2; not part of mcp-lazy. Built with -DFLOOR_SD_EVENT -lsystemd, `answer`
  * first sets up sd-event's default loop: the floor of any program that links libsystemd for it. */
@@ -15,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 #ifdef FLOOR_SD_EVENT
 #include <systemd/sd-event.h>
@@ -198,7 +202,34 @@ static void backend_line(const char *line, size_t len, void *userdata) {
 
 static int run_backend(void) {
         Out o = {};
-        return for_each_line(backend_line, &o, &o.buf, &o.len) < 0;
+        int r = for_each_line(backend_line, &o, &o.buf, &o.len);
+        free(o.buf);
+        return r < 0;
+}
+
+static int run_listen(const char *path) {
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+        if (fd < 0 || strlen(path) >= sizeof sa.sun_path)
+                return 1;
+        strcpy(sa.sun_path, path);
+        (void) unlink(path);
+        if (bind(fd, (struct sockaddr *) &sa, sizeof sa) < 0 || listen(fd, 16) < 0) {
+                perror(path);
+                return 1;
+        }
+        for (;;) {
+                int c = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
+                if (c < 0 && errno == EINTR)
+                        continue;
+                if (c < 0 || dup2(c, STDIN_FILENO) < 0 || dup2(c, STDOUT_FILENO) < 0)
+                        return 1;
+                close(c);
+                (void) run_backend();
+                close(STDIN_FILENO);
+                close(STDOUT_FILENO);
+        }
 }
 
 int main(int argc, char *argv[]) {
@@ -206,6 +237,8 @@ int main(int argc, char *argv[]) {
                 return run_answer(argv[2], argv[3]);
         if (argc == 2 && !strcmp(argv[1], "backend"))
                 return run_backend();
-        fprintf(stderr, "Usage: floor answer MANIFEST ANSWERS | floor backend\n");
+        if (argc == 3 && !strcmp(argv[1], "listen"))
+                return run_listen(argv[2]);
+        fprintf(stderr, "Usage: floor answer MANIFEST ANSWERS | floor backend | floor listen PATH\n");
         return 2;
 }
