@@ -339,8 +339,8 @@ static int key_make(const Scanner *sc, size_t a, size_t b, bool escaped, Key *re
 }
 
 static bool key_is(const Key *k, const char *name) {
-        size_t l = strlen(name);
-        return k->len == l && memcmp(k->p, name, l) == 0;
+        /* A key holds no NUL (decoded ones are cut there): strncmp() stops at name's end. */
+        return k->len > 0 && k->p[0] == name[0] && strncmp(name, k->p, k->len) == 0 && name[k->len] == 0;
 }
 
 static int key_compare(const Key *x, const Key *y) {
@@ -615,6 +615,44 @@ static void check_id_lengths(Message *m) {
         }
 }
 
+/* The id's value (its text in id_buf) as an item of the message's own, without a parse: a string,
+ * an integer of up to 15 digits, null, true, false; other numbers, objects and arrays are parsed. */
+static const cJSON *id_item_set(Message *m, size_t len) {
+        const char *t = m->id_buf;
+        cJSON *it = &m->id_item;
+
+        *it = (cJSON){};
+        switch (t[0]) {
+        case '"':
+                (void) string_decode(t, 1, len - 1, m->id_str);
+                it->type = cJSON_String;
+                it->valuestring = m->id_str;
+                return it;
+        case 'n':
+                it->type = cJSON_NULL;
+                return it;
+        case 't':
+                it->type = cJSON_True;
+                return it;
+        case 'f':
+                it->type = cJSON_False;
+                return it;
+        }
+        if (integer_text(t, len) && len - (t[0] == '-') <= 15) {
+                long long v = 0;
+                for (size_t i = t[0] == '-'; i < len; i++)
+                        v = v * 10 + (t[i] - '0');
+                it->type = cJSON_Number;
+                it->valuedouble = (double) (t[0] == '-' ? -v : v);
+                it->valueint = it->valuedouble >= INT_MAX   ? INT_MAX
+                               : it->valuedouble <= INT_MIN ? INT_MIN
+                                                            : (int) it->valuedouble;
+                return it;
+        }
+        m->id_value = cJSON_ParseWithLength(t, len);
+        return m->id_value;
+}
+
 /* The member's value, as the scan found it: its first byte says its type. */
 static char member_type(const Message *m, const Scanner *sc, EnvelopeMember mb) {
         return sc->has_member[mb] ? m->text[sc->members[mb].start] : 0;
@@ -632,16 +670,17 @@ static void classify(Message *m, const Scanner *sc) {
                 return;
         }
         if (has_id && !sc->dup_id) {
+                const cJSON *v;
                 memcpy(m->id_buf, m->text + ids->start, ids->len);
                 m->id_buf[ids->len] = 0;
-                m->id_value = cJSON_ParseWithLength(m->id_buf, ids->len);
-                if (!m->id_value) {
+                v = id_item_set(m, ids->len);
+                if (!v) {
                         m->problem = "out of memory";
                         return;
                 }
-                id_ok = json_id_valid(m->id_value, m->id_buf, ids->len);
+                id_ok = json_id_valid(v, m->id_buf, ids->len);
                 if (id_ok) {
-                        m->id = m->id_value;
+                        m->id = v;
                         m->id_text = m->id_buf;
                 }
         }
@@ -685,7 +724,7 @@ static void classify(Message *m, const Scanner *sc) {
         if (sc->has_member[MEMBER_RESULT] != sc->has_member[MEMBER_ERROR] && has_id) {
                 /* A response to a request never sent is dropped by the caller; its id may be null. */
                 m->kind = JSONRPC_RESPONSE;
-                m->id = m->id_value;
+                m->id = m->id_value ?: &m->id_item;
                 return check_id_lengths(m);
         }
         m->problem = "a message needs \"method\", or \"id\" with exactly one of \"result\" and \"error\"";
@@ -695,7 +734,7 @@ static void classify(Message *m, const Scanner *sc) {
 static Message *message_alloc(const char *line, size_t len, const Scanner *sc) {
         size_t id_len = sc->has_member[MEMBER_ID] ? sc->members[MEMBER_ID].len : 0;
         size_t method_len = sc->has_member[MEMBER_METHOD] ? sc->members[MEMBER_METHOD].len : 0;
-        Message *m = calloc(1, sizeof *m + len + 1 + id_len + 1 + method_len + 1);
+        Message *m = calloc(1, sizeof *m + len + 1 + 2 * (id_len + 1) + method_len + 1);
 
         if (!m)
                 return NULL;
@@ -705,7 +744,8 @@ static Message *message_alloc(const char *line, size_t len, const Scanner *sc) {
         m->text[len] = 0;
         m->len = len;
         m->id_buf = m->text + len + 1;
-        m->method_buf = m->id_buf + id_len + 1;
+        m->id_str = m->id_buf + id_len + 1;
+        m->method_buf = m->id_str + id_len + 1;
         memcpy(m->spans, sc->spans, sizeof m->spans);
         return m;
 }
@@ -730,12 +770,8 @@ int message_parse_envelope(const char *line, size_t len, unsigned max_depth, Mes
         classify(m, &sc);
         /* Replies to a request (and refusals of an invalid message) carry its id's exact text. */
         if (m->id_text && (m->kind == JSONRPC_REQUEST || m->kind == JSONRPC_INVALID)) {
-                m->id_json = cJSON_CreateRaw(m->id_text);
-                if (!m->id_json) {
-                        m->id = NULL, m->id_text = NULL, m->method = NULL;
-                        m->problem = "out of memory";
-                        m->kind = JSONRPC_INVALID;
-                }
+                m->id_raw = (cJSON){.type = cJSON_Raw, .valuestring = m->id_buf};
+                m->id_json = &m->id_raw;
         }
         *ret = m;
         return 0;
@@ -776,7 +812,6 @@ Message *message_unref(Message *m) {
         if (!m || --m->n_ref > 0)
                 return NULL;
         cJSON_Delete(m->json);
-        cJSON_Delete(m->id_json);
         cJSON_Delete(m->id_value);
         free(m);
         return NULL;

@@ -33,8 +33,11 @@ struct Message {
         const char *problem; /* INVALID: why, as a sentence fragment for the error message */
         Span spans[_ID_PATH_MAX];
         char problem_buf[160];
-        cJSON *id_value; /* owns what id points to */
-        char *id_buf, *method_buf;
+        /* Private: id and id_json point to these items of the message's own (never to cJSON_Delete()),
+         * or id to id_value, a parsed id of a rare form. */
+        cJSON id_item, id_raw;
+        cJSON *id_value;
+        char *id_buf, *id_str, *method_buf;
 };
 
 /* -EBADMSG: not JSON (strictly), not UTF-8, NUL, a lone UTF-16 surrogate escape, or trailing bytes;

@@ -234,6 +234,9 @@ static void check_line(const char *text, size_t size) {
         /* What the scan found of the envelope, the tree has too. */
         if (m->method)
                 FUZZ_ASSERT(streq(m->method, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->json, "method"))));
+        /* The id's value, made without a parse, is the tree's. */
+        if (m->id)
+                FUZZ_ASSERT(same_tree(m->id, cJSON_GetObjectItemCaseSensitive(m->json, "id")));
         if (m->id_text) {
                 _cleanup_json_ cJSON *v = cJSON_Parse(m->id_text);
                 FUZZ_ASSERT(v && same_tree(v, cJSON_GetObjectItemCaseSensitive(m->json, "id")));
