@@ -768,8 +768,8 @@ int message_parse_envelope(const char *line, size_t len, unsigned max_depth, Mes
         if (!m)
                 return -ENOMEM;
         classify(m, &sc);
-        /* Replies to a request (and refusals of an invalid message) carry its id's exact text. */
-        if (m->id_text && (m->kind == JSONRPC_REQUEST || m->kind == JSONRPC_INVALID)) {
+        /* Replies (and answers printed again) carry the id's exact text. */
+        if (m->id_text) {
                 m->id_raw = (cJSON){.type = cJSON_Raw, .valuestring = m->id_buf};
                 m->id_json = &m->id_raw;
         }

@@ -27,8 +27,7 @@ struct Message {
         const char *method;  /* requests and notifications */
         const cJSON *params; /* NULL when absent, or while json is not built */
         const cJSON *id;     /* the id's value (requests, responses; INVALID: if one could be read) */
-        cJSON *id_json;      /* requests and INVALID: the same id as a raw item of its exact text: what
-                              * replies carry */
+        cJSON *id_json;      /* the same id as a raw item of its exact text: what replies carry */
         const char *id_text; /* that text ("\"a1\"", "12345678901234567890"); NULL without an id */
         const char *problem; /* INVALID: why, as a sentence fragment for the error message */
         Span spans[_ID_PATH_MAX];

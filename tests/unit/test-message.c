@@ -275,7 +275,8 @@ static void test_envelope(void) {
 
         CHECK(message_parse_envelope(resp, strlen(resp), JSONRPC_DEFAULT_MAX_DEPTH, &b) == 0);
         CHECK(b && b->kind == JSONRPC_RESPONSE && !b->json && !b->method);
-        CHECK(b && cJSON_IsNumber(b->id) && b->id->valuedouble == 7 && !b->id_json);
+        CHECK(b && cJSON_IsNumber(b->id) && b->id->valuedouble == 7 && b->id_json);
+        CHECK_STREQ(b && b->id_json ? b->id_json->valuestring : NULL, "7");
         CHECK_STREQ(b ? b->id_text : NULL, "7");
         CHECK(message_parse_envelope("{\"a\":01}", 8, JSONRPC_DEFAULT_MAX_DEPTH, &b) == -EBADMSG);
 }
