@@ -366,9 +366,9 @@ void client_handle_line(Client *c, const char *line, size_t len) {
 
         if (message_is_batch(line, len))
                 return reply_error(c, NULL, JSONRPC_INVALID_REQUEST, "mcp-lazy-shimd does not take JSON-RPC batches");
-        /* The envelope is all most messages need on their way to the backend: the rest of the tree is
-         * built where something reads it (message_json()). */
-        r = message_parse_envelope(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &m);
+        /* A client's request is read past its envelope (a modern client's _meta, a retry's requestState,
+         * initialize, subscriptions): its tree is built. A backend's answers are not (instance.c). */
+        r = message_parse(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &m);
         if (r == -E2BIG)
                 return reply_error(c, NULL, JSONRPC_INVALID_REQUEST, "JSON nested too deeply");
         if (r == -ENOMEM)
