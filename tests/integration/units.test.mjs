@@ -41,9 +41,10 @@ test("the shim reports READY and a STATUS= line that systemctl shows", async () 
   const s = await fleet.session();
   await s.callTool({ name: "echo", arguments: { message: "x" } });
   // The test manifest declares 5 of the server's tools, 3 with schemas of its own: the shim says so.
+  // (The counts reach systemd at most every 100 ms: wait for the call's too.)
   const status = await waitFor(async () => {
     const st = await fleet.sh("systemctl show -P StatusText mcp-lazy@everything.service");
-    return /manifest differs/.test(st) && st;
+    return /manifest differs/.test(st) && / 1 call served/.test(st) && st;
   }, 5000);
   assert.match(status, /^backend pid \d+ \(ready\), 1 session, 0 in flight, 1 call served, last call at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ, manifest differs: tools: 0 missing, \d+ extra, \d+ changed$/m);
   const log = await fleet.sh("journalctl -q -o cat -u mcp-lazy@everything.service");
