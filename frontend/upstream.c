@@ -185,10 +185,12 @@ static void upconn_handle_response(UpConn *c, const Message *m) {
 /* An answer that breaks the rules still ends its call, with an error that says so. */
 static void upconn_handle_invalid(UpConn *c, const Message *m) {
         Session *s = c->up->s;
-        Pending *p = m->id_text && message_json(m) && !cJSON_HasObjectItem(m->json, "method")
-                             ? hashmap_get(s->pending, m->id_text)
-                             : NULL;
+        Pending *p;
         char text[512];
+
+        if (!message_json(m))
+                return (void) log_oom();
+        p = m->id_text && !cJSON_HasObjectItem(m->json, "method") ? hashmap_get(s->pending, m->id_text) : NULL;
 
         log_warning("Backend '%s' sent an invalid message (%s), ignoring it.", up_name(c->up), m->problem);
         if (cJSON_HasObjectItem(m->json, "method") && cJSON_HasObjectItem(m->json, "id")) {
