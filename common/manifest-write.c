@@ -504,6 +504,11 @@ int mkdir_parents(const char *dir, mode_t mode) {
 }
 
 int write_file_atomic(const char *path, const char *data, size_t len, mode_t mode, bool keep_owner) {
+        return write_file_atomic_owned(path, data, len, mode, keep_owner, (uid_t) -1, (gid_t) -1);
+}
+
+int write_file_atomic_owned(const char *path, const char *data, size_t len, mode_t mode, bool keep_owner, uid_t uid,
+                            gid_t gid) {
         _cleanup_free_ char *target = NULL, *tmp = NULL, *dircopy = NULL;
         _cleanup_close_ int fd = -EBADF, dfd = -EBADF;
         struct stat st;
@@ -528,6 +533,11 @@ int write_file_atomic(const char *path, const char *data, size_t len, mode_t mod
         if (fchmod(fd, mode) < 0)
                 goto fail;
         if (keep_owner && exists && geteuid() == 0 && fchown(fd, st.st_uid, st.st_gid) < 0)
+                goto fail;
+        /* Before the rename: readers never see the new file with another owner than its own. */
+        if ((uid != (uid_t) -1 || gid != (gid_t) -1) && fchown(fd, uid, gid) < 0)
+                goto fail;
+        if (fchmod(fd, mode) < 0) /* fchown clears the setgid bit */
                 goto fail;
         for (size_t done = 0; done < len;) {
                 ssize_t n = write(fd, data + done, len - done);

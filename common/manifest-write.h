@@ -54,6 +54,10 @@ int manifest_doc_emit(const ManifestDoc *d, char **ret_text, size_t *ret_len, ch
  * directory. mode (e.g. 0600) is applied to the new file; with keep_owner the new file gets the old
  * one's owner. A symlink at path is followed: its target is replaced. */
 int write_file_atomic(const char *path, const char *data, size_t len, mode_t mode, bool keep_owner);
+/* The same, and then the new file gets owner uid and group gid (-1: left as they are), before it is
+ * renamed into place. */
+int write_file_atomic_owned(const char *path, const char *data, size_t len, mode_t mode, bool keep_owner, uid_t uid,
+                            gid_t gid);
 /* Reads a whole regular file (up to max bytes; -EFBIG past it). */
 int read_file_full(const char *path, size_t max, char **ret, size_t *ret_len);
 /* The same, and the identity and mode of the file that was read (fstat of the descriptor read from). */

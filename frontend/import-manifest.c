@@ -127,9 +127,8 @@ int import_write_manifest(ManifestDoc *doc, bool dry_run) {
                 return -ENOMEM;
         r = mkdir_parents(dirname(dir), 0755);
         if (r >= 0)
-                r = write_file_atomic(doc->path, text, len, mode, true);
-        if (r >= 0 && group_reads && chown(doc->path, 0, gid) < 0)
-                r = -errno;
+                r = write_file_atomic_owned(doc->path, text, len, mode, true, group_reads ? 0 : (uid_t) -1,
+                                            group_reads ? gid : (gid_t) -1);
         if (r < 0)
                 fprintf(stderr, "mcp-lazy: cannot write the manifest %s: %s; nothing was changed\n", doc->path,
                         strerror(-r));

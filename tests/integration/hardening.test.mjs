@@ -4,7 +4,7 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { boxFleet, enableSockets } from "./lib/fleet.mjs";
-import { SERVER_SCRIPTS, TESTS } from "./lib/env.mjs";
+import { MCP_LAZY, SERVER_SCRIPTS, TESTS } from "./lib/env.mjs";
 
 const PEER = `${TESTS}/integration/lib/peer.mjs`;
 // What `systemd-analyze security` still flags, each for a reason README gives ("What a backend may do").
@@ -90,6 +90,24 @@ test("a secret in an EnvironmentFile= drop-in reaches its backend, not the socke
   } finally {
     await fleet.sh("rm -f /etc/systemd/system/mcp-lazy@everything.service.d/{secret,shown}.conf; systemctl daemon-reload");
   }
+});
+
+test("import as root: the manifest is root:mcp-lazy 0640 before it is renamed into place (never root:root for a moment)", async () => {
+  // strace shows the order of the calls: the group must be on the temporary file before the rename
+  // (a chown after it left the group's readers, the shims, a moment without the manifest).
+  const out = await fleet.sh(`rm -rf /tmp/imp && mkdir -p /tmp/imp && cd /tmp/imp
+    printf '{"mcpServers":{"mem":{"command":"${process.execPath}","args":["${SERVER_SCRIPTS.memory}"],"env":{"API_KEY":"k"}}}}' > cfg.json
+    # (LeakSanitizer, in the sanitizer builds, cannot run under ptrace)
+    ASAN_OPTIONS=detect_leaks=0 strace -f -qq -o trace -e trace=chown,fchown,fchownat,lchown,rename,renameat,renameat2 \\
+      ${MCP_LAZY} import --no-enable --manifest /tmp/imp/manifest.yaml --from /tmp/imp/cfg.json >log 2>&1 || { cat log; exit 1; }
+    stat -c '%U:%G %a' manifest.yaml; getent group mcp-lazy | cut -d: -f3; grep -E 'rename|chown' trace`);
+  const [owner, gid, ...calls] = out.trim().split("\n");
+  assert.equal(owner, "root:mcp-lazy 640");
+  const renamed = calls.findIndex((l) => /rename\w*\(.*"\/tmp\/imp\/manifest\.yaml"/.test(l));
+  assert.ok(renamed >= 0, out);
+  const owned = calls.findIndex((l) => new RegExp(`fchown\\(\\d+, 0, ${gid.trim()}\\)`).test(l));
+  assert.ok(owned >= 0 && owned < renamed, `the group is set before the rename:\n${out}`);
+  assert.ok(!calls.some((l) => /chown\w*\(.*manifest\.yaml"/.test(l)), `the manifest is not chowned by its name (after the rename):\n${out}`);
 });
 
 test("systemd-analyze security: the exposure of the service template, and what could not be tightened", async () => {
