@@ -17,6 +17,7 @@
 #include "import.h"
 #include "macros.h"
 #include "manifest.h"
+#include "printable.h"
 #include "undo.h"
 
 typedef enum EntryState {
@@ -86,6 +87,22 @@ static void import_done(Import *im) {
         free(im->configs);
         manifest_doc_free(im->doc);
         free(im->self);
+}
+
+/* What a client config or a server said (names, arguments, errors with their stderr lines), printed
+ * without the escape sequences it may hold: each line made printable, the newlines kept. */
+#define SHOWN_MAX 4096
+static void print_printable(const char *s) {
+        while (s) {
+                const char *nl = strchr(s, '\n');
+                _cleanup_free_ char *line = strndup(s, nl ? (size_t) (nl - s) : strlen(s));
+                _cleanup_free_ char *shown = line ? text_printable(line, SHOWN_MAX) : NULL;
+
+                fputs(shown ?: "?", stdout);
+                if (nl)
+                        fputc('\n', stdout);
+                s = nl ? nl + 1 : NULL;
+        }
 }
 
 _printf_(3, 4) static void item_set(Item *it, EntryState state, const char *fmt, ...) {
@@ -352,8 +369,10 @@ static void target_discover(Import *im, Target *t) {
         int r;
 
         printf("Starting '%s':", t->backend);
-        for (char **a = t->argv; *a; a++)
-                printf(" %s", *a);
+        for (char **a = t->argv; *a; a++) {
+                fputc(' ', stdout);
+                print_printable(*a);
+        }
         printf("\n");
         fflush(stdout);
         r = mcp_discover(&cmd, t->caps, im->timeout_usec, &t->d, &t->error);
@@ -376,10 +395,11 @@ static void target_discover(Import *im, Target *t) {
         if (target_check(im, t) < 0)
                 return;
         n = (size_t) cJSON_GetArraySize(t->d->tools);
-        printf("  %s %s: %zu tool%s",
-               cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t->d->server_info, "name")) ?: "?",
-               cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t->d->server_info, "version")) ?: "", n,
-               n == 1 ? "" : "s");
+        printf("  ");
+        print_printable(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t->d->server_info, "name")) ?: "?");
+        printf(" ");
+        print_printable(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t->d->server_info, "version")) ?: "");
+        printf(": %zu tool%s", n, n == 1 ? "" : "s");
         if (t->d->resources)
                 printf(", %d resource(s)", cJSON_GetArraySize(t->d->resources));
         if (t->d->resource_templates)
@@ -587,20 +607,24 @@ static void report(const Import *im) {
         for (size_t i = 0; i < im->n_items; i++) {
                 const Item *it = &im->items[i];
                 const ServerEntry *e = it->entry;
-                _cleanup_free_ char *label = NULL;
+                _cleanup_free_ char *label = NULL, *name = text_printable(e->name, SHOWN_MAX);
 
-                if (asprintf(&label, "%s%s%s", e->name, strchr(e->where, '[') ? " (project)" : "", "") < 0)
+                if (asprintf(&label, "%s%s%s", name ?: "?", strchr(e->where, '[') ? " (project)" : "", "") < 0)
                         label = NULL;
-                printf("%-24s %-16s ", label ?: e->name, e->config->client);
-                if (it->target && it->target->failed)
-                        printf("FAILED, left as it is: %s\n", it->target->error ?: "?");
-                else if (it->target && it->state == ENTRY_IMPORTED)
+                printf("%-24s %-16s ", label ?: "?", e->config->client);
+                if (it->target && it->target->failed) {
+                        printf("FAILED, left as it is: ");
+                        print_printable(it->target->error ?: "?");
+                        printf("\n");
+                } else if (it->target && it->state == ENTRY_IMPORTED)
                         printf("-> backend '%s'\n", it->target->backend);
                 else if (it->target)
                         printf("-> backend '%s'%s\n", it->target->backend,
                                im->dry_run ? " (dry run)" : " (config not rewritten)");
-                else
-                        printf("%s\n", it->why ?: "?");
+                else {
+                        print_printable(it->why ?: "?");
+                        printf("\n");
+                }
         }
 }
 

@@ -341,3 +341,20 @@ createInterface({ input: process.stdin }).on("line", (line) => {
   const first = Array.from({ length: 20 }, (_, k) => `+demo://b?[2J/${k}`).join(" ");
   assert.match(r.stdout, new RegExp(`^  resources: 3000 added, 3000 removed, 0 changed: ${first.replace(/[?[\]/.+]/g, "\\$&")} \\(\\+5980 more\\)$`, "m"));
 });
+
+test("import: a config's server names and arguments, and what a server says, reach the terminal without escape sequences", () => {
+  const { h, path } = importHome(() =>
+    JSON.stringify({
+      mcpServers: {
+        "evil\u001b]0;owned\u0007": { command: process.execPath, args: [SERVER, "\u001b[2J\u009b1A"] },
+        "gone\u001b[8m": { command: "/nonexistent/\u001b[31mserver" },
+      },
+    }),
+  );
+  const r = importFrom(h, path);
+  assert.equal(r.code, 1, r.out + r.err); // one of the two failed
+  assert.doesNotMatch(r.out + r.err, /[\u001b\u0007\u009b]/);
+  assert.match(r.out, new RegExp(`^Starting 'evil-0-owned': ${process.execPath} ${SERVER} \\?\\[2J\\?\\?1A$`, "m"));
+  assert.match(r.out, /^evil\?\]0;owned\?\s+\S+\s+-> backend 'evil-0-owned'$/m);
+  assert.match(r.out, /^gone\?\[8m\s+\S+\s+FAILED, left as it is: cannot start \/nonexistent\/\?\[31mserver: No such file or directory$/m);
+});
