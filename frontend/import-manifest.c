@@ -11,6 +11,7 @@
 #include "duration.h"
 #include "import.h"
 #include "macros.h"
+#include "printable.h"
 
 int parse_timeout_arg(const char *s, uint64_t *ret) {
         uint64_t usec;
@@ -41,14 +42,18 @@ cJSON *tools_for_manifest(const cJSON *tools, const char *backend, bool warn) {
                         for (const char *const *c = manifest_tool_keys; *c && !known; c++)
                                 known = streq(k->string, *c);
                         if (!known) {
-                                if (warn)
-                                        fprintf(stderr,
-                                                "mcp-lazy: tool '%s' of '%s': leaving out its key '%s', which the "
-                                                "manifest "
-                                                "does not take\n",
+                                if (warn) {
+                                        /* The server's words: made printable first. */
+                                        _cleanup_free_ char *tool = text_printable(
                                                 cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(t, "name"))
                                                         ?: "?",
-                                                backend, k->string);
+                                                256);
+                                        _cleanup_free_ char *key = text_printable(k->string ?: "?", 256);
+                                        fprintf(stderr,
+                                                "mcp-lazy: tool '%s' of '%s': leaving out its key '%s', which the "
+                                                "manifest does not take\n",
+                                                tool ?: "?", backend, key ?: "?");
+                                }
                                 cJSON_Delete(cJSON_DetachItemViaPointer(t, k));
                         }
                         k = next;

@@ -306,6 +306,27 @@ test("import: a project's ./.mcp.json (a repository just cloned) runs only the s
   assert.match(readFileSync(join(proj, ".mcp.json"), "utf8"), /"unknown": \{ "command": "\/bin\/sh"|"unknown": \{\n\s+"command": "\/bin\/sh"/);
 });
 
+test("import: a tool key the manifest does not take is named without the escape sequences the server put in it", () => {
+  const odd = join(dir, "odd.mjs");
+  writeFileSync(
+    odd,
+    `import { createInterface } from "node:readline";
+const send = (m) => process.stdout.write(JSON.stringify(m) + "\\n");
+createInterface({ input: process.stdin }).on("line", (line) => {
+  const m = JSON.parse(line);
+  if (m.method === "initialize") send({ jsonrpc: "2.0", id: m.id, result: { protocolVersion: m.params.protocolVersion, capabilities: { tools: {} }, serverInfo: { name: "odd", version: "1" } } });
+  else if (m.method === "tools/list") send({ jsonrpc: "2.0", id: m.id, result: { tools: [{ name: "t", inputSchema: { type: "object" }, "x\\u001b]0;owned\\u0007": 1 }] } });
+  else if (m.id !== undefined) send({ jsonrpc: "2.0", id: m.id, error: { code: -32601, message: "no" } });
+});
+`,
+  );
+  const { h, path } = importHome(() => JSON.stringify({ mcpServers: { odd: { command: process.execPath, args: [odd] } } }));
+  const r = importFrom(h, path);
+  assert.equal(r.code, 0, r.out + r.err);
+  assert.doesNotMatch(r.err, /[\u001b\u0007]/);
+  assert.match(r.err, /^mcp-lazy: tool 't' of 'odd': leaving out its key 'x\?\]0;owned\?', which the manifest does not take$/m);
+});
+
 test("refresh: a list of thousands that changed whole is compared by key and said in a line (the first 20 names, made printable, and a count)", () => {
   // A server whose resources are named after the word in SEED (read at each resources/list).
   const lister = join(dir, "lister.mjs");
