@@ -51,14 +51,15 @@ int era_envelope_parse(const cJSON *params, Envelope *ret, const char **ret_prob
         return 1;
 }
 
+/* Only what a request's envelope may name. The handshake versions are served too, but only through
+ * initialize: listing them here would tell a client to put one in _meta, which this very list
+ * refuses with -32022 (a loop); and a dual-era client that got a DiscoverResult or -32022 must not
+ * fall back to initialize anyway (basic/transports/stdio.mdx). As the v2 SDK's dual-era server. */
 cJSON *era_supported_versions_new(void) {
         _cleanup_json_ cJSON *a = cJSON_CreateArray();
 
         if (!a || !cJSON_AddItemToArray(a, cJSON_CreateString(ERA_MODERN_VERSION)))
                 return NULL;
-        for (unsigned i = era_n_legacy_versions; i > 0; i--)
-                if (!cJSON_AddItemToArray(a, cJSON_CreateString(era_legacy_versions[i - 1])))
-                        return NULL;
         return TAKE_PTR(a);
 }
 

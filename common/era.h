@@ -17,7 +17,7 @@
 #define MCP_MISSING_CLIENT_CAPABILITY -32021
 #define MCP_UNSUPPORTED_VERSION       -32022
 
-/* The handshake-era versions, oldest first. */
+/* The handshake-era versions, oldest first (served through initialize). */
 extern const char *const era_legacy_versions[];
 extern const unsigned era_n_legacy_versions;
 
@@ -37,7 +37,7 @@ int era_envelope_parse(const cJSON *params, Envelope *ret, const char **ret_prob
 cJSON *era_unsupported_version_new(const cJSON *id, const char *requested);
 /* -32021 with data.requiredCapabilities (takes required). */
 cJSON *era_missing_capability_new(const cJSON *id, const char *text, cJSON *required);
-/* Every version mcp-lazy serves, newest first: what server/discover and -32022 list. */
+/* What server/discover and -32022 list: the versions a request's envelope may name (2026-07-28). */
 cJSON *era_supported_versions_new(void);
 /* What answering an input request (elicitation/create, sampling/createMessage, roots/list, with its
  * params) needs of a client's capabilities: added to missing as -32021's requiredCapabilities say it
