@@ -93,6 +93,16 @@ cJSON *era_missing_capability_new(const cJSON *id, const char *text, cJSON *requ
         return TAKE_PTR(e);
 }
 
+int era_log_level_rank(const char *level) {
+        static const char *const levels[] = {"debug",    "info",  "notice", "warning",
+                                             "error",    "critical", "alert", "emergency"};
+
+        for (size_t i = 0; level && i < ELEMENTSOF(levels); i++)
+                if (streq(level, levels[i]))
+                        return (int) i;
+        return -EINVAL;
+}
+
 bool era_method_removed(const char *method) {
         for (size_t i = 0; i < ELEMENTSOF(removed_methods); i++)
                 if (streq(method, removed_methods[i]))

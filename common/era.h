@@ -46,6 +46,8 @@ int era_input_missing(const char *method, const cJSON *params, const cJSON *caps
 /* The kinds of input request there are (elicitation/create, sampling/createMessage, roots/list): any
  * other is refused, by the shim's bridge and the frontend alike. */
 bool era_input_method_known(const char *method);
+/* A log level's rank (debug 0 ... emergency 7), -EINVAL for an unknown one. */
+int era_log_level_rank(const char *level);
 /* Methods the 2026-07-28 era removed. */
 bool era_method_removed(const char *method);
 /* resultType "complete", ttlMs and cacheScope on a cacheable result; serverInfo in its _meta. */

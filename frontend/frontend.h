@@ -75,6 +75,7 @@ struct Session {
         char *log_level;        /* from logging/setLevel, replayed to backends that connect later */
         Hashmap *tasks;         /* taskId -> Upstream that owns the task */
         Hashmap *listens;       /* id key -> Listen: open subscriptions/listen streams (modern.c) */
+        Hashmap *sub_uris;      /* resource URI -> SubUri: what the streams subscribed at backends (modern.c) */
         sd_event_source *watch; /* inotify on the manifest's directory, or the stat timer */
         struct stat watched;    /* the manifest as the stat timer last saw it */
 };
@@ -109,6 +110,8 @@ void session_send(Session *s, const cJSON *message);
 void session_send_text(Session *s, const char *text, size_t len);
 /* An answer to a request (takes msg): into its batch, or sent now. */
 void session_reply(Session *s, Batch *batch, cJSON *msg);
+/* One Upstream per backend name for the whole session, made on first use. */
+Upstream *session_upstream(Session *s, const char *name);
 /* Whether a change of the list of capability cap ("tools", "prompts", "resources") is announced. */
 bool session_announces(const Manifest *mf, const char *cap);
 /* Whether a reload that changes that list says so (a backend's recorded capabilities may say not). */
@@ -138,11 +141,21 @@ bool modern_cancel(Session *s, const char *key);
 /* Tells the streams that asked for it. */
 void modern_list_changed(Session *s, const char *method);
 void modern_free(Session *s);
+/* The answer to one of our own requests to a shim (a subscribe for a stream): true if it was one. */
+bool modern_own_answer(Session *s, const Message *m);
+/* A connection to a backend's shim was lost, or a new one made: its subscriptions go, and come back. */
+void modern_upstream_lost(Session *s, const char *backend);
+void modern_upstream_attached(Session *s, const char *backend);
+/* notifications/resources/updated from a backend: onto the streams that listen to it; true when it
+ * must not also go to the client as it is (a modern session). */
+bool modern_resource_updated(Session *s, const Message *m);
 /* The answer to a modern request as the 2026-07-28 era requires it: NULL when it is fine as it is,
  * else the changed answer (a handshake-era backend's, or an input_required asking too much). */
 cJSON *modern_adapt_response(const Pending *p, const Message *answer);
 
 /* upstream.c */
+/* A request of our own to backend's shim, connecting (and activating) first if need be. */
+int upstream_send_own(Session *s, const char *backend, const cJSON *m);
 /* To every backend this session is connected to (notifications, and requests of our own). */
 void upstream_broadcast(Session *s, const cJSON *message);
 void upstream_broadcast_text(Session *s, const char *text, size_t len);

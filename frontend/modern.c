@@ -11,19 +11,50 @@
 #include "macros.h"
 
 #define MODERN_MAX_LISTENS 1024U
+#define MODERN_MAX_RESOURCE_SUBS 1024U /* distinct URIs a session's streams listen to */
+#define SUBSCRIBE_ID_PREFIX      UPSTREAM_OWN_PREFIX "subscribe:"
 
 /* One open subscriptions/listen stream: its id names every notification sent on it. */
 typedef struct Listen {
         char *key;
         cJSON *id;
         bool tools, prompts, resources;
+        cJSON *uris; /* resourceSubscriptions that a backend serves (each holds a SubUri) */
+        bool acked;  /* acknowledged: nothing goes on it before (its URIs' subscribes are answered) */
 } Listen;
+
+typedef enum SubState {
+        SUB_PENDING, /* resources/subscribe sent to the backend, not answered */
+        SUB_OK,
+        SUB_FAILED, /* refused, or the connection to the backend was lost */
+} SubState;
+
+/* A resource URI the session's streams listen to: subscribed once at the backend that serves it (the
+ * shim maps that onto a 2026-07-28 backend's own subscriptions/listen), whatever the streams. */
+typedef struct SubUri {
+        char *uri; /* the key in Session.sub_uris */
+        char *backend;
+        char *own_id; /* the subscribe in flight, or NULL */
+        unsigned refs; /* streams that hold it */
+        SubState state;
+} SubUri;
+
+static SubUri *sub_free(SubUri *u) {
+        if (!u)
+                return NULL;
+        free(u->uri);
+        free(u->backend);
+        free(u->own_id);
+        free(u);
+        return NULL;
+}
 
 static Listen *listen_free(Listen *l) {
         if (!l)
                 return NULL;
         free(l->key);
         cJSON_Delete(l->id);
+        cJSON_Delete(l->uris);
         free(l);
         return NULL;
 }
@@ -36,6 +67,11 @@ void modern_free(Session *s) {
                 listen_free(v);
         hashmap_free(s->listens);
         s->listens = NULL;
+        state = 0;
+        while (s->sub_uris && hashmap_iterate(s->sub_uris, &state, NULL, &v))
+                sub_free(v);
+        hashmap_free(s->sub_uris);
+        s->sub_uris = NULL;
 }
 
 static void reply_error(Session *s, Batch *batch, const cJSON *id, int code, const char *text) {
@@ -67,14 +103,160 @@ static bool filter_flag(const cJSON *filter, const char *name) {
         return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(filter, name));
 }
 
+static bool array_has(const cJSON *a, const char *str) {
+        const cJSON *it;
+        cJSON_ArrayForEach (it, a)
+                if (cJSON_IsString(it) && streq(it->valuestring, str))
+                        return true;
+        return false;
+}
+
+/* resources/subscribe (or unsubscribe) of uri at its backend, as a request of our own. */
+static int sub_send(Session *s, SubUri *u, bool subscribe) {
+        _cleanup_json_ cJSON *id = upstream_own_id(s, subscribe ? "subscribe" : "unsubscribe"), *req = NULL;
+        cJSON *params = cJSON_CreateObject();
+
+        if (!id || !params || !cJSON_AddStringToObject(params, "uri", u->uri)) {
+                cJSON_Delete(params);
+                return -ENOMEM;
+        }
+        req = jsonrpc_request_new(id, subscribe ? "resources/subscribe" : "resources/unsubscribe", params);
+        if (!req)
+                return -ENOMEM;
+        if (subscribe) {
+                free(u->own_id);
+                if (!(u->own_id = strdup(id->valuestring)))
+                        return -ENOMEM;
+                u->state = SUB_PENDING;
+        }
+        return upstream_send_own(s, u->backend, req);
+}
+
+/* One more stream holds uri: the first subscribes at the backend. */
+static int sub_ref(Session *s, const char *uri, const Backend *b) {
+        SubUri *u = hashmap_get(s->sub_uris, uri);
+        int r;
+
+        if (u) {
+                u->refs++;
+                return 0;
+        }
+        if (hashmap_size(s->sub_uris) >= MODERN_MAX_RESOURCE_SUBS)
+                return -E2BIG;
+        u = calloc(1, sizeof *u);
+        if (!u || !(u->uri = strdup(uri)) || !(u->backend = strdup(b->name)) || hashmap_put(s->sub_uris, u->uri, u) < 0) {
+                sub_free(u);
+                return -ENOMEM;
+        }
+        u->refs = 1;
+        r = sub_send(s, u, true);
+        if (r < 0) {
+                u->state = SUB_FAILED;
+                free(u->own_id);
+                u->own_id = NULL;
+                log_warning_errno(r, "Cannot subscribe to '%s' at backend '%s': %m", uri, b->name);
+        }
+        return 0;
+}
+
+/* A stream let go of uri: the last one unsubscribes (once the subscribe is answered). */
+static void sub_unref(Session *s, const char *uri) {
+        SubUri *u = hashmap_get(s->sub_uris, uri);
+
+        if (!u || --u->refs > 0 || u->state == SUB_PENDING)
+                return;
+        hashmap_remove(s->sub_uris, uri);
+        if (u->state == SUB_OK && sub_send(s, u, false) < 0)
+                log_oom();
+        sub_free(u);
+}
+
+/* The acknowledgement, once every URI of the stream has its backend's answer: what it honours. */
+static void listen_try_ack(Session *s, Listen *l) {
+        _cleanup_json_ cJSON *ack = NULL, *honoured = cJSON_CreateArray();
+        cJSON *params, *agreed;
+        const cJSON *it;
+
+        if (l->acked || !honoured)
+                return;
+        cJSON_ArrayForEach (it, l->uris) {
+                SubUri *u = hashmap_get(s->sub_uris, it->valuestring);
+                if (u && u->state == SUB_PENDING)
+                        return;
+                if (u && u->state == SUB_OK && !cJSON_AddItemToArray(honoured, cJSON_CreateString(u->uri))) {
+                        log_oom();
+                        return;
+                }
+        }
+        params = cJSON_CreateObject();
+        ack = jsonrpc_notification_new("notifications/subscriptions/acknowledged", params);
+        agreed = params ? cJSON_AddObjectToObject(params, "notifications") : NULL;
+        if (!ack || !agreed || !cJSON_AddItemToObject(params, "_meta", subscription_meta_new(l->id)) ||
+            (l->tools && !cJSON_AddBoolToObject(agreed, "toolsListChanged", true)) ||
+            (l->prompts && !cJSON_AddBoolToObject(agreed, "promptsListChanged", true)) ||
+            (l->resources && !cJSON_AddBoolToObject(agreed, "resourcesListChanged", true)) ||
+            (honoured->child && !cJSON_AddItemToObject(agreed, "resourceSubscriptions", TAKE_PTR(honoured)))) {
+                log_oom();
+                return;
+        }
+        l->acked = true;
+        session_send(s, ack);
+}
+
+/* Whether the backend serving uri takes subscriptions (as recorded; unrecorded: it is asked). */
+static const Backend *subscribable_backend(const Manifest *mf, const char *uri) {
+        const Backend *b = manifest_find_resource_backend(mf, uri);
+        const cJSON *res;
+
+        if (!b)
+                return NULL;
+        res = cJSON_GetObjectItemCaseSensitive(mf->capabilities ?: b->capabilities, "resources");
+        if ((mf->capabilities || b->capabilities) && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(res, "subscribe")))
+                return NULL;
+        return b;
+}
+
+/* resourceSubscriptions: each URI a backend serves is subscribed at that backend (once per session). */
+static int listen_resources(Session *s, const Manifest *mf, Listen *l, const cJSON *wanted) {
+        const cJSON *it;
+        int r;
+
+        if (!(l->uris = cJSON_CreateArray()))
+                return -ENOMEM;
+        cJSON_ArrayForEach (it, wanted) {
+                const Backend *b = subscribable_backend(mf, it->valuestring);
+                if (!b || array_has(l->uris, it->valuestring))
+                        continue; /* not ours to honour: omitted from the acknowledgement */
+                r = sub_ref(s, it->valuestring, b);
+                if (r < 0)
+                        return r;
+                if (!cJSON_AddItemToArray(l->uris, cJSON_CreateString(it->valuestring))) {
+                        sub_unref(s, it->valuestring);
+                        return -ENOMEM;
+                }
+        }
+        return 0;
+}
+
+static bool string_array(const cJSON *a) {
+        const cJSON *it;
+
+        if (!cJSON_IsArray(a))
+                return false;
+        cJSON_ArrayForEach (it, a)
+                if (!cJSON_IsString(it))
+                        return false;
+        return true;
+}
+
 /* A stream the client ends with notifications/cancelled; nothing answers the request until then. */
 static void handle_listen(Session *s, Message *m, Batch *batch) {
         const cJSON *filter = cJSON_GetObjectItemCaseSensitive(m->params, "notifications");
+        const cJSON *wanted = cJSON_GetObjectItemCaseSensitive(filter, "resourceSubscriptions");
         const Manifest *mf = session_manifest(s);
         _cleanup_free_ char *key = strdup(m->id_text);
-        _cleanup_json_ cJSON *ack = NULL;
-        cJSON *params, *agreed;
         Listen *l;
+        int r;
 
         if (!mf)
                 return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR,
@@ -82,6 +264,10 @@ static void handle_listen(Session *s, Message *m, Batch *batch) {
         if (filter && !cJSON_IsObject(filter))
                 return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
                                    "subscriptions/listen: params.notifications must be an object");
+        if (wanted && !string_array(wanted))
+                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
+                                   "subscriptions/listen: notifications.resourceSubscriptions must be an array of "
+                                   "strings");
         if (!key)
                 return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
         if (hashmap_get(s->listens, key) || hashmap_get(s->pending, key))
@@ -90,36 +276,144 @@ static void handle_listen(Session *s, Message *m, Batch *batch) {
         if (hashmap_size(s->listens) >= MODERN_MAX_LISTENS)
                 return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR,
                                    "too many subscriptions open (1024); cancel some first");
+        if (!s->sub_uris && !(s->sub_uris = hashmap_new()))
+                return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
         l = calloc(1, sizeof *l);
         if (!l || !(l->id = cJSON_Duplicate(m->id_json, true)) || !(l->key = TAKE_PTR(key)) ||
             hashmap_put(s->listens, l->key, l) < 0) {
                 listen_free(l);
                 return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
         }
-        /* What we honour: list changes of what the manifest declares (a reload announces them). Resource
-         * updates are the backends' and are not carried on a stream yet: omitted, as the spec says. */
+        /* What we honour: list changes of what the manifest declares (a reload announces them), and
+         * updates of the resources whose backends take subscriptions. */
         l->tools = filter_flag(filter, "toolsListChanged") && session_announces(mf, "tools");
         l->prompts = filter_flag(filter, "promptsListChanged") && session_announces(mf, "prompts");
         l->resources = filter_flag(filter, "resourcesListChanged") && session_announces(mf, "resources");
-        params = cJSON_CreateObject();
-        ack = jsonrpc_notification_new("notifications/subscriptions/acknowledged", params);
-        agreed = params ? cJSON_AddObjectToObject(params, "notifications") : NULL;
-        if (!ack || !agreed || !cJSON_AddItemToObject(params, "_meta", subscription_meta_new(m->id_json)) ||
-            (l->tools && !cJSON_AddBoolToObject(agreed, "toolsListChanged", true)) ||
-            (l->prompts && !cJSON_AddBoolToObject(agreed, "promptsListChanged", true)) ||
-            (l->resources && !cJSON_AddBoolToObject(agreed, "resourcesListChanged", true))) {
-                log_oom();
-                return;
+        r = listen_resources(s, mf, l, wanted);
+        if (r < 0) {
+                modern_cancel(s, l->key);
+                return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR,
+                                   r == -E2BIG ? "too many resources subscribed (1024 URIs); cancel some streams first"
+                                               : "out of memory");
         }
-        session_send(s, ack);
+        listen_try_ack(s, l);
 }
 
 bool modern_cancel(Session *s, const char *key) {
         Listen *l = hashmap_remove(s->listens, key);
+        const cJSON *it;
 
+        if (!l)
+                return false;
+        cJSON_ArrayForEach (it, l->uris)
+                sub_unref(s, it->valuestring);
         /* The stream ends; the spec forbids sending anything more for a cancelled request. */
         listen_free(l);
-        return l != NULL;
+        return true;
+}
+
+/* Streams waiting for a backend's answer may be acknowledged now. */
+static void listens_try_ack(Session *s) {
+        size_t state = 0;
+        void *v;
+
+        while (hashmap_iterate(s->listens, &state, NULL, &v))
+                listen_try_ack(s, v);
+}
+
+bool modern_own_answer(Session *s, const Message *m) {
+        const char *id = cJSON_GetStringValue(m->id);
+        size_t state = 0;
+        void *v;
+
+        if (!id || strncmp(id, SUBSCRIBE_ID_PREFIX, strlen(SUBSCRIBE_ID_PREFIX)) != 0)
+                return false;
+        if (!message_json(m))
+                return true;
+        while (s->sub_uris && hashmap_iterate(s->sub_uris, &state, NULL, &v)) {
+                SubUri *u = v;
+                if (!u->own_id || !streq(u->own_id, id))
+                        continue;
+                free(u->own_id);
+                u->own_id = NULL;
+                u->state = cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(m->json, "result")) ? SUB_OK : SUB_FAILED;
+                if (u->state == SUB_FAILED)
+                        log_warning("Backend '%s' refused a subscription to '%s': %s", u->backend, u->uri,
+                                    cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+                                            cJSON_GetObjectItemCaseSensitive(m->json, "error"), "message"))
+                                            ?: "no result");
+                if (u->refs == 0) {
+                        /* Every stream that wanted it ended meanwhile. */
+                        u->refs = 1;
+                        sub_unref(s, u->uri);
+                }
+                break;
+        }
+        listens_try_ack(s);
+        return true;
+}
+
+void modern_upstream_lost(Session *s, const char *backend) {
+        size_t state = 0;
+        void *v;
+
+        /* The shim forgot this connection's subscriptions: the next connection subscribes again. */
+        while (s->sub_uris && hashmap_iterate(s->sub_uris, &state, NULL, &v)) {
+                SubUri *u = v;
+                if (!streq(u->backend, backend))
+                        continue;
+                free(u->own_id);
+                u->own_id = NULL;
+                u->state = SUB_FAILED;
+        }
+        if (s->listens)
+                listens_try_ack(s);
+}
+
+void modern_upstream_attached(Session *s, const char *backend) {
+        size_t state = 0;
+        void *v;
+
+        while (s->sub_uris && hashmap_iterate(s->sub_uris, &state, NULL, &v)) {
+                SubUri *u = v;
+                if (streq(u->backend, backend) && u->refs > 0 && u->state == SUB_FAILED && !u->own_id &&
+                    sub_send(s, u, true) < 0)
+                        u->state = SUB_FAILED;
+        }
+}
+
+bool modern_resource_updated(Session *s, const Message *m) {
+        const char *uri = message_json(m) ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "uri"))
+                                          : NULL;
+        size_t state = 0;
+        void *v;
+
+        while (uri && hashmap_iterate(s->listens, &state, NULL, &v)) {
+                Listen *l = v;
+                SubUri *u = hashmap_get(s->sub_uris, uri);
+                _cleanup_json_ cJSON *n = NULL;
+                cJSON *params, *meta;
+
+                if (!l->acked || !u || u->state != SUB_OK || !array_has(l->uris, uri))
+                        continue;
+                n = cJSON_Duplicate(m->json, true);
+                params = cJSON_GetObjectItemCaseSensitive(n, "params");
+                meta = cJSON_GetObjectItemCaseSensitive(params, "_meta");
+                if (!meta)
+                        meta = cJSON_AddObjectToObject(params, "_meta");
+                if (!cJSON_IsObject(meta)) {
+                        log_oom();
+                        continue;
+                }
+                cJSON_DeleteItemFromObjectCaseSensitive(meta, META_SUBSCRIPTION_ID);
+                if (!cJSON_AddItemToObject(meta, META_SUBSCRIPTION_ID, cJSON_Duplicate(l->id, true))) {
+                        log_oom();
+                        continue;
+                }
+                session_send(s, n);
+        }
+        /* A modern client gets updates on its streams only; a handshake-era one as they come. */
+        return !s->protocol_version;
 }
 
 void modern_list_changed(Session *s, const char *method) {
@@ -131,6 +425,8 @@ void modern_list_changed(Session *s, const char *method) {
                 _cleanup_json_ cJSON *n = NULL;
                 cJSON *params;
 
+                if (!l->acked)
+                        continue; /* nothing on a stream before its acknowledgement */
                 if (!(streq(method, "notifications/tools/list_changed") && l->tools) &&
                     !(streq(method, "notifications/prompts/list_changed") && l->prompts) &&
                     !(streq(method, "notifications/resources/list_changed") && l->resources))
@@ -156,6 +452,25 @@ void modern_list_result(Session *s, const Message *m, cJSON *result) {
         if (result && modern_request(m) &&
             era_result_complete(result, mf->cache_ttl_ms, !mf->cache_private, mf->server_info) < 0)
                 log_oom();
+}
+
+/* A request's logLevel is the session's from now on: the backends hear it as logging/setLevel (a
+ * modern backend's shim puts it back into the envelopes of our requests), and their log messages
+ * reach the client from then on. */
+static void set_log_level(Session *s, const char *level) {
+        _cleanup_json_ cJSON *id = upstream_own_id(s, "setLevel"), *req = NULL;
+        cJSON *params = cJSON_CreateObject();
+
+        free(s->log_level);
+        s->log_level = strdup(level);
+        if (!s->log_level || !params || !cJSON_AddStringToObject(params, "level", level)) {
+                cJSON_Delete(params);
+                log_oom();
+                return;
+        }
+        req = jsonrpc_request_new(id, "logging/setLevel", params);
+        if (req)
+                upstream_broadcast(s, req);
 }
 
 bool modern_intercept(Session *s, Message *m, Batch *batch) {
@@ -202,13 +517,22 @@ bool modern_intercept(Session *s, Message *m, Batch *batch) {
                 reply_error(s, batch, m->id_json, JSONRPC_METHOD_NOT_FOUND, text);
                 return true;
         }
+        if (e.log_level && era_log_level_rank(e.log_level) < 0) {
+                reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
+                            "Invalid params: " META_LOG_LEVEL " must be one of debug, info, notice, warning, "
+                            "error, critical, alert, emergency");
+                return true;
+        }
+        if (e.log_level && !streq(s->log_level ?: "", e.log_level))
+                set_log_level(s, e.log_level);
+        /* Backends still reached with a handshake speak for this client as its envelope says (also for
+         * a listen stream's subscribes). */
+        if (!s->client_params && !(s->client_params = era_initialize_params_new(&e)))
+                log_oom();
         if (streq(m->method, "subscriptions/listen")) {
                 handle_listen(s, m, batch);
                 return true;
         }
-        /* Backends still reached with a handshake speak for this client as its envelope says. */
-        if (!s->client_params && !(s->client_params = era_initialize_params_new(&e)))
-                log_oom();
         return false;
 }
 

@@ -349,14 +349,10 @@ bool session_notifies(const Manifest *mf, const char *cap) {
 }
 
 cJSON *session_capabilities_new(const Manifest *mf, bool modern) {
-        cJSON *caps = capabilities_new(mf);
-
-        /* resources/subscribe is gone in 2026-07-28, and a listen stream does not carry resource
-         * updates yet. */
-        if (modern && caps)
-                cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(caps, "resources"),
-                                                        "subscribe");
-        return caps;
+        /* resources.subscribe says the same in both eras: a listen stream's resourceSubscriptions are
+         * honoured (modern.c), as resources/subscribe is. */
+        (void) modern;
+        return capabilities_new(mf);
 }
 
 cJSON *session_initialize_result_new(const Manifest *mf, const char *version) {
@@ -482,7 +478,7 @@ static void handle_tools_list(Session *s, Message *m, Batch *batch) {
 static void handle_core_request(Session *s, Message *m, Batch *batch);
 
 /* One Upstream per backend name for the whole session, across manifest reloads. */
-static Upstream *session_upstream(Session *s, const char *name) {
+Upstream *session_upstream(Session *s, const char *name) {
         Upstream *u = hashmap_get(s->upstreams, name);
 
         if (u)

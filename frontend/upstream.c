@@ -108,8 +108,10 @@ static void upconn_fail_all(UpConn *c, const char *text) {
                         upcall_free(up);
                 }
         }
-        if (u->current == c)
+        if (u->current == c) {
                 u->current = NULL;
+                modern_upstream_lost(s, u->name);
+        }
         for (UpConn **i = &u->old; *i; i = &(*i)->next)
                 if (*i == c) {
                         *i = c->next;
@@ -172,8 +174,10 @@ static void upconn_handle_response(UpConn *c, const Message *m) {
                                     cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(err, "message")) ?: "?");
                 return;
         }
-        if (cJSON_IsString(m->id) && strncmp(m->id->valuestring, UPSTREAM_OWN_PREFIX, strlen(UPSTREAM_OWN_PREFIX)) == 0)
-                return; /* the answer to our logging/setLevel: nobody waits for it */
+        if (cJSON_IsString(m->id) && strncmp(m->id->valuestring, UPSTREAM_OWN_PREFIX, strlen(UPSTREAM_OWN_PREFIX)) == 0) {
+                (void) modern_own_answer(s, m); /* a stream's subscribe; our logging/setLevel: nobody waits */
+                return;
+        }
         p = m->id_text ? hashmap_get(s->pending, m->id_text) : NULL;
         if (!p || p->conn != c) {
                 log_debug("Dropping a response from backend '%s' that matches no request.", up_name(c->up));
@@ -320,6 +324,11 @@ static void upconn_handle_line(UpConn *c, const char *line, size_t len) {
                         return;
                 if (streq(m->method, "notifications/cancelled"))
                         return upconn_upcall_cancelled(c, m);
+                if (streq(m->method, "notifications/resources/updated") && modern_resource_updated(c->up->s, m))
+                        return;
+                /* 2026-07-28: log messages only for requests that set a logLevel (then ours is set). */
+                if (streq(m->method, "notifications/message") && !c->up->s->protocol_version && !c->up->s->log_level)
+                        return;
                 return session_send_text(c->up->s, m->text, m->len);
         case JSONRPC_REQUEST:
                 if (!message_json(m))
@@ -457,6 +466,7 @@ static int upstream_attach_pair(Upstream *u, int in_fd, int out_fd, RemoteChild 
                 return r;
         }
         u->current = TAKE_PTR(c);
+        modern_upstream_attached(s, u->name);
         return 0;
 }
 
@@ -512,6 +522,23 @@ void upstream_forward(Upstream *u, Pending *p) {
                 return; /* ssh has ended: its explanation fails this call with the others (upconn_remote_ended) */
         if (r < 0)
                 session_fail(s, p, "backend connection failed while sending the request");
+}
+
+int upstream_send_own(Session *s, const char *backend, const cJSON *m) {
+        Upstream *u = session_upstream(s, backend);
+        _cleanup_free_ char *text = NULL;
+        int r;
+
+        if (!u)
+                return -ENOMEM;
+        if (!u->current) {
+                r = upstream_connect(u, &text);
+                if (r < 0) {
+                        log_warning("%s", text ?: "cannot reach the backend");
+                        return r;
+                }
+        }
+        return channel_send_json(u->current->ch, m);
 }
 
 void upstream_set_reading(Session *s, bool b) {

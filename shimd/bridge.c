@@ -217,6 +217,8 @@ int bridge_prepare_request(Instance *i, Client *c, Route *r, const Message *requ
                 return k == -ENOMEM ? k : 0; /* what the client sent was checked: this cannot be */
         /* A handshake-era client: its initialize said what the envelope says. */
         env = envelope_new(c->init_params);
+        if (env && c->log_level && !cJSON_AddStringToObject(env, META_LOG_LEVEL, c->log_level))
+                return -ENOMEM; /* logging/setLevel's level travels with each request (subscribe.c) */
         members = env ? members_text(env) : NULL;
         if (!members)
                 return -ENOMEM;

@@ -226,6 +226,7 @@ Client *client_free(Client *c) {
         cJSON_Delete(c->init_params);
         cJSON_Delete(c->subscriptions);
         cJSON_Delete(c->mrtr_ended);
+        free(c->log_level);
         free(c->refused);
         free(c);
         shim_update(s);

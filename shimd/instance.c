@@ -332,6 +332,7 @@ Instance *instance_free(Instance *i) {
         if (!i)
                 return NULL;
         fail_everything(i, "mcp-lazy-shimd is shutting down");
+        subscribe_reset(i, "mcp-lazy-shimd is shutting down");
         upcall_forget_instance(i->shim, i);
         for (Instance **p = &i->shim->instances; *p; p = &(*p)->next)
                 if (*p == i) {
@@ -385,26 +386,13 @@ int route_send(Instance *i, Route *r) {
 
 static void track_subscription(Client *c, const Message *m) {
         bool sub = streq(m->method, "resources/subscribe");
-        const cJSON *uri, *it;
-        int n = 0;
+        const cJSON *uri;
 
         if ((!sub && !streq(m->method, "resources/unsubscribe")) || !message_json(m))
                 return;
         uri = cJSON_GetObjectItemCaseSensitive(m->params, "uri");
-        if (!cJSON_IsString(uri))
-                return;
-        if (!c->subscriptions && !(c->subscriptions = cJSON_CreateArray()))
-                return;
-        cJSON_ArrayForEach (it, c->subscriptions) {
-                if (streq(it->valuestring, uri->valuestring)) {
-                        if (!sub)
-                                cJSON_DeleteItemFromArray(c->subscriptions, n);
-                        return;
-                }
-                n++;
-        }
-        if (sub && cJSON_GetArraySize(c->subscriptions) < 1024)
-                cJSON_AddItemToArray(c->subscriptions, cJSON_CreateString(uri->valuestring));
+        if (cJSON_IsString(uri))
+                subscribe_track(c, uri->valuestring, sub);
 }
 
 static bool client_subscribed(const Client *c, const char *uri) {
@@ -601,6 +589,8 @@ static bool unsubscribe_shared(Instance *i, Client *c, const Message *m) {
 static void deliver(Instance *i, Client *c, const Message *m) {
         if (m->kind == JSONRPC_REQUEST && streq(m->method, "initialize"))
                 reply_initialize(i, c, m);
+        else if (m->kind == JSONRPC_REQUEST && i->era == BACKEND_ERA_MODERN && subscribe_intercept(i, c, m))
+                return; /* gone in 2026-07-28: mapped onto what replaced it */
         else if (m->kind == JSONRPC_REQUEST && unsubscribe_shared(i, c, m))
                 return;
         else if (m->kind == JSONRPC_REQUEST && mrtr_retry(i, c, m))
@@ -678,7 +668,8 @@ static void handle_probe_response(Instance *i, const cJSON *msg) {
 
         if (era < 0)
                 return refuse_start(i, text);
-        i->era = i->shim->learned_era = era;
+        i->era = era;
+        shim_learn_era(i->shim, era);
         if (era == BACKEND_ERA_LEGACY) {
                 /* The timer ran for server/discover: initialize gets what is left of init_timeout. */
                 const uint64_t init_usec = i->shim->backend->init_timeout_usec;
@@ -724,9 +715,22 @@ static void handle_init_response(Instance *i, const Message *m) {
         if (!cJSON_IsObject(result) && i->late_discover) {
                 /* It answered server/discover after all, as a modern server that refuses initialize. */
                 log_info("Backend '%s' refused initialize but answered server/discover as a modern server.", iname(i));
-                i->era = i->shim->learned_era = BACKEND_ERA_MODERN;
+                i->era = BACKEND_ERA_MODERN;
+                shim_learn_era(i->shim, BACKEND_ERA_MODERN);
                 i->init_result = TAKE_PTR(i->late_discover);
                 return instance_ready(i);
+        }
+        if (!cJSON_IsObject(result) && i->era_assumed) {
+                /* It spoke the handshake era last time, and now refuses initialize: probed again. */
+                _cleanup_json_ cJSON *probe = NULL;
+                log_info("Backend '%s' refused initialize, though it spoke the handshake era before: probing it "
+                         "with server/discover.",
+                         iname(i));
+                i->era_assumed = false;
+                shim_learn_era(i->shim, BACKEND_ERA_UNKNOWN);
+                probe = bridge_first_request_new(i, i->init_params);
+                if (probe && instance_send(i, probe) >= 0)
+                        return;
         }
         if (!cJSON_IsObject(result)) {
                 snprintf(text, sizeof text, "backend '%s' refused initialize: %s", iname(i),
@@ -751,6 +755,9 @@ static void instance_ready(Instance *i) {
         resend_routes(i);
         flush_queue(i);
         contract_request(i);
+        /* After a restart, the sessions' subscriptions hold at the new process too. */
+        if (subscribe_refresh(i, NULL) < 0)
+                log_oom();
 }
 
 /* The backend's message toward a client: the id it answers becomes the client's again, a progress
@@ -852,6 +859,8 @@ static void handle_backend_response(Instance *i, const Message *m) {
                         handle_init_response(i, m);
                 return;
         }
+        if (subscribe_handle_response(i, id, m))
+                return;
         r = route_find(i, id);
         if (!r) {
                 log_debug("Dropping backend '%s''s answer to request %lld (cancelled or unknown).", iname(i),
@@ -907,6 +916,8 @@ static void handle_backend_notification(Instance *i, const Message *m) {
                 uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "uri"));
         if (streq(m->method, "notifications/progress"))
                 return handle_progress(i, m);
+        if (i->era == BACKEND_ERA_MODERN && subscribe_handle_notification(i, m))
+                return;
         if (streq(m->method, "notifications/cancelled"))
                 return upcall_cancelled(i, m);
         if (streq(m->method, "notifications/tasks/status")) {
@@ -1120,7 +1131,7 @@ static bool probe_died(Instance *i, const char *how) {
         /* It counts as a failed start: one that keeps dying whatever it is sent meets the backoff. */
         i->crashes = i->answered || now - i->started_usec > 30 * USEC_PER_SEC ? 1 : i->crashes + 1;
         i->retry_after_usec = now + backoff_usec(i->crashes);
-        i->shim->learned_era = BACKEND_ERA_LEGACY;
+        shim_learn_era(i->shim, BACKEND_ERA_LEGACY);
         i->probing = i->probe_pending = false;
         i->late_discover = (cJSON_Delete(i->late_discover), NULL);
         i->child_source = sd_event_source_disable_unref(i->child_source);
@@ -1174,6 +1185,7 @@ static int on_child(sd_event_source *s, const siginfo_t *si, void *userdata) {
                 fail_reached(i, i->ch ? channel_delivered_bytes(i->ch) : UINT64_MAX, text);
         }
         upcall_forget_instance(shim, i);
+        subscribe_reset(i, text);
 
         i->child_source = sd_event_source_disable_unref(i->child_source);
         sd_event_source_set_enabled(i->timer_source, SD_EVENT_OFF);
@@ -1212,7 +1224,8 @@ static int on_timer(sd_event_source *s, uint64_t usec, void *userdata) {
                 log_info("Backend '%s' did not answer server/discover within %llu ms: initializing it.", iname(i),
                          (unsigned long long) (PROBE_TIMEOUT_USEC / USEC_PER_MSEC));
                 i->probing = false;
-                i->era = i->shim->learned_era = BACKEND_ERA_LEGACY;
+                i->era = BACKEND_ERA_LEGACY;
+                shim_learn_era(i->shim, BACKEND_ERA_LEGACY);
                 if (req && instance_send(i, req) >= 0 &&
                     (init == USEC_INFINITY ||
                      arm_timer(i, init > PROBE_TIMEOUT_USEC ? init - PROBE_TIMEOUT_USEC : 1) >= 0))
@@ -1291,6 +1304,7 @@ static int instance_spawn(Instance *i, const cJSON *init_params, char *text, siz
         }
         /* What era it speaks is learned as a dual-era client learns it: server/discover first. */
         init = bridge_first_request_new(i, params);
+        i->era_assumed = !i->probing && b->protocol == PROTOCOL_AUTO;
         /* Pinned modern: no fallback, the probe has all of init_timeout. */
         if (r >= 0 && i->probing && b->protocol == PROTOCOL_AUTO)
                 r = arm_timer(i, b->init_timeout_usec < PROBE_TIMEOUT_USEC ? b->init_timeout_usec : PROBE_TIMEOUT_USEC);
@@ -1401,6 +1415,7 @@ void instance_forget_client(Instance *i, Client *c) {
         void *v;
 
         instance_forget_tasks(i, c);
+        subscribe_forget_client(i, c);
 
         while (hashmap_iterate(c->pending, &state, NULL, &v)) {
                 Route *r = v;

@@ -344,6 +344,8 @@ static int run(const char *manifest_path, const char *name_arg, size_t max_line)
                 return log_error_errno(-EMEDIUMTYPE, "Backend '%s' lives on %s by %s: this host has no command to run.",
                                        name, s.backend->remote.host, manifest_path);
 
+        s.learned_era = era_state_load(&s);
+
         r = event_new(on_terminate, &s, &e);
         if (r < 0)
                 return log_error_errno(r, "Failed to set up the event loop: %m");

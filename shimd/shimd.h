@@ -52,6 +52,7 @@ typedef struct QueueItem QueueItem;
 typedef struct ProgressMemo ProgressMemo;
 typedef struct Mrtr Mrtr;
 typedef struct HeldItem HeldItem;
+typedef struct SubscribeWaiter SubscribeWaiter;
 
 /* The era of MCP a backend process speaks (manifest `protocol`, or found out when it starts). */
 typedef enum BackendEra {
@@ -108,6 +109,7 @@ struct Instance {
         BackendEra era;
         bool probing;         /* server/discover sent, no verdict yet (initialize not sent) */
         bool probe_pending;   /* server/discover not answered yet (also after initialize followed) */
+        bool era_assumed;     /* initialize sent unprobed, as the era learned before says (era-state.c) */
         cJSON *late_discover; /* a DiscoverResult that came after initialize was sent */
         QueueItem *queue;     /* requests waiting for READY, oldest first */
         Hashmap *routes;      /* backend id -> Route */
@@ -126,6 +128,13 @@ struct Instance {
         bool unclaimed;      /* started ahead of any call; the first session takes it */
         bool broken;         /* closed its stdout or spoke nonsense: its exit counts as a crash */
         unsigned stop_stage; /* 0: stdin closed, 1: SIGTERM sent, 2: SIGKILL sent */
+        /* A modern backend's subscriptions/listen for its sessions' resources/subscribe (subscribe.c) */
+        int64_t listen_id;         /* the stream's request id; 0: none open */
+        int64_t listen_old;        /* the one it replaces, cancelled once the new one is acknowledged */
+        bool listen_acked;
+        char *listen_uris;         /* what it asked for (printed array) */
+        cJSON *listen_honoured;    /* what its acknowledgement took */
+        SubscribeWaiter *waiters;  /* resources/subscribe requests waiting for the acknowledgement */
         Instance *next;
 };
 
@@ -139,6 +148,7 @@ struct Client {
         Instance *instance;
         Hashmap *pending;     /* client id text -> Route (owned by the instance's routes) */
         cJSON *subscriptions; /* resource URIs this connection subscribed to (array of strings) */
+        char *log_level;      /* logging/setLevel's, at a modern backend (subscribe.c) */
         unsigned n_queued;    /* requests waiting for the backend to be ready */
         char *refused;        /* why initialize found no backend for it, told to each later call */
         bool overflow;        /* stopped reading its answers: to be closed */
@@ -278,6 +288,24 @@ void mrtr_route_gone(Instance *i, Route *r);
 bool mrtr_cancelled(Instance *i, const Message *m);
 bool mrtr_request_modern(const cJSON *params);
 Mrtr *mrtr_free(Mrtr *x);
+
+/* subscribe.c: resources/subscribe and logging/setLevel of handshake-era sessions at a modern backend */
+/* A request of the handshake era that the modern era removed, answered here: true if it was one. */
+bool subscribe_intercept(Instance *i, Client *c, const Message *m);
+/* The backend's listen stream asks for what the sessions (but except) hold now. */
+int subscribe_refresh(Instance *i, const Client *except);
+void subscribe_track(Client *c, const char *uri, bool sub);
+/* The backend's notification or response concerns the stream (or is a log message): true if handled. */
+bool subscribe_handle_notification(Instance *i, const Message *m);
+bool subscribe_handle_response(Instance *i, int64_t id, const Message *m);
+void subscribe_forget_client(Instance *i, Client *c);
+/* The process is gone: subscribes waiting for it fail with text; a next one listens again. */
+void subscribe_reset(Instance *i, const char *text);
+
+/* era-state.c: the era learned, kept across the shim's exits */
+BackendEra era_state_load(const Shim *s);
+/* The era the backend turned out to speak (BACKEND_ERA_UNKNOWN: forget it): kept for later starts. */
+void shim_learn_era(Shim *s, BackendEra era);
 
 /* contract.c: the backend's own lists against the manifest */
 void contract_request(Instance *i);

@@ -312,7 +312,8 @@ tools:
   );
   for (const mode of ["legacy", "pin"]) {
     writeFileSync(starts, "");
-    const c = await connectV2(mode, MCP_LAZY, direct(m));
+    // No place to keep the era learned (eras-map.test.mjs tests that): each run probes.
+    const c = await connectV2(mode, MCP_LAZY, direct(m), { env: { XDG_RUNTIME_DIR: "", STATE_DIRECTORY: "", RUNTIME_DIRECTORY: "" } });
     const r = await c.callTool({ name: "echo", arguments: { message: "still here" } });
     assert.deepEqual(r.content, [{ type: "text", text: "Echo: still here" }], mode);
     assert.equal((await c.callTool({ name: "get-sum", arguments: { a: 1, b: 2 } })).isError, undefined);

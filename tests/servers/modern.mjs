@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // A 2026-07-28 MCP server written with @modelcontextprotocol/server 2.x: one of every kind the modern
 // era has (plain, structured, progress, MRTR elicitation and sampling tools, a resource, a prompt,
-// a subscription source). `--legacy reject` serves only the modern era; by default the SDK serves
+// a subscription source, logging). `--legacy reject` serves only the modern era; by default the SDK serves
 // both (and bridges legacy clients itself).
 import { McpServer, inputRequired, inputResponse, acceptedContent } from '@modelcontextprotocol/server';
 import { serveStdio } from '@modelcontextprotocol/server/stdio';
@@ -14,7 +14,7 @@ function build() {
     const server = new McpServer(
         { name, version: '2.0.0' },
         {
-            capabilities: { tools: { listChanged: true }, resources: { subscribe: true, listChanged: true }, prompts: {} },
+            capabilities: { tools: { listChanged: true }, resources: { subscribe: true, listChanged: true }, prompts: {}, logging: {} },
             instructions: 'A modern test server.',
             cacheHints: { 'tools/list': { ttlMs: 60000, cacheScope: 'public' } },
         },
@@ -66,6 +66,13 @@ function build() {
         async uri => ({ contents: [{ uri: uri.href, mimeType: 'text/plain', text: 'hello from the modern era' }] }));
     server.registerPrompt('greet', { description: 'Greet someone', argsSchema: z.object({ who: z.string() }) },
         ({ who }) => ({ messages: [{ role: 'user', content: { type: 'text', text: `Say hello to ${who}` } }] }));
+    // Logging: in the modern era at the request's logLevel, in the handshake era at setLevel's.
+    server.registerTool('log', { description: 'Log at info and at debug', inputSchema: z.object({ message: z.string() }) },
+        async ({ message }, ctx) => {
+            await ctx.mcpReq.log('debug', `debug: ${message}`);
+            await ctx.mcpReq.log('info', `info: ${message}`);
+            return { content: [{ type: 'text', text: 'logged' }] };
+        });
     // A subscription source: a tool that announces a tools list change and an update of the resource.
     server.registerTool('touch', { description: 'Announce changes to subscribers' }, async () => {
         server.sendToolListChanged();

@@ -1,0 +1,357 @@
+/* What the handshake era asks of a 2026-07-28 backend with methods that era removed: resources/subscribe
+ * and unsubscribe become one subscriptions/listen stream per backend process, held by the shim, for
+ * the union of its sessions' subscriptions; logging/setLevel becomes the logLevel of the session's
+ * envelopes, and the backend's log messages go to the sessions that asked for that level. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "era.h"
+#include "jsonrpc.h"
+#include "log.h"
+#include "macros.h"
+#include "shimd.h"
+
+#define SUBSCRIBE_MAX_WAITERS 1024U
+
+/* A resources/subscribe answered once the stream that carries its URI is acknowledged. */
+struct SubscribeWaiter {
+        Client *client;
+        char *id_text;
+        char *uri;
+        SubscribeWaiter *next;
+};
+
+static SubscribeWaiter *waiter_free(SubscribeWaiter *w) {
+        SubscribeWaiter *next = w->next;
+
+        free(w->id_text);
+        free(w->uri);
+        free(w);
+        return next;
+}
+
+static void reply(Client *c, const char *id_text, cJSON *result, const char *error) {
+        _cleanup_json_ cJSON *id = cJSON_CreateRaw(id_text), *m = NULL;
+
+        if (!id) {
+                cJSON_Delete(result);
+                return;
+        }
+        m = error ? jsonrpc_error_new(id, JSONRPC_INTERNAL_ERROR, error) : jsonrpc_result_new(id, result);
+        if (m)
+                client_send(c, m);
+}
+
+static void reply_empty(Client *c, const char *id_text) {
+        reply(c, id_text, cJSON_CreateObject(), NULL);
+}
+
+static bool array_has(const cJSON *a, const char *s) {
+        const cJSON *it;
+        cJSON_ArrayForEach (it, a)
+                if (cJSON_IsString(it) && streq(it->valuestring, s))
+                        return true;
+        return false;
+}
+
+/* The URIs the sessions of i (but except) subscribed to, each once. */
+static cJSON *union_new(Instance *i, const Client *except) {
+        _cleanup_json_ cJSON *a = cJSON_CreateArray();
+        const cJSON *it;
+
+        if (!a)
+                return NULL;
+        for (Client *c = i->shim->clients; c; c = c->next) {
+                if (c->instance != i || c == except)
+                        continue;
+                cJSON_ArrayForEach (it, c->subscriptions)
+                        if (!array_has(a, it->valuestring) &&
+                            !cJSON_AddItemToArray(a, cJSON_CreateString(it->valuestring)))
+                                return NULL;
+        }
+        return TAKE_PTR(a);
+}
+
+static void send_cancel(Instance *i, int64_t id) {
+        _cleanup_json_ cJSON *p = cJSON_CreateObject(), *n = NULL;
+
+        if (id == 0 || !p || !cJSON_AddNumberToObject(p, "requestId", (double) id))
+                return;
+        n = jsonrpc_notification_new("notifications/cancelled", TAKE_PTR(p));
+        if (n)
+                (void) instance_send(i, n);
+}
+
+static void fail_waiters(Instance *i, const char *text) {
+        while (i->waiters) {
+                SubscribeWaiter *w = i->waiters;
+                reply(w->client, w->id_text, NULL, text);
+                i->waiters = waiter_free(w);
+        }
+}
+
+/* The stream asks for what the sessions hold now: a new one replaces the last (cancelled once the new
+ * one is acknowledged, so that no update falls between them); none is left when nobody holds any. */
+int subscribe_refresh(Instance *i, const Client *except) {
+        _cleanup_json_ cJSON *uris = union_new(i, except), *req = NULL, *id = NULL;
+        _cleanup_free_ char *printed = NULL;
+        cJSON *params, *filter;
+
+        if (i->era != BACKEND_ERA_MODERN || i->state != INSTANCE_READY)
+                return 0;
+        printed = uris ? cJSON_PrintUnformatted(uris) : NULL;
+        if (!printed)
+                return -ENOMEM;
+        if (i->listen_uris && streq(i->listen_uris, printed))
+                return 0;
+        free(i->listen_uris);
+        i->listen_uris = NULL;
+        send_cancel(i, i->listen_old);
+        i->listen_old = 0;
+        if (cJSON_GetArraySize(uris) == 0) {
+                send_cancel(i, i->listen_id);
+                i->listen_id = 0;
+                i->listen_acked = false;
+                return 0;
+        }
+        if (i->listen_acked)
+                i->listen_old = i->listen_id;
+        else
+                send_cancel(i, i->listen_id);
+        params = bridge_contract_params(i);
+        filter = params ? cJSON_AddObjectToObject(params, "notifications") : NULL;
+        if (!filter || !cJSON_AddItemToObject(filter, "resourceSubscriptions", TAKE_PTR(uris))) {
+                cJSON_Delete(params);
+                return -ENOMEM;
+        }
+        id = cJSON_CreateNumber((double) i->next_id);
+        req = id ? jsonrpc_request_new(id, "subscriptions/listen", params) : (cJSON_Delete(params), NULL);
+        if (!req || instance_send(i, req) < 0)
+                return -ENOMEM;
+        i->listen_id = i->next_id++;
+        i->listen_acked = false;
+        i->listen_uris = TAKE_PTR(printed);
+        return 0;
+}
+
+void subscribe_track(Client *c, const char *uri, bool sub) {
+        int n = 0;
+        const cJSON *it;
+
+        if (!c->subscriptions && !(c->subscriptions = cJSON_CreateArray()))
+                return;
+        cJSON_ArrayForEach (it, c->subscriptions) {
+                if (streq(it->valuestring, uri)) {
+                        if (!sub)
+                                cJSON_DeleteItemFromArray(c->subscriptions, n);
+                        return;
+                }
+                n++;
+        }
+        if (sub && cJSON_GetArraySize(c->subscriptions) < 1024)
+                cJSON_AddItemToArray(c->subscriptions, cJSON_CreateString(uri));
+}
+
+static void handle_subscribe(Instance *i, Client *c, const Message *m, bool sub) {
+        const char *uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "uri"));
+        unsigned n = 0;
+        SubscribeWaiter *w;
+
+        if (!uri) {
+                _cleanup_json_ cJSON *e = jsonrpc_error_new(m->id_json, JSONRPC_INVALID_PARAMS,
+                                                             "Invalid params: a string uri is required");
+                if (e)
+                        client_send(c, e);
+                return;
+        }
+        subscribe_track(c, uri, sub);
+        if (subscribe_refresh(i, NULL) < 0)
+                return reply(c, m->id_text, NULL, "out of memory");
+        if (!sub || (i->listen_acked && !i->listen_old && array_has(i->listen_honoured, uri)))
+                return reply_empty(c, m->id_text);
+        for (w = i->waiters; w; w = w->next)
+                n++;
+        if (n >= SUBSCRIBE_MAX_WAITERS)
+                return reply(c, m->id_text, NULL, "too many subscriptions waiting for the backend; try again");
+        w = calloc(1, sizeof *w);
+        if (!w || !(w->id_text = strdup(m->id_text)) || !(w->uri = strdup(uri))) {
+                if (w)
+                        waiter_free(w);
+                return reply(c, m->id_text, NULL, "out of memory");
+        }
+        w->client = c;
+        w->next = i->waiters;
+        i->waiters = w;
+}
+
+static void handle_set_level(Client *c, const Message *m) {
+        const char *level = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "level"));
+        _cleanup_json_ cJSON *e = NULL;
+
+        if (era_log_level_rank(level) < 0) {
+                e = jsonrpc_error_new(m->id_json, JSONRPC_INVALID_PARAMS,
+                                      "Invalid params: level must be one of debug, info, notice, warning, error, "
+                                      "critical, alert, emergency");
+                if (e)
+                        client_send(c, e);
+                return;
+        }
+        free(c->log_level);
+        c->log_level = strdup(level);
+        reply_empty(c, m->id_text);
+}
+
+bool subscribe_intercept(Instance *i, Client *c, const Message *m) {
+        bool sub = streq(m->method, "resources/subscribe"), unsub = streq(m->method, "resources/unsubscribe");
+        bool level = streq(m->method, "logging/setLevel");
+
+        if (!sub && !unsub && !level)
+                return false;
+        if (!message_json(m)) {
+                reply(c, m->id_text, NULL, "out of memory");
+                return true;
+        }
+        if (sub || unsub) {
+                handle_subscribe(i, c, m, streq(m->method, "resources/subscribe"));
+                return true;
+        }
+        if (streq(m->method, "logging/setLevel")) {
+                handle_set_level(c, m);
+                return true;
+        }
+        return false;
+}
+
+static bool subscription_id(const Message *m, int64_t *ret) {
+        const cJSON *meta = cJSON_GetObjectItemCaseSensitive(m->params, "_meta");
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(meta, META_SUBSCRIPTION_ID);
+
+        if (!cJSON_IsNumber(id) || id->valuedouble != (double) (int64_t) id->valuedouble)
+                return false;
+        *ret = (int64_t) id->valuedouble;
+        return *ret != 0;
+}
+
+/* The stream took (some of) the URIs: the subscribes waiting for them are answered. */
+static void handle_acknowledged(Instance *i, const Message *m) {
+        const cJSON *filter = cJSON_GetObjectItemCaseSensitive(m->params, "notifications");
+        const cJSON *honoured = cJSON_GetObjectItemCaseSensitive(filter, "resourceSubscriptions");
+        char text[512];
+
+        i->listen_acked = true;
+        send_cancel(i, i->listen_old);
+        i->listen_old = 0;
+        cJSON_Delete(i->listen_honoured);
+        i->listen_honoured = cJSON_IsArray(honoured) ? cJSON_Duplicate(honoured, true) : cJSON_CreateArray();
+        while (i->waiters) {
+                SubscribeWaiter *w = i->waiters;
+                if (array_has(honoured, w->uri))
+                        reply_empty(w->client, w->id_text);
+                else {
+                        snprintf(text, sizeof text,
+                                 "backend '%s' does not offer updates of '%.200s' (its subscriptions/listen did not "
+                                 "take it)",
+                                 shim_backend_name(i->shim), w->uri);
+                        subscribe_track(w->client, w->uri, false);
+                        reply(w->client, w->id_text, NULL, text);
+                }
+                i->waiters = waiter_free(w);
+        }
+}
+
+/* An update on our stream, for the sessions that subscribed to its URI, as the handshake era has it. */
+static void handle_updated(Instance *i, const Message *m) {
+        const char *uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "uri"));
+        _cleanup_json_ cJSON *copy = cJSON_Duplicate(m->json, true);
+        cJSON *meta = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(copy, "params"), "_meta");
+
+        if (!uri || !copy)
+                return;
+        cJSON_DeleteItemFromObjectCaseSensitive(meta, META_SUBSCRIPTION_ID);
+        if (cJSON_IsObject(meta) && !meta->child)
+                cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(copy, "params"), "_meta");
+        for (Client *c = i->shim->clients; c; c = c->next)
+                if (c->instance == i && array_has(c->subscriptions, uri))
+                        client_send(c, copy);
+}
+
+/* A log message concerns the request that set a level: it goes to the sessions that set one this low. */
+static void handle_log(Instance *i, const Message *m) {
+        int rank = era_log_level_rank(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "level")));
+
+        for (Client *c = i->shim->clients; c; c = c->next)
+                if (c->instance == i && c->log_level && (rank < 0 || rank >= era_log_level_rank(c->log_level)))
+                        client_send_text(c, m->text, m->len);
+}
+
+bool subscribe_handle_notification(Instance *i, const Message *m) {
+        int64_t id;
+
+        /* Only these are read past their envelope. */
+        if (!streq(m->method, "notifications/message") && !streq(m->method, "notifications/subscriptions/acknowledged") &&
+            !streq(m->method, "notifications/resources/updated") && !strstr(m->method, "/list_changed"))
+                return false;
+        if (!message_json(m))
+                return true;
+        if (streq(m->method, "notifications/message")) {
+                handle_log(i, m);
+                return true;
+        }
+        if (!subscription_id(m, &id))
+                return false;
+        /* Ours, or stale: nothing on a stream goes to a session as it is. */
+        if (id != i->listen_id && id != i->listen_old)
+                return true;
+        if (streq(m->method, "notifications/subscriptions/acknowledged")) {
+                if (id == i->listen_id)
+                        handle_acknowledged(i, m);
+        } else if (streq(m->method, "notifications/resources/updated"))
+                handle_updated(i, m);
+        return true;
+}
+
+bool subscribe_handle_response(Instance *i, int64_t id, const Message *m) {
+        const cJSON *error;
+        char text[512];
+
+        if (id == 0 || (id != i->listen_id && id != i->listen_old))
+                return false;
+        if (!message_json(m))
+                return true;
+        error = cJSON_GetObjectItemCaseSensitive(m->json, "error");
+        if (id == i->listen_old) {
+                i->listen_old = 0;
+                return true;
+        }
+        /* The backend ended the stream (or refused it): the next subscribe opens another. */
+        snprintf(text, sizeof text, "backend '%s' refused resource subscriptions: %s", shim_backend_name(i->shim),
+                 cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(error, "message")) ?: "it ended the stream");
+        if (error)
+                log_warning("%s", text);
+        fail_waiters(i, text);
+        i->listen_id = 0;
+        i->listen_acked = false;
+        free(i->listen_uris);
+        i->listen_uris = NULL;
+        return true;
+}
+
+void subscribe_forget_client(Instance *i, Client *c) {
+        for (SubscribeWaiter **w = &i->waiters; *w;)
+                if ((*w)->client == c)
+                        *w = waiter_free(*w);
+                else
+                        w = &(*w)->next;
+        if (subscribe_refresh(i, c) < 0)
+                log_oom();
+}
+
+void subscribe_reset(Instance *i, const char *text) {
+        fail_waiters(i, text);
+        i->listen_id = i->listen_old = 0;
+        i->listen_acked = false;
+        free(i->listen_uris);
+        i->listen_uris = NULL;
+        i->listen_honoured = (cJSON_Delete(i->listen_honoured), NULL);
+}

@@ -1,0 +1,282 @@
+// What the eras removed, mapped across them: resources/subscribe and logging/setLevel of handshake-era
+// clients at a 2026-07-28 backend (one subscriptions/listen per backend process, the level in each
+// request's envelope), and subscriptions/listen resource subscriptions of modern clients at backends of
+// either era; pooled (two sessions on one shim behind systemd-socket-activate) and against the servers
+// straight. No systemd needed.
+import { after, test } from "node:test";
+import assert from "node:assert/strict";
+import { spawn, spawnSync } from "node:child_process";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { INIT, MCP_LAZY, RawPeer, SERVER_SCRIPTS, SHIMD, TESTS, cleanupPeers, waitFor } from "./lib/env.mjs";
+import { MODERN_SERVER, MREQ, connectV2, modernManifest } from "./lib/eras.mjs";
+
+after(cleanupPeers);
+const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-eras-map-"));
+const URI = "modern://greeting";
+const CALL = (id, name, args = {}) => ({ jsonrpc: "2.0", id, method: "tools/call", params: { name, arguments: args } });
+
+// Messages up to and including the answer to id: [the others, the answer].
+async function until(peer, id, ms = 20000) {
+  const seen = [];
+  for (;;) {
+    const [m] = await peer.next(1, ms);
+    if (m.id === id && !m.method) return [seen, m];
+    seen.push(m);
+  }
+}
+
+// A shim of its own on a listening socket (as the shipped units run it): sessions share its backend.
+async function pooled(manifestPath, name) {
+  const path = join(dir, `${name}.sock`);
+  const child = spawn("systemd-socket-activate", ["-l", path, SHIMD, "--manifest", manifestPath, name], {
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  let stderr = "";
+  child.stderr.setEncoding("utf8").on("data", (d) => (stderr += d));
+  after(() => child.kill("SIGKILL"));
+  assert.ok(await waitFor(() => existsSync(path), 5000), "the socket appears");
+  return { path, stderr: () => stderr };
+}
+
+async function socketManifest(file, name, args) {
+  const m = await modernManifest(join(dir, file), { name, args, extra: { socket: join(dir, `${name}.sock`) } });
+  return m;
+}
+
+const session = (m) => new RawPeer(MCP_LAZY, ["--manifest", m, "--activation=systemd"]);
+
+test("handshake-era sessions pooled on a modern-only backend: resources/subscribe and logging/setLevel mapped, each session gets only its own", async () => {
+  const m = await socketManifest("only.json", "only", ["--legacy", "reject"]);
+  const shim = await pooled(m, "only");
+  const a = session(m);
+  const b = session(m);
+  for (const p of [a, b]) {
+    assert.ok((await p.request(INIT("2025-11-25"))).result);
+    p.send({ jsonrpc: "2.0", method: "notifications/initialized" });
+  }
+  assert.deepEqual((await a.request({ jsonrpc: "2.0", id: 1, method: "logging/setLevel", params: { level: "info" } })).result, {});
+  assert.deepEqual((await a.request({ jsonrpc: "2.0", id: 2, method: "resources/subscribe", params: { uri: URI } }, 20000)).result, {});
+
+  // B changes the resource: A, subscribed, hears of it as the handshake era has it; B does not.
+  b.send(CALL(4, "touch"));
+  const [bNotes] = await until(b, 4);
+  assert.deepEqual(bNotes, [], "B did not subscribe");
+  const [aNotes] = await until(a, (a.send(CALL(5, "echo", { message: "x" })), 5));
+  assert.deepEqual(aNotes, [{ jsonrpc: "2.0", method: "notifications/resources/updated", params: { uri: URI } }]);
+
+  // A's level (info) travels with A's requests; B set none, so its calls log nothing, to anyone.
+  a.send(CALL(6, "log", { message: "a" }));
+  const [aLog] = await until(a, 6);
+  assert.deepEqual(aLog, [{ jsonrpc: "2.0", method: "notifications/message", params: { level: "info", data: "info: a" } }]);
+  b.send(CALL(7, "log", { message: "b" }));
+  assert.deepEqual((await until(b, 7))[0], []);
+  assert.deepEqual((await until(a, (a.send(CALL(8, "echo", { message: "y" })), 8)))[0], [], "A heard nothing of B's call");
+
+  // Unsubscribed: the next change reaches nobody, and the backend's stream is cancelled.
+  assert.deepEqual((await a.request({ jsonrpc: "2.0", id: 10, method: "resources/unsubscribe", params: { uri: URI } })).result, {});
+  b.send(CALL(11, "touch"));
+  await until(b, 11);
+  assert.deepEqual((await until(a, (a.send(CALL(12, "echo", { message: "z" })), 12)))[0], []);
+  await a.close();
+  await b.close();
+  assert.doesNotMatch(shim.stderr(), /refused|invalid/i);
+});
+
+test("differential: a handshake-era client's logging/setLevel at a modern backend, straight (the SDK's own bridge) and through mcp-lazy (the envelope's logLevel)", async () => {
+  const only = await modernManifest(join(dir, "only-direct.json"), { args: ["--legacy", "reject"] });
+  const script = async (c) => {
+    const got = [];
+    c.setNotificationHandler("notifications/message", (n) => void got.push(n.params));
+    await c.setLoggingLevel("info");
+    const r = await c.callTool({ name: "log", arguments: { message: "hello" } });
+    await c.setLoggingLevel("debug");
+    await c.callTool({ name: "log", arguments: { message: "again" } });
+    return { got, r };
+  };
+  const straight = await connectV2("legacy", "node", [MODERN_SERVER]);
+  const want = await script(straight);
+  await straight.close();
+  assert.deepEqual(want.got.map((p) => p.data), ["info: hello", "debug: again", "info: again"]);
+  const through = await connectV2("legacy", MCP_LAZY, ["--manifest", only, "--activation=direct", "--shimd", SHIMD]);
+  assert.deepEqual(await script(through), want);
+  await through.close();
+});
+
+// A raw 2026-07-28 client's stream: listen, then the notifications that carry its id.
+const LISTEN = (id, notifications) => MREQ(id, "subscriptions/listen", { notifications });
+
+test("differential, pooled: subscriptions/listen resource subscriptions of modern clients at a modern backend reach the stream as the server itself sends them", async () => {
+  const script = async (p, q) => {
+    // q, another session of the same backend, changes the resource.
+    p.send(LISTEN("s1", { resourceSubscriptions: [URI] }));
+    const [ack] = await p.next(1, 20000);
+    q.send(MREQ(2, "tools/call", { name: "touch", arguments: {} }));
+    const [seen] = await until(q, 2);
+    const updated = p === q ? seen.find((n) => n.method === "notifications/resources/updated") : (await p.next(1, 10000))[0];
+    p.send({ jsonrpc: "2.0", method: "notifications/cancelled", params: { requestId: "s1" } });
+    q.send(MREQ(3, "tools/call", { name: "touch", arguments: {} }));
+    await until(q, 3);
+    const [, answer] = await until(p, (p.send(MREQ(4, "tools/call", { name: "echo", arguments: { message: "m" } })), 4));
+    return { ack, updated, after: answer.result.content };
+  };
+  // Straight: one process serves both (a modern server is stateless: any stdio connection will do).
+  const server = new RawPeer("node", [MODERN_SERVER]);
+  const want = await script(server, server);
+  await server.close();
+  assert.deepEqual(want.updated, {
+    jsonrpc: "2.0",
+    method: "notifications/resources/updated",
+    params: { uri: URI, _meta: { "io.modelcontextprotocol/subscriptionId": "s1" } },
+  });
+
+  const m = await socketManifest("modern.json", "modern", []);
+  await pooled(m, "modern");
+  const p = session(m);
+  const q = session(m);
+  assert.deepEqual(await script(p, q), want);
+  // q never listened: nothing of p's stream reached it.
+  assert.deepEqual((await until(q, (q.send(MREQ(5, "tools/call", { name: "echo", arguments: { message: "q" } })), 5)))[0], []);
+  await p.close();
+  await q.close();
+});
+
+test("subscriptions/listen at a handshake-era backend: resources/subscribe to it, its updates on the stream, its unsubscribe when the stream ends", async () => {
+  const m = join(dir, "everything.yaml");
+  writeFileSync(
+    m,
+    `backends:
+  everything:
+    command: [node, ${SERVER_SCRIPTS.everything}, stdio]
+    resources: [{uri: "demo://x", name: x}]
+tools:
+  - {name: toggle-subscriber-updates, backend: everything, input_schema: {type: object}}
+  - {name: echo, backend: everything, input_schema: {type: object, properties: {message: {type: string}}}}
+`,
+  );
+  const p = new RawPeer(MCP_LAZY, ["--manifest", m, "--activation=direct", "--shimd", SHIMD]);
+  // The capability says so in this era too: a stream's resourceSubscriptions are honoured.
+  assert.equal((await p.request(MREQ("d", "server/discover"))).result.capabilities.resources.subscribe, true);
+  p.send(LISTEN(7, { resourceSubscriptions: ["demo://x", "nobody://serves-this"], toolsListChanged: true }));
+  const [ack] = await p.next(1, 30000);
+  assert.deepEqual(ack, {
+    jsonrpc: "2.0",
+    method: "notifications/subscriptions/acknowledged",
+    params: {
+      notifications: { toolsListChanged: true, resourceSubscriptions: ["demo://x"] },
+      _meta: { "io.modelcontextprotocol/subscriptionId": 7 },
+    },
+  });
+  // server-everything sends the update at once when its updates are switched on.
+  p.send(MREQ(1, "tools/call", { name: "toggle-subscriber-updates", arguments: {} }));
+  const [notes] = await until(p, 1);
+  assert.deepEqual(notes, [
+    {
+      jsonrpc: "2.0",
+      method: "notifications/resources/updated",
+      params: { uri: "demo://x", _meta: { "io.modelcontextprotocol/subscriptionId": 7 } },
+    },
+  ], "the update, on the stream; not the backend's log of the subscribe (no logLevel was asked for)");
+  p.send({ jsonrpc: "2.0", method: "notifications/cancelled", params: { requestId: 7 } });
+  p.send(MREQ(2, "tools/call", { name: "toggle-subscriber-updates", arguments: {} }));
+  await until(p, 2);
+  p.send(MREQ(3, "tools/call", { name: "toggle-subscriber-updates", arguments: {} }));
+  assert.deepEqual((await until(p, 3))[0], [], "unsubscribed at the backend: switched on again, it sends nothing");
+  await p.close();
+});
+
+test("the era learned is kept across shim exits in a file of the shim's own, keyed by the command; a changed command, a foreign file or a backend that disagrees is probed again", async () => {
+  const run = mkdtempSync(join(dir, "run-"));
+  mkdirSync(join(run, "mcp-lazy"));
+  const env = { XDG_RUNTIME_DIR: run, STATE_DIRECTORY: "", RUNTIME_DIRECTORY: "" };
+  const starts = join(dir, "strict-starts");
+  const write = (extra = "") =>
+    writeFileSync(
+      join(dir, "strict.yaml"),
+      `backends:
+  strict:
+    command: [node, ${join(TESTS, "servers/strict-legacy.mjs")}${extra}]
+    env: {STRICT_LEGACY_STARTS: ${starts}}
+tools:
+  - {name: echo, backend: strict, input_schema: {type: object, properties: {message: {type: string}}}}
+`,
+    );
+  const session = async () => {
+    writeFileSync(starts, "");
+    const c = await connectV2("legacy", MCP_LAZY, ["--manifest", join(dir, "strict.yaml"), "--activation=direct", "--shimd", SHIMD], { env });
+    const r = await c.callTool({ name: "echo", arguments: { message: "hi" } });
+    assert.deepEqual(r.content, [{ type: "text", text: "Echo: hi" }]);
+    await c.close();
+    return { starts: readFileSync(starts, "utf8").split("\n").filter(Boolean).length, log: c.stderrText };
+  };
+  const file = join(run, "mcp-lazy", "strict.era");
+  write();
+  const first = await session();
+  assert.equal(first.starts, 2, "probed (it exits on server/discover), then started again");
+  assert.deepEqual(JSON.parse(readFileSync(file, "utf8")).era, "legacy");
+  assert.equal(statSync(file).mode & 0o777, 0o600);
+  const second = await session();
+  assert.equal(second.starts, 1, "the next shim remembered: initialize at once");
+  assert.match(second.log, /Backend 'strict' spoke the handshake era last time/);
+  // Another command: probed again.
+  write(", --changed");
+  assert.equal((await session()).starts, 2);
+  // A file others may write is not believed.
+  chmodSync(file, 0o666);
+  const foreign = await session();
+  assert.equal(foreign.starts, 2);
+  assert.match(foreign.log, /Not using .*strict\.era \(not a file of this user's alone/);
+
+  // A modern-only backend that the file calls legacy: initialize is refused, it is probed, and works.
+  const only = await modernManifest(join(dir, "only-era.json"), { name: "onlyera", args: ["--legacy", "reject"] });
+  const cmd = JSON.parse(readFileSync(only, "utf8")).backends.onlyera.command;
+  writeFileSync(join(run, "mcp-lazy", "onlyera.era"), JSON.stringify({ command: JSON.stringify(cmd), era: "legacy" }), { mode: 0o600 });
+  const c = await connectV2("legacy", MCP_LAZY, ["--manifest", only, "--activation=direct", "--shimd", SHIMD], { env });
+  assert.deepEqual((await c.callTool({ name: "echo", arguments: { message: "m" } })).content, [{ type: "text", text: "Echo: m" }]);
+  await c.close();
+  assert.match(c.stderrText, /refused initialize, though it spoke the handshake era before: probing it/);
+  assert.equal(JSON.parse(readFileSync(join(run, "mcp-lazy", "onlyera.era"), "utf8")).era, "modern");
+});
+
+test("mcp-lazy import probes as a dual-era client and records the era as protocol: (a modern-only server is read in the 2026-07-28 era; one that exits on the probe is started again)", async () => {
+  const h = mkdtempSync(join(dir, "home-"));
+  // Each into a manifest of its own: both have a tool 'echo'.
+  const importOne = (name, command, args, env) => {
+    const from = join(h, `${name}.json`);
+    const manifest = join(h, `${name}.yaml`);
+    writeFileSync(from, JSON.stringify({ mcpServers: { [name]: { command, args, env } } }));
+    const r = spawnSync(MCP_LAZY, ["import", "--no-enable", "--client", "claude-code", "--from", from, "--manifest", manifest], {
+      env: { PATH: process.env.PATH, HOME: h, XDG_STATE_HOME: join(h, ".local/state") },
+      encoding: "utf8",
+      timeout: 120000,
+    });
+    assert.equal(r.status, 0, r.stdout + r.stderr);
+    return { manifest, text: readFileSync(manifest, "utf8") };
+  };
+  const modern = importOne("modernonly", "node", [MODERN_SERVER, "--legacy", "reject"]);
+  assert.match(modern.text, /\n    protocol: modern\n/);
+  assert.match(modern.text, /name: modern-test/);
+  assert.match(modern.text, /- name: ask\n/, "the modern server's tools, read in its era");
+  const starts = join(h, "starts");
+  writeFileSync(starts, "");
+  const strict = importOne("strict", "node", [join(TESTS, "servers/strict-legacy.mjs")], { STRICT_LEGACY_STARTS: starts });
+  assert.equal(readFileSync(starts, "utf8"), "start\nstart\n", "import: the probe, then initialize");
+  assert.match(strict.text, /\n    protocol: legacy\n/);
+  assert.match(strict.text, /- name: get-sum\n/, "the strict one's, after it was started again for initialize");
+  const manifest = modern.manifest;
+
+  // The imported entries: the modern-only one serves a handshake-era client (bridged); the strict one
+  // is initialized at once, with no probe to die on.
+  const c = await connectV2("legacy", MCP_LAZY, ["--manifest", manifest, "--backend", "modernonly", "--activation=direct", "--shimd", SHIMD]);
+  assert.deepEqual((await c.callTool({ name: "echo", arguments: { message: "imported" } })).content, [{ type: "text", text: "Echo: imported" }]);
+  await c.close();
+  writeFileSync(starts, "");
+  const d = await connectV2("pin", MCP_LAZY, ["--manifest", strict.manifest, "--backend", "strict", "--activation=direct", "--shimd", SHIMD], {
+    env: { XDG_RUNTIME_DIR: "", STATE_DIRECTORY: "", RUNTIME_DIRECTORY: "" },
+  });
+  assert.deepEqual((await d.callTool({ name: "echo", arguments: { message: "x" } })).content, [{ type: "text", text: "Echo: x" }]);
+  await d.close();
+  assert.equal(readFileSync(starts, "utf8"), "start\n");
+  assert.doesNotMatch(d.stderrText, /server\/discover/);
+});
