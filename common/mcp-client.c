@@ -12,6 +12,7 @@
 #include <systemd/sd-event.h>
 
 #include "channel.h"
+#include "era.h"
 #include "framing.h"
 #include "jsonrpc.h"
 #include "macros.h"
@@ -23,8 +24,10 @@
 
 #define PROTOCOL_VERSION "2025-11-25"
 #define STDERR_KEEP      (16U * 1024U)
+#define PROBE_USEC       (2ULL * 1000000ULL) /* as the shim waits for server/discover */
 
 typedef enum Step {
+        STEP_PROBE, /* server/discover */
         STEP_INITIALIZE,
         STEP_TOOLS,
         STEP_RESOURCES,
@@ -59,7 +62,15 @@ typedef struct Client {
         int result;
         char *error;
         const char *lost_during; /* the method it stopped answering in, when its stdio went away */
+        McpEra era;
+        bool modern;          /* it answered server/discover: lists are asked with the envelope */
+        bool died_on_probe;   /* it went away on server/discover: started again for initialize */
+        sd_event_source *probe_timer;
 } Client;
+
+static const char *step_method(const Client *c) {
+        return c->step == STEP_PROBE ? "server/discover" : c->step == STEP_INITIALIZE ? "initialize" : steps[c->step].method;
+}
 
 McpDiscovery *mcp_discovery_free(McpDiscovery *d) {
         if (!d)
@@ -118,6 +129,22 @@ static int client_send_request(Client *c, const char *method, cJSON *params) {
         return channel_send_json(c->channel, m);
 }
 
+/* {_meta: the 2026-07-28 envelope}, for a modern server's requests. */
+static cJSON *envelope_params_new(const cJSON *client_capabilities) {
+        _cleanup_json_ cJSON *p = cJSON_CreateObject();
+        cJSON *meta = p ? cJSON_AddObjectToObject(p, "_meta") : NULL, *info;
+
+        if (!meta || !cJSON_AddStringToObject(meta, META_PROTOCOL_VERSION, ERA_MODERN_VERSION) ||
+            !cJSON_AddItemToObject(meta, META_CLIENT_CAPABILITIES,
+                                   client_capabilities ? cJSON_Duplicate(client_capabilities, true)
+                                                       : cJSON_CreateObject()) ||
+            !(info = cJSON_AddObjectToObject(meta, META_CLIENT_INFO)) ||
+            !cJSON_AddStringToObject(info, "name", "mcp-lazy-import") ||
+            !cJSON_AddStringToObject(info, "version", MCP_LAZY_VERSION))
+                return NULL;
+        return TAKE_PTR(p);
+}
+
 /* Sends the request of the current step (or the next page of it); skips lists the server does not declare. */
 static void client_advance(Client *c) {
         int r;
@@ -127,7 +154,7 @@ static void client_advance(Client *c) {
 
                 if (!cJSON_GetObjectItemCaseSensitive(c->d->capabilities, steps[c->step].capability))
                         continue;
-                params = cJSON_CreateObject();
+                params = c->modern ? envelope_params_new(c->client_capabilities) : cJSON_CreateObject();
                 if (!params || (c->cursor && !cJSON_AddStringToObject(params, "cursor", c->cursor))) {
                         cJSON_Delete(params);
                         return client_fail(c, -ENOMEM, "out of memory");
@@ -169,6 +196,7 @@ static void client_on_initialize(Client *c, cJSON *result) {
                 return client_fail(c, r, "its initialize result is not valid MCP (instructions or protocolVersion)");
         c->d->capabilities = cJSON_DetachItemViaPointer(result, caps);
         c->d->server_info = cJSON_DetachItemViaPointer(result, info);
+        c->d->era = "legacy";
 
         note = jsonrpc_notification_new("notifications/initialized", NULL);
         if (!note)
@@ -229,6 +257,78 @@ static void client_answer(Client *c, const JsonRpcMessage *msg) {
                 (void) channel_send_json(c->channel, reply);
 }
 
+static int send_initialize(Client *c) {
+        _cleanup_json_ cJSON *params = cJSON_CreateObject();
+        cJSON *info;
+
+        c->step = STEP_INITIALIZE;
+        c->probe_timer = sd_event_source_disable_unref(c->probe_timer);
+        if (!params || !cJSON_AddStringToObject(params, "protocolVersion", PROTOCOL_VERSION) ||
+            !cJSON_AddItemToObject(params, "capabilities",
+                                   c->client_capabilities ? cJSON_Duplicate(c->client_capabilities, true)
+                                                          : cJSON_CreateObject()) ||
+            !(info = cJSON_AddObjectToObject(params, "clientInfo")) ||
+            !cJSON_AddStringToObject(info, "name", "mcp-lazy-import") ||
+            !cJSON_AddStringToObject(info, "version", MCP_LAZY_VERSION))
+                return -ENOMEM;
+        return client_send_request(c, "initialize", TAKE_PTR(params));
+}
+
+static bool speaks_modern(const cJSON *result) {
+        const cJSON *v;
+        cJSON_ArrayForEach (v, cJSON_GetObjectItemCaseSensitive(result, "supportedVersions"))
+                if (streq(cJSON_GetStringValue(v) ?: "", ERA_MODERN_VERSION))
+                        return true;
+        return false;
+}
+
+/* The answer to server/discover: a modern server's DiscoverResult stands for initialize's; anything
+ * else means the handshake era (unless only the modern era was asked for). */
+static void client_on_probe(Client *c, cJSON *j) {
+        cJSON *result = cJSON_GetObjectItemCaseSensitive(j, "result");
+        cJSON *caps = cJSON_GetObjectItemCaseSensitive(result, "capabilities");
+        cJSON *info = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(result, "_meta"),
+                                                       META_SERVER_INFO);
+        int r;
+
+        c->probe_timer = sd_event_source_disable_unref(c->probe_timer);
+        if (!cJSON_IsObject(result) || !speaks_modern(result)) {
+                if (c->era == MCP_ERA_MODERN || (cJSON_IsObject(result) &&
+                                                 cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(result, "supportedVersions"))))
+                        return client_fail(c, -EPROTO, "it did not answer server/discover as a %s server",
+                                           ERA_MODERN_VERSION);
+                r = send_initialize(c);
+                if (r < 0)
+                        client_fail(c, r, "cannot send initialize: %s", strerror(-r));
+                return;
+        }
+        if (!cJSON_IsObject(caps))
+                return client_fail(c, -EPROTO, "its server/discover result has no capabilities object");
+        r = take_string(result, "instructions", &c->d->instructions);
+        if (r < 0)
+                return client_fail(c, r, "its server/discover result is not valid MCP (instructions)");
+        c->d->capabilities = cJSON_DetachItemViaPointer(result, caps);
+        c->d->server_info = cJSON_IsObject(info) ? cJSON_Duplicate(info, true) : cJSON_CreateObject();
+        c->d->protocol_version = strdup(ERA_MODERN_VERSION);
+        if (!c->d->server_info || !c->d->protocol_version)
+                return client_fail(c, -ENOMEM, "out of memory");
+        c->d->era = "modern";
+        c->modern = true;
+        c->step = STEP_TOOLS;
+        client_advance(c);
+}
+
+static int on_probe_timeout(sd_event_source *s, uint64_t usec, void *userdata) {
+        Client *c = userdata;
+        int r;
+
+        (void) s, (void) usec;
+        /* No answer in time: a handshake-era server (the spec); initialize on the same pipe. */
+        if (c->step == STEP_PROBE && (r = send_initialize(c)) < 0)
+                client_fail(c, r, "cannot send initialize: %s", strerror(-r));
+        return 0;
+}
+
 static void client_on_message(Client *c, const char *line, size_t len) {
         _cleanup_json_ cJSON *j = NULL;
         const cJSON *error;
@@ -249,12 +349,13 @@ static void client_on_message(Client *c, const char *line, size_t len) {
         if (!cJSON_IsNumber(msg.id) || (int64_t) msg.id->valuedouble != c->waiting_id)
                 return;
         c->waiting_id = -1;
+        if (c->step == STEP_PROBE)
+                return client_on_probe(c, j);
         error = cJSON_GetObjectItemCaseSensitive(j, "error");
         if (error) {
                 const cJSON *m = cJSON_GetObjectItemCaseSensitive(error, "message");
                 const cJSON *code = cJSON_GetObjectItemCaseSensitive(error, "code");
-                return client_fail(c, -EPROTO, "it answered %s with error %d: %s",
-                                   c->step == STEP_INITIALIZE ? "initialize" : steps[c->step].method,
+                return client_fail(c, -EPROTO, "it answered %s with error %d: %s", step_method(c),
                                    cJSON_IsNumber(code) ? code->valueint : 0,
                                    cJSON_IsString(m) ? m->valuestring : "(no message)");
         }
@@ -281,8 +382,14 @@ static void on_channel(Channel *ch, ChannelEvent ev, const char *line, size_t le
         case CHANNEL_EOF:
         case CHANNEL_WRITE_ERROR:
                 /* Said once it is known how it ended (see mcp_discover()). */
+                if (c->result == 0 && c->step == STEP_PROBE && c->era == MCP_ERA_AUTO) {
+                        /* Some handshake-era servers exit on any request before initialize. */
+                        c->died_on_probe = true;
+                        (void) sd_event_exit(c->event, 0);
+                        break;
+                }
                 if (c->result == 0 && !c->lost_during)
-                        c->lost_during = c->step == STEP_INITIALIZE ? "initialize" : steps[c->step].method;
+                        c->lost_during = step_method(c);
                 client_fail(c, -EPROTO, "its stdio closed");
                 break;
         default:
@@ -328,8 +435,7 @@ static int on_timeout(sd_event_source *s, uint64_t usec, void *userdata) {
                 snprintf(t, sizeof t, "%llus", (unsigned long long) (c->timeout_usec / USEC_PER_SEC));
         else
                 snprintf(t, sizeof t, "%llums", (unsigned long long) (c->timeout_usec / USEC_PER_MSEC));
-        client_fail(c, -ETIMEDOUT, "it did not answer %s within %s",
-                    c->step == STEP_INITIALIZE ? "initialize" : steps[c->step].method, t);
+        client_fail(c, -ETIMEDOUT, "it did not answer %s within %s", step_method(c), t);
         return 0;
 }
 
@@ -478,8 +584,9 @@ int mcp_discover(const McpServerCommand *cmd, const cJSON *client_capabilities, 
                  McpDiscovery **ret, char **ret_error) {
         _cleanup_(sd_event_unrefp) sd_event *e = NULL;
         _cleanup_free_ char *tail = NULL;
-        _cleanup_json_ cJSON *params = NULL, *caps = NULL;
-        Client c = {.stderr_fd = -EBADF, .next_id = 1, .waiting_id = -1, .timeout_usec = timeout_usec};
+        _cleanup_json_ cJSON *params = NULL;
+        Client c = {.stderr_fd = -EBADF, .next_id = 1, .waiting_id = -1, .timeout_usec = timeout_usec,
+                    .era = cmd->era, .client_capabilities = client_capabilities};
         int fds[3] = {-EBADF, -EBADF, -EBADF}, r;
         char how[96] = "";
         pid_t pid = 0;
@@ -511,23 +618,18 @@ int mcp_discover(const McpServerCommand *cmd, const cJSON *client_capabilities, 
         if (r >= 0 && timeout_usec != USEC_INFINITY)
                 r = sd_event_add_time_relative(e, &c.timer, CLOCK_MONOTONIC, timeout_usec, 0, on_timeout, &c);
 
-        /* initialize, as the client would send it. */
-        if (r >= 0) {
-                caps = client_capabilities ? cJSON_Duplicate(client_capabilities, true) : cJSON_CreateObject();
-                params = cJSON_CreateObject();
-                cJSON *info = cJSON_AddObjectToObject(params, "clientInfo");
-                if (!caps || !params || !cJSON_AddStringToObject(params, "protocolVersion", PROTOCOL_VERSION) ||
-                    !cJSON_AddItemToObject(params, "capabilities", caps))
-                        r = -ENOMEM;
-                else {
-                        caps = NULL;
-                        if (!info || !cJSON_AddStringToObject(info, "name", "mcp-lazy-import") ||
-                            !cJSON_AddStringToObject(info, "version", MCP_LAZY_VERSION))
-                                r = -ENOMEM;
-                }
+        /* As a dual-era client: server/discover first (with the envelope), unless told the era. */
+        if (r >= 0 && cmd->era == MCP_ERA_LEGACY)
+                r = send_initialize(&c);
+        else if (r >= 0) {
+                c.step = STEP_PROBE;
+                params = envelope_params_new(client_capabilities);
+                r = params ? client_send_request(&c, "server/discover", TAKE_PTR(params)) : -ENOMEM;
+                if (r >= 0 && cmd->era == MCP_ERA_AUTO)
+                        r = sd_event_add_time_relative(e, &c.probe_timer, CLOCK_MONOTONIC,
+                                                       timeout_usec < PROBE_USEC ? timeout_usec : PROBE_USEC, 0,
+                                                       on_probe_timeout, &c);
         }
-        if (r >= 0)
-                r = client_send_request(&c, "initialize", TAKE_PTR(params));
         if (r >= 0)
                 r = sd_event_loop(e);
         if (r < 0 && c.result >= 0)
@@ -538,6 +640,7 @@ int mcp_discover(const McpServerCommand *cmd, const cJSON *client_capabilities, 
         safe_close(fds[0]);
         safe_close(fds[1]);
         c.timer = sd_event_source_disable_unref(c.timer);
+        c.probe_timer = sd_event_source_disable_unref(c.probe_timer);
         (void) stop_server(pid, how, sizeof how);
         /* Whatever it wrote to stderr until it went (a full buffer's worth means: read on). */
         if (c.stderr_source)
@@ -551,6 +654,14 @@ int mcp_discover(const McpServerCommand *cmd, const cJSON *client_capabilities, 
                 free(c.error);
                 *ret = TAKE_PTR(c.d);
                 return 0;
+        }
+        if (c.died_on_probe) {
+                /* It exited on server/discover: once more, with initialize only. */
+                McpServerCommand again = *cmd;
+                again.era = MCP_ERA_LEGACY;
+                free(c.error);
+                mcp_discovery_free(c.d);
+                return mcp_discover(&again, client_capabilities, timeout_usec, ret, ret_error);
         }
         tail = stderr_lines(&c);
         if (c.lost_during) {

@@ -433,6 +433,9 @@ static int store_command(ManifestDoc *doc, const Target *t) {
                 r = manifest_doc_set_backend_key(doc, t->backend, "env", TAKE_PTR(env));
         if (r >= 0)
                 r = manifest_doc_set_backend_key(doc, t->backend, "cwd", t->cwd ? cJSON_CreateString(t->cwd) : NULL);
+        /* The era import found (it probes as a dual-era client): the shim need not probe again. */
+        if (r >= 0 && t->d && t->d->era)
+                r = manifest_doc_set_backend_key(doc, t->backend, "protocol", cJSON_CreateString(t->d->era));
         return r;
 }
 

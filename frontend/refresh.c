@@ -274,7 +274,13 @@ int refresh_main(int argc, char *argv[]) {
                 _cleanup_json_ cJSON *caps = NULL, *tools_now = NULL;
                 _cleanup_free_ char *derr = NULL;
                 _cleanup_strv_free_ char **remote_argv = NULL;
-                McpServerCommand cmd = {.argv = b->command, .env = b->env, .cwd = b->cwd};
+                /* In the era the manifest says (import recorded it), else probed as import does. */
+                McpServerCommand cmd = {.argv = b->command,
+                                        .env = b->env,
+                                        .cwd = b->cwd,
+                                        .era = b->protocol == PROTOCOL_MODERN   ? MCP_ERA_MODERN
+                                               : b->protocol == PROTOCOL_LEGACY ? MCP_ERA_LEGACY
+                                                                                : MCP_ERA_AUTO};
                 bool wanted = optind == argc;
                 unsigned n;
 

@@ -65,7 +65,7 @@ test("import: Claude Code and Claude Desktop configs become a manifest; only the
   // The manifest: readable YAML, 0600 because it holds env values, and valid.
   assert.equal(statSync(manifest).mode & 0o777, 0o600);
   const m = readFileSync(manifest, "utf8");
-  assert.match(m, /^backends:\n  memory:\n    command: \[\/usr\/bin\/node, \S+server-memory\/dist\/index\.js\]\n    env:\n      MEMORY_FILE_PATH: \S+\n    server_info:\n      name: memory-server\n/m);
+  assert.match(m, /^backends:\n  memory:\n    command: \[\/usr\/bin\/node, \S+server-memory\/dist\/index\.js\]\n    env:\n      MEMORY_FILE_PATH: \S+\n    protocol: legacy\n    server_info:\n      name: memory-server\n/m);
   assert.match(m, /^  my-files:\n    command: .*\n    cwd: \/tmp\n/m);
   const check = spawnSync(MCP_LAZY, ["check", manifest], { encoding: "utf8" });
   assert.equal(check.status, 0, check.stderr);
