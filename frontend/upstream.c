@@ -154,6 +154,7 @@ static void upconn_drain(UpConn *c) {
                 u->current = NULL;
                 c->next = u->old;
                 u->old = c;
+                modern_upstream_lost(u->s, u->name); /* the next connection subscribes again */
         }
         /* Our EOF tells the shim we will send nothing more; it answers what it has and closes. */
         channel_close_write(c->ch);

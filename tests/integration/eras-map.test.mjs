@@ -10,7 +10,7 @@ import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, statSync, 
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { INIT, MCP_LAZY, RawPeer, SERVER_SCRIPTS, SHIMD, TESTS, cleanupPeers, waitFor } from "./lib/env.mjs";
-import { MODERN_SERVER, MREQ, connectV2, modernManifest } from "./lib/eras.mjs";
+import { MODERN_SERVER, MREQ, connectV2, modernManifest, modernScript } from "./lib/eras.mjs";
 
 after(cleanupPeers);
 const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-eras-map-"));
@@ -279,4 +279,38 @@ test("mcp-lazy import probes as a dual-era client and records the era as protoco
   await d.close();
   assert.equal(readFileSync(starts, "utf8"), "start\n");
   assert.doesNotMatch(d.stderrText, /server\/discover/);
+});
+
+test("differential, pooled, two sessions at once: the modern test server's scripted session straight and through one shared backend, for the v2 client in each mode", async () => {
+  const want = {};
+  for (const mode of ["legacy", "pin"]) {
+    const straight = await connectV2(mode, "node", [MODERN_SERVER]);
+    want[mode] = await modernScript(straight);
+    await straight.close();
+  }
+  const m = await socketManifest("pooled2.json", "pooled2", []);
+  const shim = await pooled(m, "pooled2");
+  // Each pair runs its scripts at the same time on the one backend process.
+  for (const modes of [["legacy", "pin"], ["pin", "auto"], ["legacy", "legacy"]]) {
+    const clients = await Promise.all(modes.map((mode) => connectV2(mode, MCP_LAZY, ["--manifest", m, "--activation=systemd"])));
+    const got = await Promise.all(clients.map((c) => modernScript(c)));
+    for (const [k, mode] of modes.entries()) assert.deepEqual(got[k], want[mode === "auto" ? "pin" : mode], `${modes}: ${mode}`);
+    await Promise.all(clients.map((c) => c.close()));
+  }
+  assert.equal((shim.stderr().match(/Started backend 'pooled2'/g) ?? []).length, 1, "one backend process served every session");
+});
+
+test("a listen stream's subscription outlives its backend's idle stop: the next connection to the backend subscribes again", async () => {
+  const m = await modernManifest(join(dir, "idle.json"), { name: "idle", extra: { idle_timeout: "1s" } });
+  const p = new RawPeer(MCP_LAZY, ["--manifest", m, "--activation=direct", "--shimd", SHIMD]);
+  p.send(LISTEN("s", { resourceSubscriptions: [URI] }));
+  assert.deepEqual((await p.next(1, 20000))[0].params.notifications, { resourceSubscriptions: [URI] });
+  assert.ok(await waitFor(() => /Idle for 1s, stopping/.test(p.stderr), 10000), p.stderr);
+  assert.ok(await waitFor(() => /stopped: exited/.test(p.stderr), 10000), p.stderr);
+  p.send(MREQ(1, "tools/call", { name: "touch", arguments: {} }));
+  const [notes] = await until(p, 1);
+  assert.deepEqual(notes, [
+    { jsonrpc: "2.0", method: "notifications/resources/updated", params: { uri: URI, _meta: { "io.modelcontextprotocol/subscriptionId": "s" } } },
+  ]);
+  await p.close();
 });

@@ -67,15 +67,18 @@ async function close(c) {
   await c.close();
 }
 
-test("differential under systemd: the modern server straight and through mcp-lazy, for the v2 client in legacy, auto and pinned modes", async () => {
-  for (const mode of ["legacy", "auto", "pin"]) {
+test("differential under systemd: the modern server straight and through mcp-lazy, for the v2 client in legacy, auto and pinned modes, the three sessions at once", async () => {
+  const modes = ["legacy", "auto", "pin"];
+  const want = {};
+  for (const mode of modes) {
     const straight = await connectV2(mode, "node", [MODERN_SERVER]);
-    const want = await modernScript(straight);
+    want[mode] = await modernScript(straight);
     await straight.close();
-    const c = await session(mode, "modern");
-    assert.deepEqual(await modernScript(c), want, mode);
-    await close(c);
   }
+  const sessions = await Promise.all(modes.map((mode) => session(mode, "modern")));
+  const got = await Promise.all(sessions.map((c) => modernScript(c)));
+  for (const [k, mode] of modes.entries()) assert.deepEqual(got[k], want[mode], mode);
+  for (const c of sessions) await close(c);
   // Every mode was served by one backend process: capabilities travel with each request.
   assert.equal((await fleet.backendPids("modern")).length, 1);
 });
