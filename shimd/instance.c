@@ -1225,7 +1225,9 @@ static int on_timer(sd_event_source *s, uint64_t usec, void *userdata) {
                          (unsigned long long) (PROBE_TIMEOUT_USEC / USEC_PER_MSEC));
                 i->probing = false;
                 i->era = BACKEND_ERA_LEGACY;
-                shim_learn_era(i->shim, BACKEND_ERA_LEGACY);
+                /* Remembered while the shim runs, not kept: a modern server slow to start once (npx
+                 * fetching it) would be taken for a handshake-era one at every later activation. */
+                i->shim->learned_era = BACKEND_ERA_LEGACY;
                 if (req && instance_send(i, req) >= 0 &&
                     (init == USEC_INFINITY ||
                      arm_timer(i, init > PROBE_TIMEOUT_USEC ? init - PROBE_TIMEOUT_USEC : 1) >= 0))

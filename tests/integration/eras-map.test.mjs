@@ -314,3 +314,29 @@ test("a listen stream's subscription outlives its backend's idle stop: the next 
   ]);
   await p.close();
 });
+
+test("what a handshake-era client sends that the modern era removed never reaches a modern backend: ping and logging/setLevel answered, notifications/roots/list_changed dropped", async () => {
+  const m = join(dir, "careless.yaml");
+  writeFileSync(
+    m,
+    `backends:
+  careless:
+    command: [node, ${join(TESTS, "servers/careless-modern.mjs")}]
+tools:
+  - {name: plain, backend: careless, input_schema: {type: object}}
+`,
+  );
+  const p = new RawPeer(MCP_LAZY, ["--manifest", m, "--activation=direct", "--shimd", SHIMD]);
+  assert.ok((await p.request(INIT("2025-06-18", { roots: {} }))).result);
+  p.send({ jsonrpc: "2.0", method: "notifications/initialized" });
+  assert.equal((await until(p, (p.send(CALL(1, "plain")), 1)))[1].result.content[0].text, "plain");
+  p.send({ jsonrpc: "2.0", method: "notifications/roots/list_changed" });
+  assert.deepEqual((await p.request({ jsonrpc: "2.0", id: 2, method: "ping" })).result, {});
+  assert.deepEqual((await p.request({ jsonrpc: "2.0", id: 3, method: "logging/setLevel", params: { level: "warning" } })).result, {});
+  assert.equal((await until(p, (p.send(CALL(4, "plain")), 4)))[1].result.content[0].text, "plain");
+  await p.close();
+  const got = p.stderr.match(/careless got .*/g) ?? [];
+  for (const gone of ["ping", "logging/setLevel", "notifications/roots/list_changed", "initialize"])
+    assert.ok(!got.some((l) => l === `careless got ${gone}`), `${gone} reached the backend: ${got}`);
+  assert.ok(got.includes("careless got tools/call at warning"), got.join("\n"));
+});
