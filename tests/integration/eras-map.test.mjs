@@ -340,3 +340,31 @@ tools:
     assert.ok(!got.some((l) => l === `careless got ${gone}`), `${gone} reached the backend: ${got}`);
   assert.ok(got.includes("careless got tools/call at warning"), got.join("\n"));
 });
+
+test("one listen stream over two backends of different eras: each URI subscribed at its own backend, the updates of both on the one stream", async () => {
+  const m = join(dir, "two.yaml");
+  writeFileSync(
+    m,
+    `backends:
+  everything:
+    command: [node, ${SERVER_SCRIPTS.everything}, stdio]
+    resources: [{uri: "demo://x", name: x}]
+  modern:
+    command: [node, ${MODERN_SERVER}, --legacy, reject]
+    resources: [{uri: "${URI}", name: greeting}]
+tools:
+  - {name: toggle-subscriber-updates, backend: everything, input_schema: {type: object}}
+  - {name: touch, backend: modern, input_schema: {type: object}}
+`,
+  );
+  const p = new RawPeer(MCP_LAZY, ["--manifest", m, "--activation=direct", "--shimd", SHIMD]);
+  p.send(LISTEN("both", { resourceSubscriptions: ["demo://x", URI] }));
+  const [ack] = await p.next(1, 30000);
+  assert.deepEqual(ack.params.notifications, { resourceSubscriptions: ["demo://x", URI] });
+  const meta = { "io.modelcontextprotocol/subscriptionId": "both" };
+  p.send(MREQ(1, "tools/call", { name: "touch", arguments: {} }));
+  assert.deepEqual((await until(p, 1))[0], [{ jsonrpc: "2.0", method: "notifications/resources/updated", params: { uri: URI, _meta: meta } }]);
+  p.send(MREQ(2, "tools/call", { name: "toggle-subscriber-updates", arguments: {} }));
+  assert.deepEqual((await until(p, 2))[0], [{ jsonrpc: "2.0", method: "notifications/resources/updated", params: { uri: "demo://x", _meta: meta } }]);
+  await p.close();
+});
