@@ -48,6 +48,7 @@ struct Channel {
         bool backpressure;          /* stop reading while our own output is backed up */
         bool no_last_line;          /* drop a last line without its newline at EOF */
         bool was_backed_up;         /* went past the high-water mark: report CHANNEL_DRAINED when below half */
+        bool connecting;            /* the socket's connect is under way (or failed): no reads, no writes */
         unsigned dispatching;
         bool free_pending;
         bool batched; /* output queued during a burst, written when the burst ends (see batch_end()) */
@@ -236,6 +237,8 @@ static void channel_finish_close_write(Channel *c) {
 }
 
 static void channel_flush(Channel *c) {
+        if (c->connecting)
+                return; /* on_out writes once the connect is done */
         while (c->out_head) {
                 struct iovec iov[16];
                 int n = 0;
@@ -283,6 +286,19 @@ static int on_out(sd_event_source *s, int fd, uint32_t revents, void *userdata) 
         Channel *c = userdata;
 
         (void) s, (void) fd, (void) revents;
+        if (c->connecting) {
+                int error = 0;
+                socklen_t len = sizeof error;
+
+                if (getsockopt(c->out_fd, SOL_SOCKET, SO_ERROR, &error, &len) < 0)
+                        error = errno;
+                if (error != 0) {
+                        /* Reading stays off: the failed connect is reported once, as a write error. */
+                        channel_error_write(c, -error);
+                        return 0;
+                }
+                c->connecting = false;
+        }
         c->dispatching++;
         channel_flush(c);
         c->dispatching--;
@@ -299,7 +315,7 @@ static int on_out(sd_event_source *s, int fd, uint32_t revents, void *userdata) 
 
 /* Whether lines may be read and handed out now: the one flow-control decision. */
 static bool channel_may_read(const Channel *c) {
-        return c->reading_wanted && !c->shutting_down && !c->closed &&
+        return c->reading_wanted && !c->shutting_down && !c->closed && !c->connecting &&
                (!c->backpressure || c->out_bytes < OUT_HIGH_WATER);
 }
 
@@ -569,6 +585,18 @@ int channel_new(sd_event *e, int in_fd, int out_fd, size_t max_line, channel_han
 fail:
         channel_really_free(c);
         return r;
+}
+
+int channel_set_connecting(Channel *c) {
+        if (!c->out_source)
+                return -EINVAL;
+        c->connecting = true;
+        channel_update_reading(c);
+        return sd_event_source_set_enabled(c->out_source, SD_EVENT_ON);
+}
+
+bool channel_connecting(const Channel *c) {
+        return c->connecting;
 }
 
 int channel_send(Channel *c, const char *data, size_t len) {

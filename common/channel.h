@@ -83,6 +83,12 @@ uint64_t channel_delivered_bytes(const Channel *c);
  * before it died is handled before its death. Not from inside this channel's own handler. */
 void channel_read_all(Channel *c);
 int channel_in_fd(const Channel *c);
+/* The channel's socket (one fd for both ways) has a non-blocking connect under way: nothing is read or
+ * written until it is writable; then SO_ERROR says how it went, and a failed connect is reported as
+ * CHANNEL_WRITE_ERROR with that error (what was sent is dropped). Call right after channel_new(). */
+int channel_set_connecting(Channel *c);
+/* The connect is still under way, or it failed. */
+bool channel_connecting(const Channel *c);
 /* Bytes of an unfinished line held now (up to the line limit). */
 size_t channel_pending_in(const Channel *c);
 /* Called after a read that leaves part of a line held; the hook may pause or free the channel. */

@@ -49,22 +49,34 @@ static int socket_connect(const char *path, int *ret_fd) {
 }
 
 /* A backend in a VM or on its host: the shim's socket unit listens with ListenStream=vsock::PORT.
- * The connect waits at most the kernel's vsock connect timeout (2 s by default). */
+ * The connect may take up to the kernel's vsock connect timeout (2 s by default), which must not stop
+ * the loop: 1 when it is under way (the fd turns writable when it is done; SO_ERROR says how). */
 static int vsock_connect(const Remote *r, int *ret_fd) {
         _cleanup_close_ int fd = -EBADF;
         struct sockaddr_vm sa = {.svm_family = AF_VSOCK, .svm_cid = r->cid, .svm_port = r->port};
-        int flags;
+        bool under_way = false;
 
-        fd = socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        fd = socket(AF_VSOCK, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0)
                 return -errno;
-        if (connect(fd, (struct sockaddr *) &sa, sizeof sa) < 0)
-                return -errno;
-        flags = fcntl(fd, F_GETFL);
-        if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
-                return -errno;
+        if (connect(fd, (struct sockaddr *) &sa, sizeof sa) < 0) {
+                if (errno != EINPROGRESS)
+                        return -errno;
+                under_way = true;
+        }
         *ret_fd = TAKE_FD(fd);
-        return 0;
+        return under_way;
+}
+
+char *activation_vsock_unreachable(const Backend *b, int error) {
+        char *text = NULL;
+
+        if (asprintf(&text,
+                     "backend '%s' on %s is unreachable (%s): enable mcp-lazy@%s.socket there, with "
+                     "ListenStream=vsock::%u",
+                     b->name, b->remote.host, strerror(-error), b->remote.remote_name, b->remote.port) < 0)
+                return NULL;
+        return text;
 }
 
 static const char *user_flag(void) {
@@ -233,12 +245,8 @@ int activation_connect(const Options *o, const Backend *b, sd_event *e, int *ret
                 return -ENOMEM;
         if (b->remote.kind == REMOTE_VSOCK) {
                 r = vsock_connect(&b->remote, ret_fd);
-                if (r < 0 && asprintf(ret_text,
-                                      "backend '%s' on %s is unreachable (%s): enable mcp-lazy@%s.socket there, "
-                                      "with ListenStream=vsock::%u",
-                                      b->name, b->remote.host, strerror(-r), b->remote.remote_name,
-                                      b->remote.port) < 0)
-                        *ret_text = NULL;
+                if (r < 0)
+                        *ret_text = activation_vsock_unreachable(b, r);
                 return r;
         }
         r = socket_connect(path, ret_fd);

@@ -183,8 +183,11 @@ void upstream_handle_line(Upstream *u, const char *line, size_t len);
 void upconn_release(UpConn *c);
 
 /* activation.c */
-/* Connects to the backend's shim: -errno on failure with *ret_text telling the user what to do. */
+/* Connects to the backend's shim: -errno on failure with *ret_text telling the user what to do; 1 when
+ * the connect is still under way (a vsock backend: see channel_set_connecting()). */
 int activation_connect(const Options *o, const Backend *b, sd_event *e, int *ret_fd, char **ret_text);
+/* What a failed connect to vsock backend b (error: -errno) tells the user to do. */
+char *activation_vsock_unreachable(const Backend *b, int error);
 /* --activation's word: auto, direct, systemd; -EINVAL for anything else. */
 int activation_mode_from_string(const char *s, ActivationMode *ret);
 char *backend_socket_path(const Backend *b);

@@ -143,6 +143,21 @@ static void upconn_remote_ended(RemoteChild *child, void *userdata) {
         upconn_fail_all(c, text ?: "lost the connection to a remote backend");
 }
 
+/* A connect that was under way failed: its calls fail saying what to do, as a connect that fails at
+ * once says it. */
+static void upconn_connect_failed(UpConn *c, int error) {
+        const Manifest *mf = session_manifest(c->up->s);
+        const Backend *b = mf ? manifest_find_backend(mf, c->up->name) : NULL;
+        _cleanup_free_ char *text = NULL;
+
+        if (b && b->remote.kind == REMOTE_VSOCK)
+                text = activation_vsock_unreachable(b, error);
+        else if (asprintf(&text, "backend '%s' is unreachable: %s", up_name(c->up), strerror(-error)) < 0)
+                text = NULL;
+        log_warning("%s", text ?: "a backend is unreachable");
+        upconn_fail_all(c, text ?: "a backend is unreachable");
+}
+
 static void upconn_drain(UpConn *c) {
         Upstream *u = c->up;
 
@@ -368,7 +383,6 @@ static void on_upconn(Channel *ch, ChannelEvent ev, const char *line, size_t len
         UpConn *c = userdata;
         char why[256];
 
-        (void) ch;
         switch (ev) {
         case CHANNEL_LINE:
                 upconn_handle_line(c, line, len);
@@ -387,6 +401,8 @@ static void on_upconn(Channel *ch, ChannelEvent ev, const char *line, size_t len
                         }
                         break;
                 }
+                if (ev == CHANNEL_WRITE_ERROR && channel_connecting(ch) && error < 0)
+                        return upconn_connect_failed(c, error);
                 if (error < 0)
                         snprintf(why, sizeof why, "%s", strerror(-error));
                 else
@@ -432,8 +448,9 @@ static int upconn_handshake(UpConn *c) {
         return r;
 }
 
-/* A connection on in_fd/out_fd (one socket, or ssh's stdout/stdin with child its ssh): takes them. */
-static int upstream_attach_pair(Upstream *u, int in_fd, int out_fd, RemoteChild *child) {
+/* A connection on in_fd/out_fd (one socket, or ssh's stdout/stdin with child its ssh): takes them.
+ * connecting: the socket's connect is still under way. */
+static int upstream_attach_pair(Upstream *u, int in_fd, int out_fd, RemoteChild *child, bool connecting) {
         Session *s = u->s;
         _cleanup_free_ UpConn *c = NULL;
         int r;
@@ -456,7 +473,9 @@ static int upstream_attach_pair(Upstream *u, int in_fd, int out_fd, RemoteChild 
         }
         channel_set_backpressure(c->ch, false);
         channel_set_last_line(c->ch, false);
-        r = upconn_handshake(c);
+        r = connecting ? channel_set_connecting(c->ch) : 0;
+        if (r >= 0)
+                r = upconn_handshake(c);
         /* ssh that has already gone (it could not connect): its exit status and stderr, which the write
          * error is now waiting for, say why; a bare "Broken pipe" would not. */
         if (r == -EPIPE && child)
@@ -472,7 +491,7 @@ static int upstream_attach_pair(Upstream *u, int in_fd, int out_fd, RemoteChild 
 }
 
 int upstream_attach(Upstream *u, int fd) {
-        return upstream_attach_pair(u, fd, fd, NULL);
+        return upstream_attach_pair(u, fd, fd, NULL, false);
 }
 
 static int upstream_connect(Upstream *u, char **ret_text) {
@@ -492,12 +511,13 @@ static int upstream_connect(Upstream *u, char **ret_text) {
                 r = remote_spawn(b, s->event, &child, &fd, &out_fd, ret_text);
                 if (r < 0)
                         return r;
-                return upstream_attach_pair(u, TAKE_FD(fd), TAKE_FD(out_fd), child);
+                return upstream_attach_pair(u, TAKE_FD(fd), TAKE_FD(out_fd), child, false);
         }
         r = activation_connect(s->options, b, s->event, &fd, ret_text);
         if (r < 0)
                 return r;
-        return upstream_attach(u, TAKE_FD(fd));
+        int sock = TAKE_FD(fd);
+        return upstream_attach_pair(u, sock, sock, NULL, r > 0);
 }
 
 void upstream_forward(Upstream *u, Pending *p) {

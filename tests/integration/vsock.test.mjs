@@ -46,7 +46,7 @@ async function loopbackWorks() {
   return { ok: false, why: why(c.stderr || lerr || `socat exited ${c.status}`) };
 }
 
-test("a vsock backend nobody listens for: a tool error naming the address and the unit to enable, no hang", async () => {
+test("a vsock backend nobody listens for: a tool error naming the address and the unit to enable, no hang", async (t) => {
   const p = new RawPeer(MCP_LAZY, ["--manifest", manifest(PORT)]);
   await p.request(INIT());
   p.send({ jsonrpc: "2.0", method: "notifications/initialized" });
@@ -58,6 +58,15 @@ test("a vsock backend nobody listens for: a tool error naming the address and th
     r.result.content[0].text,
     new RegExp(`^backend 'vm' on vsock:1:${PORT} is unreachable \\([^)]+\\): enable mcp-lazy@everything\\.socket there, with ListenStream=vsock::${PORT}$`),
   );
+  // While a connect is under way (the kernel waits up to 2 s for an answer from that CID), the
+  // frontend goes on: a ping sent after the call is answered before the call's error. A connect the
+  // kernel refuses at once (no vsock transport) answers the call first, as nothing waited.
+  p.send({ jsonrpc: "2.0", id: 2, method: "tools/call", params: { name: "echo", arguments: { message: "y" } } });
+  p.send({ jsonrpc: "2.0", id: 3, method: "ping" });
+  const [first, second] = await p.next(2, 15000);
+  if (/\(Connection timed out\)/.test(r.result.content[0].text)) assert.deepEqual([first.id, second.id], [3, 2], "the ping was not held up by the connect");
+  else t.diagnostic(`the kernel refused the connect at once (${r.result.content[0].text}): no connect was under way to wait for`);
+  assert.equal(second.id === 2 ? second.result.isError : first.result.isError, true);
   await p.close();
 });
 

@@ -2,6 +2,7 @@
  * much of what was sent a pipe's reader really took. Real fds and a real sd-event loop. */
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -10,7 +11,8 @@
 #include "tests.h"
 
 typedef struct Seen {
-        unsigned lines, oversize, eof, closed;
+        unsigned lines, oversize, eof, closed, write_errors;
+        int write_error;
         char last[64];
         Channel *pause_after_first;
 } Seen;
@@ -35,6 +37,10 @@ static void handler(Channel *c, ChannelEvent ev, const char *line, size_t len, i
                 break;
         case CHANNEL_CLOSED:
                 s->closed++;
+                break;
+        case CHANNEL_WRITE_ERROR:
+                s->write_errors++;
+                s->write_error = error;
                 break;
         default:
                 break;
@@ -297,6 +303,71 @@ static void test_burst_one_write(void) {
         sd_event_unref(e);
 }
 
+/* A non-blocking connect under way (TCP on loopback: EINPROGRESS, like a vsock connect): what is sent
+ * meanwhile goes out once it is done; a failed one is one CHANNEL_WRITE_ERROR with the connect's error,
+ * and nothing read. */
+static int loopback_connect(int port, int *ret_fd) {
+        struct sockaddr_in sa = {
+                .sin_family = AF_INET, .sin_port = htons((uint16_t) port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+
+        *ret_fd = fd;
+        if (fd < 0 || connect(fd, (struct sockaddr *) &sa, sizeof sa) == 0)
+                return 0;
+        return -errno;
+}
+
+static int loopback_listener(int *ret_port) {
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t len = sizeof sa;
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+        if (fd < 0 || bind(fd, (struct sockaddr *) &sa, sizeof sa) < 0 || listen(fd, 1) < 0 ||
+            getsockname(fd, (struct sockaddr *) &sa, &len) < 0)
+                return -1;
+        *ret_port = ntohs(sa.sin_port);
+        return fd;
+}
+
+static void test_connect_under_way(void) {
+        sd_event *e = NULL;
+        Channel *c = NULL;
+        Seen s = {};
+        char buf[64] = "";
+        int port = 0, lfd, fd, afd;
+
+        CHECK(sd_event_new(&e) >= 0);
+        lfd = loopback_listener(&port);
+        CHECK(lfd >= 0);
+        CHECK(loopback_connect(port, &fd) == -EINPROGRESS);
+        CHECK(channel_new(e, fd, fd, 1024, handler, &s, &c) >= 0);
+        CHECK(channel_set_connecting(c) >= 0);
+        CHECK(channel_send(c, "hello", 5) == 0);
+        run_for(e, 50);
+        CHECK(!channel_connecting(c) && s.write_errors == 0 && s.eof == 0);
+        afd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+        CHECK(afd >= 0 && read(afd, buf, sizeof buf - 1) == 6);
+        CHECK_STREQ(buf, "hello\n");
+        CHECK(write(afd, "back\n", 5) == 5);
+        run_for(e, 20);
+        CHECK(s.lines == 1 && strcmp(s.last, "back") == 0);
+        channel_free(c);
+        close(afd);
+
+        /* Nobody listens there any more: refused. */
+        close(lfd);
+        s = (Seen){};
+        CHECK(loopback_connect(port, &fd) == -EINPROGRESS);
+        CHECK(channel_new(e, fd, fd, 1024, handler, &s, &c) >= 0);
+        CHECK(channel_set_connecting(c) >= 0);
+        CHECK(channel_send(c, "lost", 4) == 0);
+        run_for(e, 50);
+        CHECK(s.write_errors == 1 && s.write_error == -ECONNREFUSED);
+        CHECK(s.eof == 0 && s.lines == 0 && channel_connecting(c));
+        channel_free(c);
+        sd_event_unref(e);
+}
+
 int main(void) {
         test_burst_one_write();
         test_last_line_without_newline();
@@ -305,5 +376,6 @@ int main(void) {
         test_shutdown_gives_up_on_stalled_peer();
         test_delivered_bytes();
         test_oversize_prefix();
+        test_connect_under_way();
         return tests_finish("test-channel");
 }
