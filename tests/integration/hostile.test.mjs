@@ -156,6 +156,51 @@ describe("a hostile session on a pooled backend", () => {
     assert.match(text(r), /answered this call with a line that is not valid UTF-8 JSON/);
   });
 
+  test("tasks/* requests count against the connection's 1024 requests in flight, and past it get a clear error", async () => {
+    const a = await session();
+    const made = await a.request(call("t", "task"));
+    const taskId = made.result?.task?.taskId;
+    assert.ok(taskId, JSON.stringify(made));
+    // 1024 calls held at the backend fill this connection's in-flight slots.
+    for (let i = 0; i < 1024; i++) a.send(call(`s${i}`, "slow", { ms: 6000 }));
+    const tasks = [
+      ["tasks/get", { taskId }],
+      ["tasks/result", { taskId }],
+      ["tasks/cancel", { taskId }],
+      ["tasks/list", {}],
+    ];
+    tasks.forEach(([method, params], k) => a.send({ jsonrpc: "2.0", id: `k${k}`, method, params }));
+    const refused = new Map();
+    const slowDone = new Set();
+    while (refused.size < tasks.length) {
+      const m = await a.next();
+      if (m.method === "notifications/tasks/status") continue;
+      if (String(m.id).startsWith("s")) {
+        slowDone.add(m.id); // would only come after 6 s: the slots must still be full
+        continue;
+      }
+      refused.set(m.id, m);
+    }
+    assert.equal(slowDone.size, 0, "the refusals came while the calls were in flight");
+    tasks.forEach(([method], k) => {
+      const e = refused.get(`k${k}`);
+      assert.equal(e?.error?.code, -32603, `${method}: ${JSON.stringify(e)}`);
+      assert.equal(e.error.message, "too many requests in flight on this connection", method);
+    });
+    // Once the calls are answered, the same requests go through again.
+    while (slowDone.size < 1024) {
+      const m = await a.next(20000);
+      if (String(m.id).startsWith("s")) {
+        assert.equal(text(m), "slow done");
+        slowDone.add(m.id);
+      }
+    }
+    const got = await a.request({ jsonrpc: "2.0", id: "g", method: "tasks/get", params: { taskId } });
+    assert.equal(got.result?.taskId, taskId, JSON.stringify(got));
+    const listed = await a.request({ jsonrpc: "2.0", id: "l", method: "tasks/list", params: {} });
+    assert.ok(listed.result?.tasks?.some((t) => t.taskId === taskId), JSON.stringify(listed));
+  });
+
   test("a notification named like a task request does not reach the backend unchecked", async () => {
     const a = await session();
     const b = await session();
