@@ -310,6 +310,31 @@ test("a handshake-era client cancels a bridged call: the input requests it was s
   await p.close();
 });
 
+test("a handshake-era client's progress across a bridged round: its own token before and after the input, then one result", async () => {
+  const only = await modernManifest(join(dir, "modern-only-progress.json"), { args: ["--legacy", "reject"] });
+  const p = new RawPeer(MCP_LAZY, direct(only));
+  try {
+    assert.ok((await p.request(INIT("2025-06-18", { elicitation: {} }))).result);
+    p.send({ jsonrpc: "2.0", method: "notifications/initialized" });
+    p.send({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "ask-progress", arguments: {}, _meta: { progressToken: "mine" } } });
+    const [before, ask] = await p.next(2, 30000);
+    assert.deepEqual(before, { jsonrpc: "2.0", method: "notifications/progress", params: { progressToken: "mine", progress: 1, total: 2, message: "before" } }, JSON.stringify([before, ask]));
+    assert.equal(ask.method, "elicitation/create", JSON.stringify(ask));
+    assert.equal(ask.params.message, "go on?");
+    p.send({ jsonrpc: "2.0", id: ask.id, result: { action: "accept", content: { answer: "yes" } } });
+    const [after, r] = await p.next(2, 10000);
+    assert.deepEqual(after, { jsonrpc: "2.0", method: "notifications/progress", params: { progressToken: "mine", progress: 2, total: 2, message: "after" } }, JSON.stringify([after, r]));
+    assert.deepEqual(r, { jsonrpc: "2.0", id: 1, result: { content: [{ type: "text", text: "answered yes" }] } });
+    // One result only, and nothing more for this call (a ping answered next shows the stream is drained).
+    const pong = await p.request({ jsonrpc: "2.0", id: 2, method: "ping" }, 10000);
+    assert.deepEqual(pong, { jsonrpc: "2.0", id: 2, result: {} });
+    await sleep(300);
+    assert.deepEqual(p.lines, [], "no second result, no stray progress");
+  } finally {
+    await p.close();
+  }
+});
+
 // The next line a raw peer got, as its bytes.
 async function nextLine(p, ms = 10000) {
   const end = Date.now() + ms;

@@ -51,6 +51,29 @@ function build() {
                 });
             return { content: [{ type: 'text', text: `${ctx.mcpReq.requestState()} -> ${answer.answer}` }] };
         });
+    // Progress in both rounds of one call: 1 of 2 before it asks (MRTR elicitation), 2 of 2 once answered.
+    server.registerTool('ask-progress', { description: 'Report progress, ask the user, report progress again', inputSchema: z.object({}) },
+        async (_args, ctx) => {
+            const token = ctx.mcpReq._meta?.progressToken;
+            const progress = async (n, message) => {
+                if (token !== undefined)
+                    await ctx.mcpReq.notify({ method: 'notifications/progress', params: { progressToken: token, progress: n, total: 2, message } });
+            };
+            const answer = acceptedContent(ctx.mcpReq.inputResponses, 'answer');
+            if (!answer) {
+                await progress(1, 'before');
+                return inputRequired({
+                    inputRequests: {
+                        answer: inputRequired.elicit({
+                            message: 'go on?',
+                            requestedSchema: { type: 'object', properties: { answer: { type: 'string' } }, required: ['answer'] },
+                        }),
+                    },
+                });
+            }
+            await progress(2, 'after');
+            return { content: [{ type: 'text', text: `answered ${answer.answer}` }] };
+        });
     server.registerTool('think', { description: 'Ask the client model (MRTR sampling)', inputSchema: z.object({ prompt: z.string() }) },
         async ({ prompt }, ctx) => {
             const v = inputResponse(ctx.mcpReq.inputResponses, 'llm');
