@@ -372,35 +372,28 @@ bool answers_get(const Answers *a, AnswerKind kind, size_t index, const char **r
         const Header *h = (const Header *) a->buf;
         const Seg *s;
 
-        switch (kind) {
-        case ANSWER_INITIALIZE:
-                if (index >= N_VERSIONS)
-                        return false;
-                s = &h->fixed[SLOT_INITIALIZE + index];
-                break;
-        case ANSWER_DISCOVER:
-                s = &h->fixed[SLOT_DISCOVER];
-                break;
-        case ANSWER_MODERN_TAIL:
-                s = &h->fixed[SLOT_MODERN_TAIL];
-                break;
-        case ANSWER_RESOURCES:
-                s = &h->fixed[SLOT_RESOURCES];
-                break;
-        case ANSWER_RESOURCE_TEMPLATES:
-                s = &h->fixed[SLOT_RESOURCE_TEMPLATES];
-                break;
-        case ANSWER_PROMPTS:
-                s = &h->fixed[SLOT_PROMPTS];
-                break;
-        case ANSWER_TOOLS:
+        /* the kinds kept in a fixed slot; ANSWER_INITIALIZE's slots follow its first, one a version */
+        static const unsigned fixed_slot[] = {
+                [ANSWER_INITIALIZE] = SLOT_INITIALIZE,
+                [ANSWER_DISCOVER] = SLOT_DISCOVER,
+                [ANSWER_MODERN_TAIL] = SLOT_MODERN_TAIL,
+                [ANSWER_RESOURCES] = SLOT_RESOURCES,
+                [ANSWER_RESOURCE_TEMPLATES] = SLOT_RESOURCE_TEMPLATES,
+                [ANSWER_PROMPTS] = SLOT_PROMPTS,
+        };
+
+        if (kind == ANSWER_TOOLS) {
                 if (index >= h->n_pages)
                         return false;
                 s = &a->pages[index];
-                break;
-        default:
+        } else if ((unsigned) kind < ELEMENTSOF(fixed_slot)) {
+                if (kind != ANSWER_INITIALIZE)
+                        index = 0;
+                else if (index >= N_VERSIONS)
+                        return false;
+                s = &h->fixed[fixed_slot[kind] + index];
+        } else
                 return false;
-        }
         if (s->len == 0)
                 return false;
         if (ret)
