@@ -668,6 +668,19 @@ static void handle_set_level(Session *s, Message *m, Batch *batch) {
         reply(s, batch, jsonrpc_result_new(m->id_json, cJSON_CreateObject()));
 }
 
+/* The requests every session answers, with prepared answers or from the manifest: true when m was one. */
+static bool handle_basic_request(Session *s, Message *m, Batch *batch) {
+        if (streq(m->method, "initialize"))
+                handle_initialize(s, m, batch);
+        else if (streq(m->method, "ping"))
+                reply(s, batch, jsonrpc_result_new(m->id_json, cJSON_CreateObject()));
+        else if (streq(m->method, "tools/list"))
+                handle_tools_list(s, m, batch);
+        else
+                return false;
+        return true;
+}
+
 /* What prepared answers serve without the manifest: true when m was answered. */
 static bool handle_prepared(Session *s, Message *m, Batch *batch) {
         static const struct {
@@ -681,30 +694,22 @@ static bool handle_prepared(Session *s, Message *m, Batch *batch) {
 
         if (!s->answers)
                 return false;
-        if (streq(m->method, "initialize"))
-                handle_initialize(s, m, batch);
-        else if (streq(m->method, "ping"))
-                reply(s, batch, jsonrpc_result_new(m->id_json, cJSON_CreateObject()));
-        else if (streq(m->method, "tools/list"))
-                handle_tools_list(s, m, batch);
-        else {
-                /* A list is prepared only where it is advertised: else the manifest's path refuses it. */
-                for (size_t i = 0; i < ELEMENTSOF(lists); i++) {
-                        const cJSON *cursor = cJSON_GetObjectItemCaseSensitive(m->params, "cursor");
+        if (handle_basic_request(s, m, batch))
+                return true;
+        /* A list is prepared only where it is advertised: else the manifest's path refuses it. */
+        for (size_t i = 0; i < ELEMENTSOF(lists); i++) {
+                const cJSON *cursor = cJSON_GetObjectItemCaseSensitive(m->params, "cursor");
 
-                        if (!streq(m->method, lists[i].method) ||
-                            !answers_get(s->answers, lists[i].kind, 0, NULL, NULL))
-                                continue;
-                        if (cursor && !cJSON_IsNull(cursor))
-                                reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
-                                            "unknown cursor: this list has one page");
-                        else if (!session_reply_answer(s, batch, m, lists[i].kind, 0))
-                                reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
-                        return true;
-                }
-                return false;
+                if (!streq(m->method, lists[i].method) || !answers_get(s->answers, lists[i].kind, 0, NULL, NULL))
+                        continue;
+                if (cursor && !cJSON_IsNull(cursor))
+                        reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
+                                    "unknown cursor: this list has one page");
+                else if (!session_reply_answer(s, batch, m, lists[i].kind, 0))
+                        reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+                return true;
         }
-        return true;
+        return false;
 }
 
 static void handle_request(Session *s, Message *m, Batch *batch) {
@@ -747,13 +752,9 @@ static void handle_request(Session *s, Message *m, Batch *batch) {
 }
 
 static void handle_core_request(Session *s, Message *m, Batch *batch) {
-        if (streq(m->method, "initialize"))
-                handle_initialize(s, m, batch);
-        else if (streq(m->method, "ping"))
-                reply(s, batch, jsonrpc_result_new(m->id_json, cJSON_CreateObject()));
-        else if (streq(m->method, "tools/list"))
-                handle_tools_list(s, m, batch);
-        else if (streq(m->method, "tools/call"))
+        if (handle_basic_request(s, m, batch))
+                return;
+        if (streq(m->method, "tools/call"))
                 handle_tools_call(s, m, batch);
         else
                 reply_error(s, batch, m->id_json, JSONRPC_METHOD_NOT_FOUND, "Method not found: '%.200s'", m->method);
