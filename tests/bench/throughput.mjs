@@ -66,16 +66,22 @@ async function handshakeChannel(ch) {
 // Keeps DEPTH calls in flight on each channel until `calls` answers in all; returns wall ms.
 async function pump(channels, calls) {
   const per = Math.ceil(calls / channels.length);
-  const req = (id) => `{"jsonrpc":"2.0","id":${id},"method":"tools/call","params":{"name":"${TOOL}","arguments":{}}}\n`;
   const t0 = now();
-  await Promise.all(channels.map((ch) => new Promise((resolve, reject) => {
+  await Promise.all(channels.map((ch) => pumpChannel(ch, per, DEPTH)));
+  return now() - t0;
+}
+
+// Keeps `inFlight` calls in flight on ch until `calls` answers; resolves then, rejects on an error answer.
+function pumpChannel(ch, calls, inFlight) {
+  const req = (id) => `{"jsonrpc":"2.0","id":${id},"method":"tools/call","params":{"name":"${TOOL}","arguments":{}}}\n`;
+  return new Promise((resolve, reject) => {
     let sent = 0, got = 0, nextId = 1000;
     const send = (n) => {
       let text = "";
-      for (let i = 0; i < n && sent < per; i++, sent++) text += req(nextId++);
+      for (let i = 0; i < n && sent < calls; i++, sent++) text += req(nextId++);
       if (text) ch.write(text);
     };
-    const timer = setTimeout(() => reject(new Error(`stalled after ${got} of ${per} answers`)), 60000);
+    const timer = setTimeout(() => reject(new Error(`stalled after ${got} of ${calls} answers`)), 60000);
     ch.on((d) => {
       let n = 0;
       for (let i = d.indexOf(10); i >= 0; i = d.indexOf(10, i + 1)) n++;
@@ -85,15 +91,14 @@ async function pump(channels, calls) {
         return;
       }
       got += n;
-      if (got >= per) {
+      if (got >= calls) {
         clearTimeout(timer);
         ch.off();
         resolve();
       } else send(n);
     });
-    send(DEPTH);
-  })));
-  return now() - t0;
+    send(inFlight);
+  });
 }
 
 export async function sectionThroughput({ floor, shimd, mcpLazy, work, quick, socketActivate = "/usr/bin/systemd-socket-activate" }) {
@@ -192,32 +197,7 @@ async function aloneDeep(floor, sessions, calls) {
 
 // pump() for one pipe with k x DEPTH calls in flight.
 async function pumpShared(ch, k, calls) {
-  const req = (id) => `{"jsonrpc":"2.0","id":${id},"method":"tools/call","params":{"name":"${TOOL}","arguments":{}}}\n`;
   const t0 = now();
-  await new Promise((resolve, reject) => {
-    let sent = 0, got = 0, nextId = 1000;
-    const send = (n) => {
-      let text = "";
-      for (let i = 0; i < n && sent < calls; i++, sent++) text += req(nextId++);
-      if (text) ch.write(text);
-    };
-    const timer = setTimeout(() => reject(new Error(`stalled after ${got} of ${calls} answers`)), 60000);
-    ch.on((d) => {
-      let n = 0;
-      for (let i = d.indexOf(10); i >= 0; i = d.indexOf(10, i + 1)) n++;
-      if (d.includes('"error"')) {
-        clearTimeout(timer);
-        reject(new Error(`error answer: ${d.toString().slice(0, 300)}`));
-        return;
-      }
-      got += n;
-      if (got >= calls) {
-        clearTimeout(timer);
-        ch.off();
-        resolve();
-      } else send(n);
-    });
-    send(k * DEPTH);
-  });
+  await pumpChannel(ch, calls, k * DEPTH);
   return now() - t0;
 }
