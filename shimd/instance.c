@@ -384,15 +384,14 @@ int route_send(Instance *i, Route *r) {
         return k;
 }
 
-static void track_subscription(Client *c, const Message *m) {
+static int track_subscription(Client *c, const Message *m) {
         bool sub = streq(m->method, "resources/subscribe");
         const cJSON *uri;
 
         if ((!sub && !streq(m->method, "resources/unsubscribe")) || !message_json(m))
-                return;
+                return 0;
         uri = cJSON_GetObjectItemCaseSensitive(m->params, "uri");
-        if (cJSON_IsString(uri))
-                subscribe_track(c, uri->valuestring, sub);
+        return cJSON_IsString(uri) ? subscribe_track(c, uri->valuestring, sub) : 0;
 }
 
 static bool client_subscribed(const Client *c, const char *uri) {
@@ -538,7 +537,13 @@ static void forward_request(Instance *i, Client *c, const Message *m) {
                 route_free(r);
                 return client_fail_request(c, m, "out of memory");
         }
-        track_subscription(c, m);
+        if (track_subscription(c, m) == -ENOBUFS) {
+                client_fail_request(c, m,
+                                    "too many resource subscriptions on this connection (limit 1024); "
+                                    "unsubscribe from one first");
+                route_remove(i, r);
+                return;
+        }
         k = translate_for_backend(i, r, m, &r->sent, &r->sent_len);
         if (k >= 0)
                 k = bridge_prepare_request(i, c, r, m);
@@ -579,7 +584,7 @@ static bool unsubscribe_shared(Instance *i, Client *c, const Message *m) {
                 shared = o != c && o->instance == i && client_subscribed(o, uri);
         if (!shared)
                 return false;
-        track_subscription(c, m);
+        (void) track_subscription(c, m);
         r = jsonrpc_result_new(m->id_json, cJSON_CreateObject());
         if (r)
                 client_send(c, r);

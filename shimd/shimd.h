@@ -294,7 +294,7 @@ Mrtr *mrtr_free(Mrtr *x);
 bool subscribe_intercept(Instance *i, Client *c, const Message *m);
 /* The backend's listen stream asks for what the sessions (but except) hold now. */
 int subscribe_refresh(Instance *i, const Client *except);
-void subscribe_track(Client *c, const char *uri, bool sub);
+int subscribe_track(Client *c, const char *uri, bool sub);
 /* The backend's notification or response concerns the stream (or is a log message): true if handled. */
 bool subscribe_handle_notification(Instance *i, const Message *m);
 bool subscribe_handle_response(Instance *i, int64_t id, const Message *m);

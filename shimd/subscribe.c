@@ -12,7 +12,8 @@
 #include "macros.h"
 #include "shimd.h"
 
-#define SUBSCRIBE_MAX_WAITERS 1024U
+#define SUBSCRIBE_MAX_WAITERS    1024U
+#define SUBSCRIBE_MAX_PER_CLIENT 1024U
 
 /* A resources/subscribe answered once the stream that carries its URI is acknowledged. */
 struct SubscribeWaiter {
@@ -135,28 +136,45 @@ int subscribe_refresh(Instance *i, const Client *except) {
         return 0;
 }
 
-void subscribe_track(Client *c, const char *uri, bool sub) {
+/* -ENOBUFS past SUBSCRIBE_MAX_PER_CLIENT URIs: the subscribe is refused, not dropped. */
+int subscribe_track(Client *c, const char *uri, bool sub) {
         int n = 0;
         const cJSON *it;
 
         if (!c->subscriptions && !(c->subscriptions = cJSON_CreateArray()))
-                return;
+                return -ENOMEM;
         cJSON_ArrayForEach (it, c->subscriptions) {
                 if (streq(it->valuestring, uri)) {
                         if (!sub)
                                 cJSON_DeleteItemFromArray(c->subscriptions, n);
-                        return;
+                        return 0;
                 }
                 n++;
         }
-        if (sub && cJSON_GetArraySize(c->subscriptions) < 1024)
-                cJSON_AddItemToArray(c->subscriptions, cJSON_CreateString(uri));
+        if (!sub)
+                return 0;
+        if (n >= (int) SUBSCRIBE_MAX_PER_CLIENT)
+                return -ENOBUFS;
+        if (!cJSON_AddItemToArray(c->subscriptions, cJSON_CreateString(uri)))
+                return -ENOMEM;
+        return 0;
+}
+
+static void reply_not_offered(Instance *i, Client *c, const char *id_text, const char *uri) {
+        char text[512];
+
+        snprintf(text, sizeof text,
+                 "backend '%s' does not offer updates of '%.200s' (its subscriptions/listen did not take it)",
+                 shim_backend_name(i->shim), uri);
+        reply(c, id_text, NULL, text);
 }
 
 static void handle_subscribe(Instance *i, Client *c, const Message *m, bool sub) {
         const char *uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "uri"));
+        char text[160];
         unsigned n = 0;
         SubscribeWaiter *w;
+        int r;
 
         if (!uri) {
                 _cleanup_json_ cJSON *e = jsonrpc_error_new(m->id_json, JSONRPC_INVALID_PARAMS,
@@ -165,11 +183,25 @@ static void handle_subscribe(Instance *i, Client *c, const Message *m, bool sub)
                         client_send(c, e);
                 return;
         }
-        subscribe_track(c, uri, sub);
-        if (subscribe_refresh(i, NULL) < 0)
+        r = subscribe_track(c, uri, sub);
+        if (r == -ENOBUFS) {
+                snprintf(text, sizeof text,
+                         "too many resource subscriptions on this connection (limit %u); unsubscribe from one first",
+                         SUBSCRIBE_MAX_PER_CLIENT);
+                return reply(c, m->id_text, NULL, text);
+        }
+        if (r < 0 || subscribe_refresh(i, NULL) < 0)
                 return reply(c, m->id_text, NULL, "out of memory");
         if (!sub || (i->listen_acked && !i->listen_old && array_has(i->listen_honoured, uri)))
                 return reply_empty(c, m->id_text);
+        /* Nothing new was asked of an acknowledged stream that did not take the URI: no acknowledgement
+         * is coming for it. */
+        if (i->listen_acked && !i->listen_old) {
+                subscribe_track(c, uri, false);
+                if (subscribe_refresh(i, NULL) < 0)
+                        log_oom();
+                return reply_not_offered(i, c, m->id_text, uri);
+        }
         for (w = i->waiters; w; w = w->next)
                 n++;
         if (n >= SUBSCRIBE_MAX_WAITERS)
@@ -237,7 +269,7 @@ static bool subscription_id(const Message *m, int64_t *ret) {
 static void handle_acknowledged(Instance *i, const Message *m) {
         const cJSON *filter = cJSON_GetObjectItemCaseSensitive(m->params, "notifications");
         const cJSON *honoured = cJSON_GetObjectItemCaseSensitive(filter, "resourceSubscriptions");
-        char text[512];
+        _cleanup_json_ cJSON *held = NULL;
 
         i->listen_acked = true;
         send_cancel(i, i->listen_old);
@@ -249,15 +281,27 @@ static void handle_acknowledged(Instance *i, const Message *m) {
                 if (array_has(honoured, w->uri))
                         reply_empty(w->client, w->id_text);
                 else {
-                        snprintf(text, sizeof text,
-                                 "backend '%s' does not offer updates of '%.200s' (its subscriptions/listen did not "
-                                 "take it)",
-                                 shim_backend_name(i->shim), w->uri);
                         subscribe_track(w->client, w->uri, false);
-                        reply(w->client, w->id_text, NULL, text);
+                        reply_not_offered(i, w->client, w->id_text, w->uri);
                 }
                 i->waiters = waiter_free(w);
         }
+        /* What the stream is recorded to ask for is what it took of what the sessions hold: a URI it
+         * did not take is asked for again (and answered) by the next subscribe to it. */
+        held = union_new(i, NULL);
+        if (!held || cJSON_GetArraySize(held) == 0) {
+                /* Nobody holds any (the stream is cancelled), or no memory (the next subscribe asks anew). */
+                free(i->listen_uris);
+                i->listen_uris = NULL;
+                if (!held || subscribe_refresh(i, NULL) < 0)
+                        log_oom();
+                return;
+        }
+        for (int k = cJSON_GetArraySize(held) - 1; k >= 0; k--)
+                if (!array_has(i->listen_honoured, cJSON_GetArrayItem(held, k)->valuestring))
+                        cJSON_DeleteItemFromArray(held, k);
+        free(i->listen_uris);
+        i->listen_uris = cJSON_PrintUnformatted(held);
 }
 
 /* An update on our stream, for the sessions that subscribed to its URI, as the handshake era has it. */

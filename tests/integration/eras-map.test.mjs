@@ -368,3 +368,55 @@ tools:
   assert.deepEqual((await until(p, 2))[0], [{ jsonrpc: "2.0", method: "notifications/resources/updated", params: { uri: "demo://x", _meta: meta } }]);
   await p.close();
 });
+
+test("a URI the modern backend's stream did not take: each resources/subscribe to it gets its error (the second at once too, not a wait for an acknowledgement that never comes); one it takes still subscribes", async () => {
+  const m = join(dir, "partial.yaml");
+  writeFileSync(
+    m,
+    `backends:
+  partial:
+    command: [node, ${join(TESTS, "servers/partial-listen-modern.mjs")}]
+    resources: [{uri: "bad://x", name: x}, {uri: "ok:y", name: y}]
+tools:
+  - {name: echo, backend: partial, input_schema: {type: object}}
+`,
+  );
+  const p = new RawPeer(MCP_LAZY, ["--manifest", m, "--activation=direct", "--shimd", SHIMD]);
+  assert.ok((await p.request(INIT("2025-11-25"))).result.capabilities.resources.subscribe);
+  p.send({ jsonrpc: "2.0", method: "notifications/initialized" });
+  const refused = /backend 'partial' does not offer updates of 'bad:\/\/x'/;
+  for (const id of [2, 3]) {
+    // Bounded: before the fix the second one was never answered.
+    const r = await p.request({ jsonrpc: "2.0", id, method: "resources/subscribe", params: { uri: "bad://x" } }, 10000);
+    assert.match(r.error?.message ?? "", refused, `subscribe ${id}: ${JSON.stringify(r)}`);
+  }
+  assert.deepEqual((await p.request({ jsonrpc: "2.0", id: 4, method: "resources/subscribe", params: { uri: "ok:y" } }, 10000)).result, {});
+  await p.close();
+});
+
+test("past the per-connection limit of resource subscriptions, resources/subscribe gets an error naming the limit (not silence); an unsubscribe makes room", async () => {
+  const m = join(dir, "partial-cap.yaml");
+  writeFileSync(
+    m,
+    `backends:
+  partial:
+    command: [node, ${join(TESTS, "servers/partial-listen-modern.mjs")}]
+    resources:
+${[...Array(1024).keys(), "past"].map((k) => `      - {uri: "ok:${k}", name: r${k}}\n`).join("")}tools:
+  - {name: echo, backend: partial, input_schema: {type: object}}
+`,
+  );
+  const p = new RawPeer(MCP_LAZY, ["--manifest", m, "--activation=direct", "--shimd", SHIMD]);
+  assert.ok((await p.request(INIT("2025-11-25"))).result);
+  p.send({ jsonrpc: "2.0", method: "notifications/initialized" });
+  const sub = (id, uri, method = "resources/subscribe") => p.request({ jsonrpc: "2.0", id, method, params: { uri } }, 20000);
+  for (let k = 0; k < 1024; k++) {
+    const r = await sub(10 + k, `ok:${k}`);
+    assert.deepEqual(r.result, {}, `subscribe ${k}: ${JSON.stringify(r)}`);
+  }
+  const past = await sub(5000, "ok:past");
+  assert.match(past.error?.message ?? "", /too many resource subscriptions on this connection \(limit 1024\)/, JSON.stringify(past));
+  assert.deepEqual((await sub(5001, "ok:0", "resources/unsubscribe")).result, {});
+  assert.deepEqual((await sub(5002, "ok:past")).result, {});
+  await p.close();
+});
