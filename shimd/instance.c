@@ -889,6 +889,8 @@ static void handle_backend_response(Instance *i, const Message *m) {
                         send_to_client(i, r, m);
                 break;
         }
+        if (!i->answered) /* a phase boundary of a cold start (tests/bench/cold.mjs) */
+                log_debug("Backend '%s' answered its first call.", iname(i));
         i->answered = true;
         i->shim->calls_served++;
         i->shim->last_call_realtime_usec = realtime_usec();

@@ -69,7 +69,7 @@ const RUNS = {
   startupNode: QUICK ? 3 : 10,
   warmCalls: QUICK ? 200 : 1000,
   warmUp: QUICK ? 50 : 200,
-  cold: QUICK ? 2 : 6,
+  cold: { floor: QUICK ? 8 : 20, node: QUICK ? 2 : 6 }, // rounds: the C backend, each node server
   sessions: 10,
 };
 const DEADLINE_MS = 330_000;
@@ -838,7 +838,7 @@ async function main() {
   if (want(2)) await section("section 2", () => sectionWarm(direct));
   if (want(3))
     await section("section 3", () => sectionCold({
-      backends: BACKENDS, runs: RUNS.cold, mcpLazy: MCP_LAZY, shimd: SHIMD, manifest: direct, server, memoryEnv, checkToolResult,
+      backends: BACKENDS, runs: RUNS.cold, mcpLazy: MCP_LAZY, shimd: SHIMD, manifest: direct, floor: FLOOR, work: WORK, server, memoryEnv, checkToolResult,
       initialize, initialized, toolsCall,
     }));
   // The fleet boots a systemd box: half of a QUICK run's 30 s on its own.
@@ -847,7 +847,7 @@ async function main() {
   if (want(7)) await section("section 7", () => sectionThroughput({ floor: FLOOR, shimd: SHIMD, mcpLazy: MCP_LAZY, work: WORK, quick: QUICK }));
   // BENCH_QUICK=1 leaves out what takes longest (unless asked for by number), to stay under 30 s.
   const quickSkip = (n, why) => QUICK && only.size === 0 && (console.log(`\n${n}. skipped with BENCH_QUICK=1 (${why}): node bench/bench.mjs ${n}`), true);
-  if (!quickSkip(5, "frontends: its idle-CPU measure alone takes 10 s") && want(5))
+  if (!quickSkip(5, "frontends: 500 processes and their idle CPU") && want(5))
     await section("section 5", () => sectionFrontends({ mcpLazy: MCP_LAZY, work: WORK, runs: QUICK ? 3 : 10, n: QUICK ? 200 : 500 }));
   if (!quickSkip(6, "a backend on another host: a second box") && want(6)) await section("section 6", sectionRemote);
   if (!quickSkip(8, "1000 sessions in a box") && want(8)) await section("section 8", sectionFleetScale);

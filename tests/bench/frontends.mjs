@@ -93,7 +93,7 @@ export async function sectionFrontends({ mcpLazy, work, runs = 10, n = 1000 }) {
       rss += procStatus(p.pid)?.VmRSS ?? 0;
     }
     const cpu0 = peers.map((p) => procCpuMs(p.pid) ?? 0);
-    const IDLE = 10000;
+    const IDLE = 4000; // two periods of the stat() timer: enough for a per-second figure
     await sleep(IDLE);
     const cpu = peers.reduce((s, p, i) => s + ((procCpuMs(p.pid) ?? 0) - cpu0[i]), 0);
     writeFileSync(path + ".new", text(["t1", "t2"]), { mode: 0o644 });

@@ -64,14 +64,26 @@ export function cmdline(pid) {
   }
 }
 
-// Every live process whose parent chain reaches pid (pid itself excluded).
-export function descendants(pid) {
+// pid -> parent pid of every live process. One scan of /proc serves every call made in the same
+// turn of the event loop (closing 500 peers at once would otherwise read /proc 500 times over); a
+// spawn starts a new scan.
+let parentsCache;
+function parents() {
+  if (parentsCache) return parentsCache;
   const parent = new Map();
   for (const d of readdirSync("/proc")) {
     if (!/^\d+$/.test(d)) continue;
     const s = procState(d);
     if (s && s[0] !== "Z") parent.set(Number(d), Number(s[1]));
   }
+  parentsCache = parent;
+  setImmediate(() => (parentsCache = undefined));
+  return parent;
+}
+
+// Every live process whose parent chain reaches pid (pid itself excluded).
+export function descendants(pid) {
+  const parent = parents();
   const out = [];
   for (const [p] of parent) {
     for (let q = parent.get(p), hops = 0; q && hops < 64; q = parent.get(q), hops++) {
@@ -172,6 +184,7 @@ export class Peer {
     this.stderrText = "";
     this.waiters = new Set();
     this.t0 = now();
+    parentsCache = undefined;
     this.child = spawn(command, args, { env, cwd, stdio: ["pipe", "pipe", stderr ? "pipe" : "ignore"] });
     this.pid = this.child.pid;
     if (this.pid) remember([this.pid]);
@@ -306,7 +319,14 @@ export class Peer {
     try {
       this.child.stdin.end();
     } catch {}
-    const killed = await reapTree(this.pid, tree, ms);
+    // The child's own exit is an event: no polling (at 20 ms a step) for a peer without children.
+    const end = now() + ms;
+    if (this.exitCode === undefined && !this.spawnError) {
+      let timer;
+      await Promise.race([this.exited, new Promise((r) => (timer = setTimeout(r, ms)))]);
+      clearTimeout(timer);
+    }
+    const killed = await reapTree(this.pid, tree, Math.max(0, end - now()));
     live.delete(this);
     return killed;
   }
