@@ -311,8 +311,8 @@ void client_handle_message(Client *c, Message *m) {
         }
         switch (m->kind) {
         case JSONRPC_REQUEST:
-                if (mrtr_request_modern(m->params))
-                        c->modern = true;
+                if (!streq(m->method, "initialize") && mrtr_request_refused(c, m))
+                        return;
                 if (streq(m->method, "initialize"))
                         return handle_initialize(c, m);
                 if (streq(m->method, "ping")) {

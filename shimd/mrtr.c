@@ -87,6 +87,26 @@ bool mrtr_request_modern(const cJSON *params) {
         return cJSON_IsString(cJSON_GetObjectItemCaseSensitive(meta_of(params), META_PROTOCOL_VERSION));
 }
 
+bool mrtr_request_refused(Client *c, const Message *m) {
+        const char *problem = NULL;
+        Envelope e;
+        char text[256];
+
+        /* The envelope is checked where it arrives, as a 2026-07-28 server checks it: what the bridge
+         * reads of it later (clientCapabilities for -32021, a retry's) is there. */
+        if (era_envelope_parse(m->params, &e, &problem) == -EINVAL) {
+                _cleanup_json_ cJSON *err = NULL;
+                snprintf(text, sizeof text, "Invalid params: %s", problem);
+                err = jsonrpc_error_new(m->id_json, JSONRPC_INVALID_PARAMS, text);
+                if (err)
+                        client_send(c, err);
+                return true;
+        }
+        if (mrtr_request_modern(m->params))
+                c->modern = true;
+        return false;
+}
+
 static bool bridgeable(const char *method) {
         return streq(method, "tools/call") || streq(method, "prompts/get") || streq(method, "resources/read");
 }
@@ -129,14 +149,19 @@ static void cancel_at_backend(Instance *i, int64_t backend_id, const char *reaso
                 (void) instance_send(i, n);
 }
 
-/* A new MRTR state for r, a 2026-07-28 client's call (what the backend got says so): -ENOENT if it is not one. */
+/* A new MRTR state for r, a 2026-07-28 client's call (what the backend got says so): -ENOENT if it is not
+ * one, -EBADMSG if its envelope has no clientCapabilities (refused where it arrived: cannot be). */
 static int mrtr_new(Instance *i, Route *r) {
         _cleanup_json_ cJSON *sent = r->sent ? cJSON_ParseWithLength(r->sent, r->sent_len) : NULL;
         const cJSON *params = cJSON_GetObjectItemCaseSensitive(sent, "params");
         Mrtr *x;
 
+        if (r->sent && !sent)
+                return -ENOMEM;
         if (!mrtr_request_modern(params))
                 return -ENOENT;
+        if (!cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(meta_of(params), META_CLIENT_CAPABILITIES)))
+                return -EBADMSG;
         x = calloc(1, sizeof *x);
         if (!x)
                 return -ENOMEM;
@@ -328,7 +353,9 @@ bool mrtr_upcall(Instance *i, Client *c, const Message *m) {
                 reply_backend_error(i, m->id_text, "out of memory");
                 return true;
         }
-        if (k < 0) {
+        if (k == -EBADMSG)
+                snprintf(text, sizeof text, "the client's call carries no " META_CLIENT_CAPABILITIES);
+        else if (k < 0) {
                 if (!c->modern)
                         return false; /* a handshake-era client: asked as itself (upcalls.c) */
                 if (hashmap_size(c->pending) == 0)
@@ -428,12 +455,14 @@ static int deliver_answers(Mrtr *x, const Message *m) {
 
 /* The call is the retry's now: its id, its progress token, its capabilities. */
 static int rebind(Client *c, Route *r, const Message *m) {
+        const cJSON *declared = cJSON_GetObjectItemCaseSensitive(meta_of(m->params), META_CLIENT_CAPABILITIES);
         _cleanup_free_ char *id = strdup(m->id_text), *token = NULL;
-        _cleanup_json_ cJSON *caps =
-                cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(meta_of(m->params), META_CLIENT_CAPABILITIES), true);
+        _cleanup_json_ cJSON *caps = cJSON_Duplicate(declared, true);
         IdField f[4];
         size_t n = ids_fields(m, f, ELEMENTSOF(f));
 
+        if (!cJSON_IsObject(declared))
+                return -EBADMSG; /* refused where it arrived (mrtr_request_refused()): cannot be */
         for (size_t k = 0; k < n && k < ELEMENTSOF(f); k++)
                 if (f[k].kind == ID_KIND_PROGRESS && !(token = strndup(f[k].text, f[k].len)))
                         return -ENOMEM;
@@ -458,6 +487,7 @@ bool mrtr_retry(Instance *i, Client *c, const Message *m) {
         char *end;
         Route *r;
         Mrtr *x;
+        int k;
 
         if (i->era == BACKEND_ERA_MODERN || !state || strncmp(state, MRTR_STATE_PREFIX, strlen(MRTR_STATE_PREFIX)) != 0)
                 return false; /* not ours: a modern backend's own, or nothing for a handshake-era one */
@@ -494,7 +524,12 @@ bool mrtr_retry(Instance *i, Client *c, const Message *m) {
                         client_send(c, e);
                 return true;
         }
-        if (rebind(c, r, m) < 0) {
+        k = rebind(c, r, m);
+        if (k == -EBADMSG) {
+                refuse_retry(c, m, "comes without " META_CLIENT_CAPABILITIES);
+                return true;
+        }
+        if (k < 0) {
                 _cleanup_json_ cJSON *e = jsonrpc_error_new(m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
                 if (e)
                         client_send(c, e);

@@ -287,6 +287,9 @@ void mrtr_route_gone(Instance *i, Route *r);
 /* The backend cancelled one of its requests: true if it was one waiting for a client's retry. */
 bool mrtr_cancelled(Instance *i, const Message *m);
 bool mrtr_request_modern(const cJSON *params);
+/* A client's request whose 2026-07-28 envelope is malformed: answered -32602 naming what is wrong
+ * (true). Else false, and a session that sent an envelope is marked modern. */
+bool mrtr_request_refused(Client *c, const Message *m);
 Mrtr *mrtr_free(Mrtr *x);
 
 /* subscribe.c: resources/subscribe and logging/setLevel of handshake-era sessions at a modern backend */

@@ -164,7 +164,14 @@ async function askerOnSocket(name, extra = "") {
   child.stderr.setEncoding("utf8").on("data", (d) => (stderr += d));
   after(() => child.kill("SIGKILL"));
   assert.ok(await waitFor(() => unixListening(sock), 20000), "the socket listens");
-  return { manifest: m, stderr: () => stderr, session: () => new RawPeer(MCP_LAZY, ["--manifest", m, "--activation=systemd"]) };
+  return {
+    manifest: m,
+    sock,
+    stderr: () => stderr,
+    session: () => new RawPeer(MCP_LAZY, ["--manifest", m, "--activation=systemd"]),
+    // A peer on the shim's socket itself, as a frontend is (or any other local program).
+    raw: () => new RawPeer("socat", ["-", `UNIX-CONNECT:${sock}`]),
+  };
 }
 
 const CAPS = { elicitation: {}, sampling: {} };
@@ -219,6 +226,34 @@ test("requestState: a made-up, replayed, other session's or other request's is r
   assert.deepEqual(t3.result.content, [{ type: "text", text: "one then (decline)" }]);
   await a.close();
   await b.close();
+});
+
+test("a 2026-07-28 request without clientCapabilities gets -32602 naming it, also a retry, at the shim's own socket", async () => {
+  const shim = await askerOnSocket("nocaps.yaml");
+  const p = shim.raw();
+  try {
+    assert.ok((await p.request(INIT("2025-06-18", CAPS), 30000)).result);
+    const bare = (id, more = {}) => {
+      const r = ASK(id, "q?", CAPS, more);
+      delete r.params._meta["io.modelcontextprotocol/clientCapabilities"];
+      return r;
+    };
+    const r1 = await p.request(bare(1), 30000);
+    assert.equal(r1.error?.code, -32602, JSON.stringify(r1));
+    assert.match(r1.error.message, /io\.modelcontextprotocol\/clientCapabilities/);
+    // A retry without it: the same (the call it names goes on waiting for a good one).
+    const asked = await p.request(ASK(2), 10000);
+    assert.equal(asked.result?.resultType, "input_required", JSON.stringify(asked));
+    const [key] = Object.keys(asked.result.inputRequests);
+    const answer = { [key]: { action: "accept", content: { answer: "x" } } };
+    const r3 = await p.request(bare(3, { requestState: asked.result.requestState, inputResponses: answer }), 10000);
+    assert.equal(r3.error?.code, -32602, JSON.stringify(r3));
+    assert.match(r3.error.message, /io\.modelcontextprotocol\/clientCapabilities/);
+    const done = await p.request(retry(4, asked, asked.result.requestState, answer), 10000);
+    assert.deepEqual(done.result?.content, [{ type: "text", text: "q? -> x" }], JSON.stringify(done));
+  } finally {
+    await p.close();
+  }
 });
 
 test("-32021 when the request that gets the input_required did not declare what answering needs", async () => {
