@@ -112,20 +112,32 @@ const askerScript = async (c) => ({
   prompt: normalise(await c.getPrompt({ name: "greet", arguments: {} })),
 });
 
-test("a v2 client pinned to 2026-07-28 through mcp-lazy to a handshake-era server that asks its client: what a legacy client gets straight", async () => {
-  const straight = await legacyStraight([ASKER]);
-  const want = await askerScript(straight);
-  await straight.close();
-  assert.equal(want.twice.content[0].text, "forty-two then forty-two");
-  const m = askerManifest("asker.yaml");
-  for (const mode of ["pin", "auto"]) {
-    const c = await v2(mode, MCP_LAZY, direct(m));
-    assert.equal(c.getNegotiatedProtocolVersion?.() ?? MODERN, MODERN);
-    assert.deepEqual(await askerScript(c), want, mode);
-    assert.deepEqual(c.seen, ["the answer?", "first?", "second?", "user?", "who?"], mode);
-    await c.close();
+// SDK clients opened through keep() are closed whatever happens: a failed assertion must not leave
+// their children running (the test file would never exit).
+async function closing(fn) {
+  const open = [];
+  try {
+    return await fn((c) => (open.push(c), c));
+  } finally {
+    await Promise.allSettled(open.map((c) => c.close()));
   }
-});
+}
+
+test("a v2 client pinned to 2026-07-28 through mcp-lazy to a handshake-era server that asks its client: what a legacy client gets straight", () =>
+  closing(async (keep) => {
+    const straight = keep(await legacyStraight([ASKER]));
+    const want = await askerScript(straight);
+    await straight.close();
+    assert.equal(want.twice.content[0].text, "forty-two then forty-two");
+    const m = askerManifest("asker.yaml");
+    for (const mode of ["pin", "auto"]) {
+      const c = keep(await v2(mode, MCP_LAZY, direct(m)));
+      assert.equal(c.getNegotiatedProtocolVersion?.() ?? MODERN, MODERN);
+      assert.deepEqual(await askerScript(c), want, mode);
+      assert.deepEqual(c.seen, ["the answer?", "first?", "second?", "user?", "who?"], mode);
+      await c.close();
+    }
+  }));
 
 test("server-everything's elicitation, sampling and roots tools for a v2 client pinned to 2026-07-28: what a legacy client gets straight", async () => {
   const m = manifest(
@@ -142,14 +154,15 @@ ${["trigger-elicitation-request", "trigger-sampling-request", "get-roots-list"].
     await c.callTool({ name: "get-roots-list", arguments: {} }),
   ];
   const answers = { elicit: { name: "Ada", check: true, integer: 7 } };
-  const straight = await legacyStraight([SERVER_SCRIPTS.everything, "stdio"]);
-  straight.setRequestHandler(ElicitRequestSchema, async () => ({ action: "accept", content: answers.elicit }));
-  const want = await script(straight);
-  await straight.close();
-  assert.match(want[0].content[1].text, /Name: Ada/);
-  const c = await v2("pin", MCP_LAZY, direct(m), { answers });
-  assert.deepEqual((await script(c)).map(normalise), want);
-  await c.close();
+  await closing(async (keep) => {
+    const straight = keep(await legacyStraight([SERVER_SCRIPTS.everything, "stdio"]));
+    straight.setRequestHandler(ElicitRequestSchema, async () => ({ action: "accept", content: answers.elicit }));
+    const want = await script(straight);
+    await straight.close();
+    assert.match(want[0].content[1].text, /Name: Ada/);
+    const c = keep(await v2("pin", MCP_LAZY, direct(m), { answers }));
+    assert.deepEqual((await script(c)).map(normalise), want);
+  });
 });
 
 // mcp-lazy-shimd for the asker on a listening socket of its own (Accept=no, as the shipped units do):
@@ -298,32 +311,33 @@ test("two pooled modern sessions at one handshake-era backend: each answers its 
   const [cmd, args] = [MCP_LAZY, ["--manifest", shim.manifest, "--activation=systemd"]];
   let release;
   const held = new Promise((r) => (release = r));
-  const a = await v2("pin", cmd, args, { answers: { elicit: { answer: "alpha" } }, gate: () => held });
-  const b = await v2("pin", cmd, args, { answers: { elicit: { answer: "beta" } } });
-  // One at a time, each gets its own answer.
-  release();
-  assert.equal((await a.callTool({ name: "ask", arguments: { question: "a?" } })).content[0].text, "a? -> alpha");
-  assert.equal((await b.callTool({ name: "ask", arguments: { question: "b?" } })).content[0].text, "b? -> beta");
-  assert.match(shim.stderr(), /Started backend 'asker'/);
-  assert.equal(shim.stderr().match(/Started backend 'asker'/g).length, 1, "one pooled backend");
-  await a.close();
-  await b.close();
+  await closing(async (keep) => {
+    const a = keep(await v2("pin", cmd, args, { answers: { elicit: { answer: "alpha" } }, gate: () => held }));
+    const b = keep(await v2("pin", cmd, args, { answers: { elicit: { answer: "beta" } } }));
+    // One at a time, each gets its own answer.
+    release();
+    assert.equal((await a.callTool({ name: "ask", arguments: { question: "a?" } })).content[0].text, "a? -> alpha");
+    assert.equal((await b.callTool({ name: "ask", arguments: { question: "b?" } })).content[0].text, "b? -> beta");
+    assert.match(shim.stderr(), /Started backend 'asker'/);
+    assert.equal(shim.stderr().match(/Started backend 'asker'/g).length, 1, "one pooled backend");
+  });
 
   // A holds its question; while it does, B's question cannot be told apart from A's at the backend.
   let open;
   const gate = new Promise((r) => (open = r));
-  const c = await v2("pin", cmd, args, { answers: { elicit: { answer: "gamma" } }, gate: () => gate });
-  const d = await v2("pin", cmd, args, { answers: { elicit: { answer: "delta" } } });
-  const first = c.callTool({ name: "ask", arguments: { question: "c?" } });
-  assert.ok(await waitFor(() => c.seen.length === 1, 20000));
-  const second = await d.callTool({ name: "ask", arguments: { question: "d?" } });
-  assert.equal(second.isError, true);
-  assert.match(second.content[0].text, /several client sessions share this backend; mcp-lazy cannot tell which one this request is for/);
-  assert.deepEqual(d.seen, []);
-  open();
-  assert.equal((await first).content[0].text, "c? -> gamma");
-  await c.close();
-  await d.close();
+  await closing(async (keep) => {
+    const c = keep(await v2("pin", cmd, args, { answers: { elicit: { answer: "gamma" } }, gate: () => gate }));
+    const d = keep(await v2("pin", cmd, args, { answers: { elicit: { answer: "delta" } } }));
+    const first = c.callTool({ name: "ask", arguments: { question: "c?" } });
+    first.catch(() => {}); // awaited below; a failure before that closes c, which rejects it
+    assert.ok(await waitFor(() => c.seen.length === 1, 20000));
+    const second = await d.callTool({ name: "ask", arguments: { question: "d?" } });
+    assert.equal(second.isError, true);
+    assert.match(second.content[0].text, /several client sessions share this backend; mcp-lazy cannot tell which one this request is for/);
+    assert.deepEqual(d.seen, []);
+    open();
+    assert.equal((await first).content[0].text, "c? -> gamma");
+  });
 });
 
 test("a handshake-era client cancels a bridged call: the input requests it was sent are withdrawn, and its late answer is ignored", async () => {
