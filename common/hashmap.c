@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <endian.h>
 #include <sys/random.h>
 
 #include "hashmap.h"
@@ -13,6 +14,7 @@
 typedef struct Entry {
         char *key;
         void *value;
+        uint64_t hash; /* of key: probes compare it before the key, and a resize reuses it */
 } Entry;
 
 struct Hashmap {
@@ -22,31 +24,32 @@ struct Hashmap {
 
 #define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
 
-static void sip_round(uint64_t v[4]) {
+static inline void sip_round(uint64_t v[4]) {
         v[0] += v[1], v[1] = ROTL(v[1], 13), v[1] ^= v[0], v[0] = ROTL(v[0], 32);
         v[2] += v[3], v[3] = ROTL(v[3], 16), v[3] ^= v[2];
         v[0] += v[3], v[3] = ROTL(v[3], 21), v[3] ^= v[0];
         v[2] += v[1], v[1] = ROTL(v[1], 17), v[1] ^= v[2], v[2] = ROTL(v[2], 32);
 }
 
-/* SipHash-c-d (Aumasson and Bernstein, "SipHash: a fast short-input PRF", 2012), written from the
- * paper's description: the state initialised from the 128-bit key, each little-endian 64-bit word of
- * the message (the last one padded with the length's low byte on top) mixed in with c rounds, then
- * d rounds after 0xff is XORed into v2. */
-uint64_t siphash(const uint8_t key[16], const void *data, size_t len, unsigned c_rounds, unsigned d_rounds) {
-        const uint8_t *p = data, *end = p + (len & ~(size_t) 7);
-        uint64_t k0 = 0, k1 = 0, m, b = (uint64_t) len << 56;
+static inline uint64_t load_le64(const uint8_t *p) {
+        uint64_t m;
+        memcpy(&m, p, sizeof m);
+        return le64toh(m);
+}
 
-        for (int i = 7; i >= 0; i--) {
-                k0 = (k0 << 8) | key[i];
-                k1 = (k1 << 8) | key[8 + i];
-        }
+/* SipHash-c-d (Aumasson and Bernstein, "SipHash: a fast short-input PRF", 2012), written from the
+ * paper's description: the state initialised from the 128-bit key (k0, k1: its two little-endian
+ * halves), each little-endian 64-bit word of the message (the last one padded with the length's low
+ * byte on top) mixed in with c rounds, then d rounds after 0xff is XORed into v2. */
+static inline uint64_t siphash_words(uint64_t k0, uint64_t k1, const void *data, size_t len, unsigned c_rounds,
+                                     unsigned d_rounds) {
+        const uint8_t *p = data, *end = p + (len & ~(size_t) 7);
+        uint64_t m, b = (uint64_t) len << 56;
         uint64_t v[4] = {k0 ^ 0x736f6d6570736575ULL, k1 ^ 0x646f72616e646f6dULL, k0 ^ 0x6c7967656e657261ULL,
                          k1 ^ 0x7465646279746573ULL};
+
         for (; p < end; p += 8) {
-                m = 0;
-                for (int i = 7; i >= 0; i--)
-                        m = (m << 8) | p[i];
+                m = load_le64(p);
                 v[3] ^= m;
                 for (unsigned r = 0; r < c_rounds; r++)
                         sip_round(v);
@@ -64,30 +67,37 @@ uint64_t siphash(const uint8_t key[16], const void *data, size_t len, unsigned c
         return v[0] ^ v[1] ^ v[2] ^ v[3];
 }
 
+uint64_t siphash(const uint8_t key[16], const void *data, size_t len, unsigned c_rounds, unsigned d_rounds) {
+        return siphash_words(load_le64(key), load_le64(key + 8), data, len, c_rounds, d_rounds);
+}
+
 /* The keys are a peer's ids: with a fixed hash function a peer could pick ids that all land in one
  * probe chain (hash flooding). A key drawn once per process from getrandom() makes where an id lands
  * unpredictable to peers. */
-static uint8_t hash_key[16];
+static uint64_t hash_k0, hash_k1;
 static bool hash_key_set;
 
 static void hash_key_init(void) {
+        uint8_t key[16];
         size_t got = 0;
 
-        while (got < sizeof hash_key) {
-                ssize_t n = getrandom(hash_key + got, sizeof hash_key - got, 0);
+        while (got < sizeof key) {
+                ssize_t n = getrandom(key + got, sizeof key - got, 0);
                 if (n < 0 && errno == EINTR)
                         continue;
                 if (n <= 0)
                         abort(); /* Linux >= 3.17 has getrandom(); without it there is no safe key */
                 got += (size_t) n;
         }
+        hash_k0 = load_le64(key);
+        hash_k1 = load_le64(key + 8);
         hash_key_set = true;
 }
 
 static uint64_t hash_string(const char *s) {
         if (!hash_key_set)
                 hash_key_init();
-        return siphash(hash_key, s, strlen(s), 1, 3); /* SipHash-1-3: ids are short */
+        return siphash_words(hash_k0, hash_k1, s, strlen(s), 1, 3); /* SipHash-1-3: ids are short */
 }
 
 Hashmap *hashmap_new(void) {
@@ -105,15 +115,14 @@ Hashmap *hashmap_free(Hashmap *h) {
         return NULL;
 }
 
-static Entry *find(const Hashmap *h, const char *key) {
+static Entry *find(const Hashmap *h, const char *key, uint64_t hash) {
         if (h->n_buckets == 0)
                 return NULL;
-        for (size_t i = hash_string(key) & (h->n_buckets - 1), n = 0; n < h->n_buckets;
-             i = (i + 1) & (h->n_buckets - 1), n++) {
+        for (size_t i = hash & (h->n_buckets - 1), n = 0; n < h->n_buckets; i = (i + 1) & (h->n_buckets - 1), n++) {
                 Entry *e = &h->entries[i];
                 if (!e->key)
                         return NULL;
-                if (e->key != TOMBSTONE && strcmp(e->key, key) == 0)
+                if (e->key != TOMBSTONE && e->hash == hash && strcmp(e->key, key) == 0)
                         return e;
         }
         return NULL;
@@ -133,7 +142,7 @@ static int resize(Hashmap *h, size_t n_buckets) {
         for (size_t i = 0; i < old_n; i++) {
                 if (!old[i].key || old[i].key == TOMBSTONE)
                         continue;
-                size_t j = hash_string(old[i].key) & (n_buckets - 1);
+                size_t j = old[i].hash & (n_buckets - 1);
                 while (h->entries[j].key)
                         j = (j + 1) & (n_buckets - 1);
                 h->entries[j] = old[i];
@@ -144,10 +153,11 @@ static int resize(Hashmap *h, size_t n_buckets) {
 }
 
 int hashmap_put(Hashmap *h, const char *key, void *value) {
+        uint64_t hash = hash_string(key);
         char *k;
         size_t i;
 
-        if (find(h, key))
+        if (find(h, key, hash))
                 return -EEXIST;
         if ((h->used + 1) * 4 >= h->n_buckets * 3) {
                 int r = resize(h, h->n_buckets == 0                   ? 16
@@ -159,23 +169,23 @@ int hashmap_put(Hashmap *h, const char *key, void *value) {
         k = strdup(key);
         if (!k)
                 return -ENOMEM;
-        for (i = hash_string(key) & (h->n_buckets - 1); h->entries[i].key && h->entries[i].key != TOMBSTONE;
+        for (i = hash & (h->n_buckets - 1); h->entries[i].key && h->entries[i].key != TOMBSTONE;
              i = (i + 1) & (h->n_buckets - 1))
                 ;
         if (!h->entries[i].key)
                 h->used++;
-        h->entries[i] = (Entry){k, value};
+        h->entries[i] = (Entry){k, value, hash};
         h->size++;
         return 0;
 }
 
 void *hashmap_get(const Hashmap *h, const char *key) {
-        Entry *e = find(h, key);
+        Entry *e = h->n_buckets > 0 ? find(h, key, hash_string(key)) : NULL;
         return e ? e->value : NULL;
 }
 
 void *hashmap_remove(Hashmap *h, const char *key) {
-        Entry *e = find(h, key);
+        Entry *e = h->n_buckets > 0 ? find(h, key, hash_string(key)) : NULL;
         void *v;
 
         if (!e)

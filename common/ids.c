@@ -83,32 +83,66 @@ static int cmp_fields(const void *a, const void *b) {
         return x->span.start < y->span.start ? -1 : x->span.start > y->span.start;
 }
 
-int ids_translate(const Message *m, id_map_t map, void *userdata, char **ret_text, size_t *ret_len) {
+/* The splices map asks for, sorted by position; owned[] what of their texts is to be freed. */
+static int ids_splices(const Message *m, id_map_t map, void *userdata, Splice s[static ELEMENTSOF(id_rules)],
+                       char *owned[static ELEMENTSOF(id_rules)], size_t *ret_n) {
         IdField f[ELEMENTSOF(id_rules)];
-        Splice s[ELEMENTSOF(id_rules)];
-        char *owned[ELEMENTSOF(id_rules)] = {};
         size_t n = ids_fields(m, f, ELEMENTSOF(f)), k = 0;
-        int r = 0;
 
         for (size_t i = 0; i < n; i++) {
                 char *t = NULL;
-                r = map(userdata, &f[i], &t);
-                if (r < 0)
-                        goto finish;
+                int r = map(userdata, &f[i], &t);
+                if (r < 0) {
+                        *ret_n = k;
+                        return r;
+                }
                 if (r == 0 || !t)
                         continue;
-                owned[k] = t;
+                owned[k] = r == IDS_MAP_BORROWED ? NULL : t;
                 s[k++] = (Splice){m->spans[f[i].path], t, strlen(t)};
         }
-        r = 0;
-        if (k == 0) {
+        if (k > 1)
+                qsort(s, k, sizeof *s, cmp_fields);
+        *ret_n = k;
+        return 0;
+}
+
+int ids_translate(const Message *m, id_map_t map, void *userdata, char **ret_text, size_t *ret_len) {
+        Splice s[ELEMENTSOF(id_rules)];
+        char *owned[ELEMENTSOF(id_rules)] = {};
+        size_t k = 0;
+        int r = ids_splices(m, map, userdata, s, owned, &k);
+
+        if (r >= 0 && k == 0) {
                 *ret_text = NULL;
                 *ret_len = m->len;
-                goto finish;
+        } else if (r >= 0)
+                r = message_splice(m, s, k, ret_text, ret_len);
+        for (size_t i = 0; i < k; i++)
+                free(owned[i]);
+        return r;
+}
+
+int ids_translate_send(const Message *m, id_map_t map, void *userdata, ids_send_t send, void *send_userdata) {
+        Splice s[ELEMENTSOF(id_rules)];
+        char *owned[ELEMENTSOF(id_rules)] = {};
+        struct iovec iov[2 * ELEMENTSOF(id_rules) + 1];
+        size_t k = 0, n = 0, at = 0;
+        int r = ids_splices(m, map, userdata, s, owned, &k);
+
+        for (size_t i = 0; r >= 0 && i < k; i++) {
+                if (s[i].span.start < at || s[i].span.start + s[i].span.len > m->len)
+                        r = -EINVAL;
+                else {
+                        iov[n++] = (struct iovec){m->text + at, s[i].span.start - at};
+                        iov[n++] = (struct iovec){(void *) s[i].text, s[i].len};
+                        at = s[i].span.start + s[i].span.len;
+                }
         }
-        qsort(s, k, sizeof *s, cmp_fields);
-        r = message_splice(m, s, k, ret_text, ret_len);
-finish:
+        if (r >= 0) {
+                iov[n++] = (struct iovec){m->text + at, m->len - at};
+                r = send(send_userdata, iov, n);
+        }
         for (size_t i = 0; i < k; i++)
                 free(owned[i]);
         return r;

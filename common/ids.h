@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/uio.h>
 #include <cjson/cJSON.h>
 
 #include "jsonrpc.h"
@@ -46,7 +47,9 @@ typedef struct IdField {
 } IdField;
 
 /* A hop's mapping: 0 keeps the value, 1 sets *ret_text (malloc'd JSON text) to put in its place,
+ * IDS_MAP_BORROWED the same with text that stays valid until the translation returns (not freed),
  * < 0 refuses the message (the caller answers it). */
+#define IDS_MAP_BORROWED 2
 typedef int (*id_map_t)(void *userdata, const IdField *f, char **ret_text);
 
 /* The table names method's id fields for the other kind (a request named notifications/cancelled, a
@@ -57,6 +60,10 @@ size_t ids_fields(const Message *m, IdField *ret_fields, size_t n);
 /* m's text with every id field replaced as map says: *ret_text is NULL when nothing changed (send
  * m->text as it is), else a malloc'd line of *ret_len bytes. */
 int ids_translate(const Message *m, id_map_t map, void *userdata, char **ret_text, size_t *ret_len);
+/* The same without a copy: send gets m's text as pieces (the translated ids between them) and its
+ * result is returned. */
+typedef int (*ids_send_t)(void *userdata, const struct iovec *iov, size_t n);
+int ids_translate_send(const Message *m, id_map_t map, void *userdata, ids_send_t send, void *send_userdata);
 
 /* An integer's decimal text in buf, which it returns (no printf: this is on every call's path). */
 #define ID_INTEGER_MAX 21 /* "-9223372036854775808" and its NUL */

@@ -140,11 +140,15 @@ static bool client_overflowed(Client *c) {
 }
 
 void client_send_text(Client *c, const char *text, size_t len) {
+        client_sendv(c, &(const struct iovec){(void *) text, len}, 1);
+}
+
+void client_sendv(Client *c, const struct iovec *iov, size_t n) {
         int r;
 
         if (client_overflowed(c))
                 return;
-        r = channel_send(c->ch, text, len);
+        r = channel_sendv(c->ch, iov, n);
         if (r < 0 && r != -EPIPE)
                 log_warning_errno(r, "Failed to queue a message for connection %llu, dropping it: %m",
                                   (unsigned long long) c->serial);
@@ -361,15 +365,42 @@ void client_handle_message(Client *c, Message *m) {
         }
 }
 
+/* Whether word is somewhere in the text. */
+static bool text_holds(const char *t, size_t n, const char *word, size_t anchor) {
+        size_t l = strlen(word);
+
+        if (n < l)
+                return false;
+        /* Found by a byte of it that JSON-RPC's own keys seldom have (memmem() costs more here). */
+        for (const char *p = t + anchor, *end = t + n; (p = memchr(p, word[anchor], (size_t) (end - p))); p++)
+                if ((size_t) (end - (p - anchor)) >= l && memcmp(p - anchor, word, l) == 0)
+                        return true;
+        return false;
+}
+
+/* Whether what a client sent is read past its envelope on its way. A request is, for its params._meta
+ * (a 2026-07-28 client's envelope, mrtr.c) or its params.requestState (a retry), and where a handler
+ * builds the tree itself (initialize, subscriptions, a modern backend's bridge: deliver()). A request
+ * whose text holds neither key goes on from its envelope alone: a key could be written with escapes,
+ * so a text with a backslash is read whole too. Anything else is read whole, as before. */
+static bool client_reads_tree(const Message *m) {
+        if (m->kind != JSONRPC_REQUEST)
+                return true;
+        return memchr(m->text, '\\', m->len) || text_holds(m->text, m->len, "_meta", 0) ||
+               text_holds(m->text, m->len, "requestState", 2);
+}
+
 void client_handle_line(Client *c, const char *line, size_t len) {
         _cleanup_message_ Message *m = NULL;
         int r;
 
         if (message_is_batch(line, len))
                 return reply_error(c, NULL, JSONRPC_INVALID_REQUEST, "mcp-lazy-shimd does not take JSON-RPC batches");
-        /* A client's request is read past its envelope (a modern client's _meta, a retry's requestState,
-         * initialize, subscriptions): its tree is built. A backend's answers are not (instance.c). */
-        r = message_parse(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &m);
+        /* One scan checks the whole line and takes its envelope; the tree is built only where something
+         * reads past it (client_reads_tree()). A backend's answers go the same way (instance.c). */
+        r = message_parse_envelope(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &m);
+        if (r >= 0 && client_reads_tree(m) && !message_json(m))
+                r = -ENOMEM;
         if (r == -E2BIG)
                 return reply_error(c, NULL, JSONRPC_INVALID_REQUEST, "JSON nested too deeply");
         if (r == -ENOMEM)

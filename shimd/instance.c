@@ -160,7 +160,6 @@ static void route_free(Route *r) {
         free(r->client_token);
         free(r->backend_token);
         free(r->sent);
-        free(r->method);
         free(r->request);
         cJSON_Delete(r->input_responses);
         free(r->request_state);
@@ -437,6 +436,7 @@ static void instance_forget_tasks(Instance *i, Client *c) {
 typedef struct ToBackend {
         Instance *i;
         Route *r;
+        char id[ID_INTEGER_MAX]; /* the backend id's text, lent to the translation */
 } ToBackend;
 
 static int map_to_backend(void *userdata, const IdField *f, char **ret) {
@@ -448,8 +448,8 @@ static int map_to_backend(void *userdata, const IdField *f, char **ret) {
         case ID_KIND_CANCELLED:
                 if (!r)
                         return -EINVAL; /* never a client's id, unchecked, to a shared backend */
-                *ret = id_text_integer(r->backend_id);
-                return *ret ? 1 : -ENOMEM;
+                *ret = (char *) id_integer_format(r->backend_id, t->id);
+                return IDS_MAP_BORROWED;
         case ID_KIND_PROGRESS:
                 if (!r || r->backend_token)
                         return 0; /* a client's own progress for a backend's request: as it is */
@@ -467,8 +467,8 @@ static int map_to_backend(void *userdata, const IdField *f, char **ret) {
                         return -ENOMEM;
                 if (streq(r->backend_token, r->client_token))
                         return 0;
-                *ret = strdup(r->backend_token);
-                return *ret ? 1 : -ENOMEM;
+                *ret = r->backend_token;
+                return IDS_MAP_BORROWED;
         case ID_KIND_TASK:
                 /* Made by the backend, unique there: it passes as it is, to the session that owns it. */
                 if (r && instance_task_owner(t->i, f->text, f->len) != r->client)
@@ -480,7 +480,7 @@ static int map_to_backend(void *userdata, const IdField *f, char **ret) {
 
 /* m as it goes to the backend (kept by a route, to be sent again to a next process). */
 static int translate_for_backend(Instance *i, Route *r, const Message *m, char **ret, size_t *ret_len) {
-        ToBackend t = {i, r};
+        ToBackend t = {.i = i, .r = r};
         _cleanup_free_ char *out = NULL;
         size_t len;
         int k;
@@ -495,16 +495,15 @@ static int translate_for_backend(Instance *i, Route *r, const Message *m, char *
         return 0;
 }
 
-static int send_to_backend(Instance *i, Route *r, const Message *m) {
-        ToBackend t = {i, r};
-        _cleanup_free_ char *out = NULL;
-        size_t len;
-        int k;
+static int instance_sendv(void *userdata, const struct iovec *iov, size_t n) {
+        Instance *i = userdata;
+        return i->ch ? channel_sendv(i->ch, iov, n) : -ENOTCONN;
+}
 
-        k = ids_translate(m, map_to_backend, &t, &out, &len);
-        if (k < 0)
-                return k;
-        return instance_send_text(i, out ?: m->text, len);
+static int send_to_backend(Instance *i, Route *r, const Message *m) {
+        ToBackend t = {.i = i, .r = r};
+
+        return ids_translate_send(m, map_to_backend, &t, instance_sendv, i);
 }
 
 static void forward_request(Instance *i, Client *c, const Message *m) {
@@ -514,16 +513,17 @@ static void forward_request(Instance *i, Client *c, const Message *m) {
 
         if (hashmap_size(c->pending) >= CLIENT_MAX_PENDING)
                 return client_fail_request(c, m, "too many requests in flight on this connection");
-        r = calloc(1, sizeof *r);
+        /* The method's name lives in the route's own allocation. */
+        r = calloc(1, sizeof *r + strlen(m->method) + 1);
         if (!r)
                 return client_fail_request(c, m, "out of memory");
         r->backend_id = i->next_id++;
         r->instance = i;
         r->client = c;
         r->client_id = strdup(m->id_text);
-        r->method = strdup(m->method);
+        r->method = strcpy((char *) (r + 1), m->method);
         r->is_tool_call = streq(m->method, "tools/call");
-        if (!r->client_id || !r->method) {
+        if (!r->client_id) {
                 route_free(r);
                 return client_fail_request(c, m, "out of memory");
         }
@@ -592,6 +592,10 @@ static bool unsubscribe_shared(Instance *i, Client *c, const Message *m) {
 }
 
 static void deliver(Instance *i, Client *c, const Message *m) {
+        /* A modern backend's bridge reads the request's params (bridge_prepare_request()): a request
+         * that came without its tree (client_reads_tree()) gets it here. */
+        if (i->era == BACKEND_ERA_MODERN && !message_json(m))
+                return client_fail_request(c, m, "out of memory");
         if (m->kind == JSONRPC_REQUEST && streq(m->method, "initialize"))
                 reply_initialize(i, c, m);
         else if (m->kind == JSONRPC_REQUEST && i->era == BACKEND_ERA_MODERN && subscribe_intercept(i, c, m))
@@ -778,17 +782,20 @@ static int map_to_client(void *userdata, const IdField *f, char **ret) {
                 task_record(t->i, f, r->client);
         if (!text || (strlen(text) == f->len && memcmp(text, f->text, f->len) == 0))
                 return 0;
-        *ret = strdup(text);
-        return *ret ? 1 : -ENOMEM;
+        *ret = (char *) text; /* the route's: it outlives the translation */
+        return IDS_MAP_BORROWED;
+}
+
+static int client_sendv_pieces(void *userdata, const struct iovec *iov, size_t n) {
+        client_sendv(userdata, iov, n);
+        return 0;
 }
 
 static void send_to_client(Instance *i, Route *r, const Message *m) {
-        ToBackend t = {i, r};
-        _cleanup_free_ char *out = NULL;
-        size_t len;
+        ToBackend t = {.i = i, .r = r};
 
-        if (ids_translate(m, map_to_client, &t, &out, &len) >= 0)
-                client_send_text(r->client, out ?: m->text, len);
+        /* The backend's bytes and the client's ids go to the connection's queue as they are: no copy. */
+        (void) ids_translate_send(m, map_to_client, &t, client_sendv_pieces, r->client);
 }
 
 /* bridge.c adapts a modern backend's answers for a handshake-era client: it reads their tree. */
@@ -843,9 +850,10 @@ static void handle_backend_response(Instance *i, const Message *m) {
 
         if (!backend_id_of(m, &id))
                 return;
+        r = id > INIT_REQUEST_ID ? route_find(i, id) : NULL;
         /* Only the answers the shim reads itself, and a bridged call's (bridge.c), are read past their
          * envelope: a plain call's answer goes on as the backend wrote it, ids spliced in. */
-        if ((id <= INIT_REQUEST_ID || answer_read_by_bridge(i, route_find(i, id))) && !message_json(m)) {
+        if ((id <= INIT_REQUEST_ID || answer_read_by_bridge(i, r)) && !message_json(m)) {
                 log_oom();
                 return;
         }
@@ -866,7 +874,6 @@ static void handle_backend_response(Instance *i, const Message *m) {
         }
         if (subscribe_handle_response(i, id, m))
                 return;
-        r = route_find(i, id);
         if (!r) {
                 log_debug("Dropping backend '%s''s answer to request %lld (cancelled or unknown).", iname(i),
                           (long long) id);

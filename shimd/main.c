@@ -28,7 +28,33 @@ static sd_event_source *update_source;
 #define STATUS_MIN_INTERVAL_USEC (100ULL * 1000ULL)
 static sd_event_source *status_source;
 static uint64_t status_sent_usec;
-static char status_sent_shape[384]; /* the status sent, without its counts */
+
+/* What the status says but its counts: a change of it goes to PID 1 at once. */
+typedef struct StatusShape {
+        struct {
+                pid_t pid;
+                InstanceState state;
+        } backends[SHIM_MAX_INSTANCES + 1];
+        unsigned n_clients;
+        bool draining, contract_checked;
+        char contract[3][96];
+} StatusShape;
+static StatusShape status_sent_shape; /* the status sent's */
+
+static void status_shape(const Shim *s, StatusShape *ret) {
+        size_t n = 0;
+
+        memset(ret, 0, sizeof *ret); /* compared with memcmp(): padding too */
+        for (const Instance *i = s->instances; i && n < ELEMENTSOF(ret->backends); i = i->next)
+                if (i->pid > 0) {
+                        ret->backends[n].pid = i->pid;
+                        ret->backends[n++].state = i->state;
+                }
+        ret->n_clients = s->n_clients;
+        ret->draining = s->draining;
+        ret->contract_checked = s->contract_checked;
+        memcpy(ret->contract, s->contract, sizeof ret->contract);
+}
 
 unsigned shim_in_flight(const Shim *s) {
         unsigned n = 0;
@@ -50,7 +76,25 @@ static void last_call_text(const Shim *s, char *buf, size_t size) {
 static void shim_notify_status(Shim *s) {
         char status[384], contract[200], last[48];
         size_t off = 0;
+        StatusShape shape;
+        uint64_t now = 0;
 
+        /* Every call changes the counts, but PID 1 only hears of it when the line really changes; a
+         * change of the counts alone not more often than STATUS_MIN_INTERVAL_USEC (it goes out when
+         * the interval ends). The backends' states, the sessions and the contract go out at once.
+         * Within the interval, with nothing but the counts changed, the line is not even made. */
+        status_shape(s, &shape);
+        (void) sd_event_now(s->event, CLOCK_MONOTONIC, &now);
+        if (status_sent_usec && now < status_sent_usec + STATUS_MIN_INTERVAL_USEC && status_source &&
+            memcmp(&shape, &status_sent_shape, sizeof shape) == 0) {
+                int armed = SD_EVENT_OFF;
+                (void) sd_event_source_get_enabled(status_source, &armed);
+                if (armed == SD_EVENT_OFF) {
+                        (void) sd_event_source_set_time(status_source, status_sent_usec + STATUS_MIN_INTERVAL_USEC);
+                        (void) sd_event_source_set_enabled(status_source, SD_EVENT_ONESHOT);
+                }
+                return;
+        }
         for (Instance *i = s->instances; i && off < sizeof status / 2; i = i->next)
                 if (i->pid > 0)
                         off += (size_t) snprintf(status + off, sizeof status - off, "%sbackend pid %d (%s)",
@@ -64,28 +108,11 @@ static void shim_notify_status(Shim *s) {
                  off ? "" : "backend idle", s->draining ? ", stopping" : "", s->n_clients, s->n_clients == 1 ? "" : "s",
                  shim_in_flight(s), (unsigned long long) s->calls_served, s->calls_served == 1 ? "" : "s", last,
                  contract);
-        /* Every call changes the counts, but PID 1 only hears of it when the line really changes; a
-         * change of the counts alone not more often than STATUS_MIN_INTERVAL_USEC (it goes out when
-         * the interval ends). The backends' states, the sessions and the contract go out at once. */
         if (strcmp(status, s->last_status) != 0) {
-                uint64_t now = 0;
-                int armed = SD_EVENT_OFF;
-                char shape[384];
-                snprintf(shape, sizeof shape, "%.*s|%d|%u|%s", (int) off, status, s->draining, s->n_clients, contract);
-                bool counts_only = status_sent_usec && streq(shape, status_sent_shape);
-                (void) sd_event_now(s->event, CLOCK_MONOTONIC, &now);
-                (void) sd_event_source_get_enabled(status_source, &armed);
-                if (counts_only && now < status_sent_usec + STATUS_MIN_INTERVAL_USEC && status_source) {
-                        if (armed == SD_EVENT_OFF) {
-                                (void) sd_event_source_set_time(status_source, status_sent_usec + STATUS_MIN_INTERVAL_USEC);
-                                (void) sd_event_source_set_enabled(status_source, SD_EVENT_ONESHOT);
-                        }
-                        return;
-                }
                 (void) sd_notifyf(false, "STATUS=%s", status);
                 snprintf(s->last_status, sizeof s->last_status, "%s", status);
                 status_sent_usec = now;
-                snprintf(status_sent_shape, sizeof status_sent_shape, "%s", shape);
+                status_sent_shape = shape;
                 (void) sd_event_source_set_enabled(status_source, SD_EVENT_OFF);
         }
 }

@@ -77,7 +77,7 @@ typedef struct Route {
         char *client_token;  /* _meta.progressToken as the client sent it, if any */
         char *backend_token; /* the token the backend got: the client's, or one of ours if that one
                               * was taken at this backend; the key in Instance.tokens */
-        char *method;
+        const char *method;  /* in the route's own allocation */
         bool is_tool_call;
         char *sent; /* what went to the backend, for a backend that dies before reading it */
         size_t sent_len;
@@ -330,6 +330,8 @@ Client *client_free(Client *c);
 void client_send(Client *c, const cJSON *m);
 /* A line of a peer's bytes (a backend's message, its ids already translated). */
 void client_send_text(Client *c, const char *text, size_t len);
+/* The same line in parts, joined. */
+void client_sendv(Client *c, const struct iovec *iov, size_t n);
 void client_send_draining(Client *c);
 /* One line the client sent (also the fuzz target's way in). */
 void client_handle_line(Client *c, const char *line, size_t len);

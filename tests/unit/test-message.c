@@ -146,6 +146,61 @@ static void test_translate(void) {
         CHECK_STREQ(out4, "{\"jsonrpc\":\"2.0\",\"\\u0069d\":42,\"result\":{}}");
 }
 
+/* The same mapping, its texts lent (IDS_MAP_BORROWED): nothing of them is freed. */
+static int map_lent(void *userdata, const IdField *f, char **ret) {
+        const Map *m = userdata;
+        const char *t = f->kind == ID_KIND_REQUEST || f->kind == ID_KIND_CANCELLED ? m->request
+                        : f->kind == ID_KIND_PROGRESS                              ? m->progress
+                                                                                   : NULL;
+        if (!t)
+                return 0;
+        *ret = (char *) t;
+        return IDS_MAP_BORROWED;
+}
+
+static int join_pieces(void *userdata, const struct iovec *iov, size_t n) {
+        char *out = userdata;
+        size_t o = 0;
+
+        for (size_t i = 0; i < n; i++) {
+                if (o + iov[i].iov_len >= 512)
+                        return -E2BIG;
+                memcpy(out + o, iov[i].iov_base, iov[i].iov_len);
+                o += iov[i].iov_len;
+        }
+        out[o] = 0;
+        return (int) n;
+}
+
+static int map_refuse(void *userdata, const IdField *f, char **ret) {
+        (void) userdata, (void) f, (void) ret;
+        return -EINVAL;
+}
+
+/* ids_translate_send() hands on the same bytes ids_translate() makes, as pieces, with lent texts. */
+static void test_translate_send(void) {
+        const char *in = "{\"params\":{\"arguments\":{\"id\":5},\"_meta\":{\"progressToken\":7}},"
+                         "\"method\":\"tools/call\",\"jsonrpc\":\"2.0\",\"id\":\"client\"}";
+        _cleanup_message_ Message *m = parse(in), *n = NULL;
+        _cleanup_free_ char *out = NULL;
+        char sent[512];
+        size_t len = 0;
+        Map ids = {"42", "\"p\""};
+
+        CHECK(m && ids_translate(m, map_lent, &ids, &out, &len) == 0);
+        CHECK_STREQ(out, "{\"params\":{\"arguments\":{\"id\":5},\"_meta\":{\"progressToken\":\"p\"}},"
+                         "\"method\":\"tools/call\",\"jsonrpc\":\"2.0\",\"id\":42}");
+        CHECK(ids_translate_send(m, map_lent, &ids, join_pieces, sent) == 5);
+        CHECK_STREQ(sent, out);
+        /* Nothing to change: one piece, the peer's bytes. */
+        n = parse("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{}}");
+        CHECK(n && ids_translate_send(n, map_lent, &ids, join_pieces, sent) == 1);
+        CHECK_STREQ(sent, n->text);
+        /* A refusal of the mapping is returned, and nothing is sent. */
+        sent[0] = 0;
+        CHECK(ids_translate_send(m, map_refuse, NULL, join_pieces, sent) == -EINVAL && sent[0] == 0);
+}
+
 static void test_batch(void) {
         const char *b = " [ {\"a\":1} , 7,\"x\" ] ";
         _cleanup_free_ Span *s = NULL;
@@ -315,6 +370,7 @@ int main(void) {
         test_duplicates();
         test_ids();
         test_translate();
+        test_translate_send();
         test_batch();
         test_find();
         return tests_finish("test-message");
