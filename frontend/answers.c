@@ -1,12 +1,15 @@
 /* Prepared answers: every answer a manifest gives without a backend, printed once by the same code
  * that answers from the manifest, kept as one buffer, and cached next to the manifest cache as a file
  * that is read and checked, never parsed: a header, the key it was made for, a page table, then the
- * texts. A file that fails any check is a miss: the answers are made again from the manifest. */
+ * texts, and the routes (which backend serves each tool, and where a local backend's socket is), so
+ * that a session's calls need no manifest either. A file that fails any check is a miss: the answers
+ * are made again from the manifest; a route that fails its check sends that call to the manifest. */
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -19,7 +22,7 @@
 #include "manifest-cache.h"
 
 #define ANSWERS_MAGIC    "mcp-lazy"
-#define ANSWERS_FORMAT   UINT64_C(0x616e737765727301) /* "answers" 1: read in another byte order, it differs */
+#define ANSWERS_FORMAT   UINT64_C(0x616e737765727302) /* "answers" 2: read in another byte order, it differs */
 #define ANSWERS_MAX_SIZE (512U * 1024U * 1024U)
 #define ANSWERS_KEY_MAX  (64U * 1024U)
 #define N_VERSIONS       4U /* era_legacy_versions */
@@ -49,6 +52,7 @@ typedef struct Header {
         uint64_t surfaces[6];
         uint64_t notify; /* bit 0 tools, 1 resources, 2 prompts */
         Seg fixed[_SLOT_MAX];
+        Seg routes; /* see routes_build() */
 } Header;
 
 struct Answers {
@@ -199,6 +203,47 @@ static int build_texts(const Manifest *m, Out *o, Header *h, Seg *pages) {
         return r;
 }
 
+/* The routes: NUL-terminated fields, the number of backends, then each backend's kind ("L": here, reached
+ * through its socket; "R": on another host, reached through the manifest), name and socket path (empty:
+ * the default), then each tool's name and its backend's index. Read only by the first call that needs
+ * them, and checked field by field then (routes_backend()). */
+static int out_field(Out *o, const char *text) {
+        size_t len = strlen(text) + 1;
+
+        if (out_reserve(o, len) < 0)
+                return -ENOMEM;
+        memcpy(o->buf + o->len, text, len);
+        o->len += len;
+        return 0;
+}
+
+static int routes_build(const Manifest *m, Out *o, Seg *ret) {
+        size_t start = o->len;
+        char n[32];
+        int r;
+
+        snprintf(n, sizeof n, "%zu", m->n_backends);
+        r = out_field(o, n);
+        for (size_t i = 0; r >= 0 && i < m->n_backends; i++) {
+                const Backend *b = &m->backends[i];
+                r = out_field(o, b->remote.kind == REMOTE_NONE ? "L" : "R");
+                if (r >= 0)
+                        r = out_field(o, b->name);
+                if (r >= 0)
+                        r = out_field(o, b->socket ?: "");
+        }
+        for (size_t i = 0; r >= 0 && i < m->n_tools; i++) {
+                snprintf(n, sizeof n, "%zu", m->tools[i].backend);
+                r = out_field(o, m->tools[i].name);
+                if (r >= 0)
+                        r = out_field(o, n);
+        }
+        if (r < 0)
+                return r;
+        *ret = (Seg){start, o->len - start};
+        return 0;
+}
+
 static void surfaces_to_header(const Surfaces *s, Header *h) {
         memcpy(h->surfaces, s->tools, sizeof s->tools);
         memcpy(h->surfaces + 2, s->resources, sizeof s->resources);
@@ -258,6 +303,8 @@ int answers_build(const Manifest *m, const char *key, const struct stat *st, Ans
         memcpy(o.buf + sizeof h, key, key_len);
         o.len = table + h.n_pages * sizeof(Seg);
         r = build_texts(m, &o, &h, pages);
+        if (r >= 0)
+                r = routes_build(m, &o, &h.routes);
         if (r < 0)
                 return r;
         memcpy(o.buf + table, pages, h.n_pages * sizeof(Seg));
@@ -323,7 +370,8 @@ static bool answers_valid(const char *buf, size_t len, const char *key) {
         for (size_t p = 0; p < h->n_pages; p++)
                 if (!seg_valid(buf, len, start, &pages[p], true))
                         return false;
-        return true;
+        /* The routes are checked where they are read; here only that they lie in the file. */
+        return h->routes.off >= start && h->routes.off <= len && h->routes.len <= len - h->routes.off;
 }
 
 int answers_load(const char *file, const char *key, const struct stat *st, Answers **ret) {
@@ -417,6 +465,86 @@ bool answers_tools_page(const Answers *a, size_t offset, size_t *ret_page) {
         else
                 return false;
         return *ret_page < h->n_pages;
+}
+
+/* ---- routes ---- */
+
+typedef struct Fields {
+        const char *p, *end;
+} Fields;
+
+/* The next NUL-terminated field, or NULL past the end (or when it is not terminated). */
+static const char *field_next(Fields *f) {
+        const char *t = f->p, *nul;
+
+        if (t >= f->end || !(nul = memchr(t, 0, (size_t) (f->end - t))))
+                return NULL;
+        f->p = nul + 1;
+        return t;
+}
+
+static bool field_index(const char *t, size_t limit, size_t *ret) {
+        char *e;
+        unsigned long long v;
+
+        if (!t || *t < '0' || *t > '9')
+                return false;
+        errno = 0;
+        v = strtoull(t, &e, 10);
+        if (*e || errno || v >= limit)
+                return false;
+        *ret = (size_t) v;
+        return true;
+}
+
+/* A local backend of the routes, by index (or by name when name is given): its name and socket. */
+static bool routes_backend(const Answers *a, size_t index, const char *name, const char **ret_name,
+                           const char **ret_socket) {
+        const Header *h = (const Header *) a->buf;
+        Fields f = {a->buf + h->routes.off, a->buf + h->routes.off + h->routes.len};
+        size_t n;
+
+        if (!field_index(field_next(&f), 65536, &n))
+                return false;
+        for (size_t i = 0; i < n; i++) {
+                const char *kind = field_next(&f), *bname = field_next(&f), *socket = field_next(&f);
+
+                if (!kind || !bname || !socket)
+                        return false;
+                if (name ? !streq(bname, name) : i != index)
+                        continue;
+                if (!streq(kind, "L") || !backend_name_valid(bname) || (*socket && *socket != '/'))
+                        return false;
+                *ret_name = bname;
+                *ret_socket = *socket ? socket : NULL;
+                return true;
+        }
+        return false;
+}
+
+bool answers_tool_backend(const Answers *a, const char *tool, const char **ret_backend) {
+        const Header *h = (const Header *) a->buf;
+        Fields f = {a->buf + h->routes.off, a->buf + h->routes.off + h->routes.len};
+        const char *t, *socket;
+        size_t n, index;
+
+        if (!field_index(field_next(&f), 65536, &n))
+                return false;
+        for (size_t i = 0; i < 3 * n; i++)
+                if (!field_next(&f))
+                        return false;
+        while ((t = field_next(&f))) {
+                const char *b = field_next(&f);
+                if (!streq(t, tool))
+                        continue;
+                return field_index(b, n, &index) && routes_backend(a, index, NULL, ret_backend, &socket);
+        }
+        return false;
+}
+
+bool answers_backend_socket(const Answers *a, const char *backend, const char **ret_socket) {
+        const char *name;
+        return routes_backend(a, 0, backend, &name, ret_socket);
 }
 
 const struct stat *answers_stat(const Answers *a) {

@@ -712,12 +712,24 @@ static bool handle_prepared(Session *s, Message *m, Batch *batch) {
         return false;
 }
 
+/* A call to a tool of a local backend, routed by the prepared answers: no manifest to read. */
+static bool route_prepared(Session *s, Message *m, Batch *batch) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(m->params, "name");
+        const char *backend;
+
+        if (s->manifest || !s->answers || !streq(m->method, "tools/call") || !cJSON_IsObject(m->params) ||
+            !cJSON_IsString(name) || !answers_tool_backend(s->answers, name->valuestring, &backend))
+                return false;
+        route_to(s, m, batch, NULL, backend);
+        return true;
+}
+
 static void handle_request(Session *s, Message *m, Batch *batch) {
         const char *uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "uri"));
         const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "name"));
         const Manifest *mf;
 
-        if (modern_intercept(s, m, batch) || handle_prepared(s, m, batch))
+        if (modern_intercept(s, m, batch) || handle_prepared(s, m, batch) || route_prepared(s, m, batch))
                 return;
         if (!(mf = session_manifest(s)))
                 return reply_no_manifest(s, batch, m);

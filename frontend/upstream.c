@@ -494,10 +494,23 @@ int upstream_attach(Upstream *u, int fd) {
         return upstream_attach_pair(u, fd, fd, NULL, false);
 }
 
+/* Where u's backend is: a local one the prepared answers route to needs no manifest (buf holds it). */
+static const Backend *upstream_backend(Upstream *u, Backend *buf) {
+        const Manifest *mf;
+        const char *socket;
+
+        if (!u->s->manifest && u->s->answers && answers_backend_socket(u->s->answers, u->name, &socket)) {
+                *buf = (Backend){.name = u->name, .socket = (char *) socket};
+                return buf;
+        }
+        mf = session_manifest(u->s);
+        return mf ? manifest_find_backend(mf, u->name) : NULL;
+}
+
 static int upstream_connect(Upstream *u, char **ret_text) {
         Session *s = u->s;
-        const Manifest *mf = session_manifest(s);
-        const Backend *b = mf ? manifest_find_backend(mf, u->name) : NULL;
+        Backend prepared;
+        const Backend *b = upstream_backend(u, &prepared);
         _cleanup_close_ int fd = -EBADF, out_fd = -EBADF;
         RemoteChild *child = NULL;
         int r;

@@ -233,7 +233,7 @@ function hash64(h, buf) {
   h ^= mul(rotl(mul(tail.readBigUInt64LE(0), 0x87c37b91114253d5n), 31), 0x4cf5ad432745937fn);
   return fmix(h ^ BigInt(buf.length));
 }
-const HEADER = 264; // magic, format, size, sum, key_len, n_tools, page_size, n_pages, surfaces[6], notify, 9 segments
+const HEADER = 280; // magic, format, size, sum, key_len, n_tools, page_size, n_pages, surfaces[6], notify, 9 segments, routes
 function reseal(b) {
   b.writeBigUInt64LE(BigInt(b.length), 16);
   const h = Buffer.from(b.subarray(0, HEADER));
@@ -242,6 +242,47 @@ function reseal(b) {
   return b;
 }
 const segment = (b, i) => [Number(b.readBigUInt64LE(120 + 16 * i)), Number(b.readBigUInt64LE(128 + 16 * i))];
+
+// One session that stays open until the call is answered (closing stdin ends a session, calls and all).
+async function callOnce(args, id, name) {
+  const p = new RawPeer(MCP_LAZY, args, { env: { ...process.env, MCP_LAZY_CACHE_DIR: CACHE, MCP_LAZY_LOG_LEVEL: "debug" } });
+  try {
+    await p.request(req(0, "initialize", { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "answers-test", version: "1" } }));
+    p.send({ jsonrpc: "2.0", method: "notifications/initialized" });
+    const answer = await p.request(req(id, "tools/call", { name, arguments: { message: "routed" } }), 60000);
+    return { answer, err: p.stderr };
+  } finally {
+    await p.close();
+  }
+}
+
+test("prepared answers route a call to a local backend: the manifest is not read, the backend answers", async (t) => {
+  const args = ["--manifest", manifestPath, "--activation=direct"];
+  rmSync(CACHE, { recursive: true, force: true });
+  await run(args, [req(0, "tools/list")]);
+  const r = await callOnce(args, 7, "echo");
+  assert.match(r.err, /Serving prepared answers/);
+  assert.doesNotMatch(r.err, /^mcp-lazy: Reading the manifest/m);
+  assert.equal(r.answer.id, 7);
+  assert.match(JSON.stringify(r.answer.result), /Echo: routed/);
+  // A tool the routes do not know is the manifest's to refuse; a damaged route table sends the call there too.
+  const unknown = await callOnce(args, 8, "nope");
+  assert.match(unknown.err, /^mcp-lazy: Reading the manifest for a request/m);
+  assert.deepEqual(unknown.answer.error, { code: -32602, message: "Unknown tool: 'nope'" });
+  await t.test("routes with a backend count of 0, checksum forged: the call goes by the manifest", async () => {
+    const [name] = cacheFiles();
+    const file = join(CACHE, name);
+    const b = Buffer.from(readFileSync(file));
+    const off = Number(b.readBigUInt64LE(HEADER - 16));
+    assert.equal(b.toString("latin1", off, off + 2), "3\0", "the routes begin with the number of backends");
+    b[off] = 0x30;
+    writeFileSync(file, reseal(b), { mode: 0o600 });
+    const forged = await callOnce(args, 9, "echo");
+    assert.match(forged.err, /Serving prepared answers/);
+    assert.match(forged.err, /^mcp-lazy: Reading the manifest for a request/m);
+    assert.match(JSON.stringify(forged.answer.result), /Echo: routed/);
+  });
+});
 
 test("a damaged, forged or foreign answers file is ignored and replaced, never served", async (t) => {
   const args = ["--manifest", manifestPath];
