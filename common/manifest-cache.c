@@ -64,7 +64,33 @@ char *manifest_cache_stamp(const char *path, const struct stat *st) {
         return s;
 }
 
+/* Drops every backend but backend, and every tool of another backend, from an encoded tree (scalars
+ * are "=text" or "'text"). */
+static void prune_to_backend(cJSON *root, const char *backend) {
+        cJSON *backends = cJSON_GetObjectItemCaseSensitive(root, "backends");
+        cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
+        cJSON *c, *next;
+
+        if (cJSON_IsObject(backends))
+                for (c = backends->child; c; c = next) {
+                        next = c->next;
+                        if (!c->string || !streq(c->string, backend))
+                                cJSON_Delete(cJSON_DetachItemViaPointer(backends, c));
+                }
+        if (cJSON_IsArray(tools))
+                for (c = tools->child; c; c = next) {
+                        const cJSON *b = cJSON_GetObjectItemCaseSensitive(c, "backend");
+                        next = c->next;
+                        if (cJSON_IsString(b) && b->valuestring[0] && !streq(b->valuestring + 1, backend))
+                                cJSON_Delete(cJSON_DetachItemViaPointer(tools, c));
+                }
+}
+
 int manifest_cache_get(const char *path, const struct stat *st, YNode **ret) {
+        return manifest_cache_get_backend(path, st, NULL, ret);
+}
+
+int manifest_cache_get_backend(const char *path, const struct stat *st, const char *backend, YNode **ret) {
         _cleanup_free_ char *file = manifest_cache_file(path, NULL, ".json"), *want = manifest_cache_stamp(path, st),
                             *buf = NULL;
         _cleanup_close_ int fd = -EBADF;
@@ -89,6 +115,8 @@ int manifest_cache_get(const char *path, const struct stat *st, YNode **ret) {
         if (!cJSON_IsArray(j) || !cJSON_IsString(cJSON_GetArrayItem(j, 0)) ||
             !streq(cJSON_GetArrayItem(j, 0)->valuestring, want))
                 return -ENOENT;
+        if (backend)
+                prune_to_backend(cJSON_GetArrayItem(j, 1), backend);
         return ynode_decode(cJSON_GetArrayItem(j, 1), ret) < 0 ? -ENOENT : 0;
 }
 

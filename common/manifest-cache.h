@@ -9,6 +9,8 @@
 /* The tree of the manifest at path as it was when stat'ed as *st, or -ENOENT. Never an error
  * worth reporting: a bad or stale cache entry is a miss. */
 int manifest_cache_get(const char *path, const struct stat *st, YNode **ret);
+/* The same with only backend and its tools left in the tree (others dropped before it is decoded). */
+int manifest_cache_get_backend(const char *path, const struct stat *st, const char *backend, YNode **ret);
 /* Best effort; failures are silent (the next start parses again). */
 void manifest_cache_put(const char *path, const struct stat *st, const YNode *tree);
 

@@ -186,6 +186,19 @@ int manifest_load_file_stat(const char *path, Manifest **ret, struct stat *ret_s
         return load_file(path, ret, ret_st, ret_error);
 }
 
+int manifest_load_file_backend(const char *path, const char *backend, Manifest **ret, char **ret_error) {
+        _cleanup_(ynode_freep) YNode *tree = NULL;
+        _cleanup_free_ char *dir = NULL;
+        struct stat st;
+
+        /* The cache holds only trees that made a valid manifest: one backend's part of it is one too.
+         * Anything else (a miss, a part that does not load) reads the file as a whole. */
+        if (stat(path, &st) >= 0 && S_ISREG(st.st_mode) && manifest_cache_get_backend(path, &st, backend, &tree) >= 0 &&
+            manifest_dir(path, &dir) >= 0 && manifest_from_tree(tree, path, dir, ret, NULL) >= 0)
+                return 0;
+        return load_file(path, ret, NULL, ret_error);
+}
+
 int manifest_load_cached(const char *path, const struct stat *st, Manifest **ret) {
         _cleanup_(ynode_freep) YNode *tree = NULL;
         _cleanup_free_ char *dir = NULL;

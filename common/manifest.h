@@ -99,6 +99,9 @@ typedef struct Manifest {
 /* On a manifest mistake: -EINVAL and *ret_error holds every problem found, one per line, each as
  * "FILE:LINE:COLUMN: sentence". Other negative errnos are I/O or OOM (with *ret_error saying which file). */
 int manifest_load_file(const char *path, Manifest **ret, char **ret_error);
+/* The same for a shim: backend and its tools, and no other backend when the cache had the file
+ * (read faster: the rest of the tree is never decoded). */
+int manifest_load_file_backend(const char *path, const char *backend, Manifest **ret, char **ret_error);
 /* The same, also saying which version of the file was read (*ret_st, from the descriptor read), and
  * leaving its tree in the manifest cache (a JSON manifest's too) for manifest_load_cached(). */
 int manifest_load_file_stat(const char *path, Manifest **ret, struct stat *ret_st, char **ret_error);

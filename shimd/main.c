@@ -358,7 +358,7 @@ static int run(const char *manifest_path, const char *name_arg, size_t max_line)
 
         /* These two mark phases of a cold start (tests/bench/cold.mjs). */
         log_debug("Reading the manifest %s.", manifest_path);
-        r = manifest_load_file(manifest_path, &m, &err);
+        r = manifest_load_file_backend(manifest_path, name, &m, &err);
         if (r < 0)
                 return log_error_errno(r, "%s", err ?: "Failed to load manifest: %m");
         log_debug("Read the manifest: %zu backends, %zu tools.", m->n_backends, m->n_tools);

@@ -269,6 +269,45 @@ static void test_cache(void) {
         setenv("MCP_LAZY_CACHE_DIR", "", 1);
 }
 
+/* A shim's read: its backend and its tools, as the whole manifest restricted to it; the other
+ * backends left out only when the cache had the tree. */
+static void test_cache_backend(void) {
+        char dir[] = "/tmp/test-manifest-cache.XXXXXX", path[256], cmd[600];
+        _cleanup_free_ char *whole = NULL, *part = NULL, *err = NULL;
+        Manifest *m = NULL, *p = NULL;
+
+        CHECK(mkdtemp(dir) != NULL);
+        snprintf(path, sizeof path, "%s/demo.yaml", dir);
+        snprintf(cmd, sizeof cmd, "cp ../../manifests/demo.yaml %s", path);
+        CHECK(system(cmd) == 0);
+
+        setenv("MCP_LAZY_CACHE_DIR", "", 1); /* no cache: the whole file */
+        CHECK(manifest_load_file_backend(path, "everything", &p, &err) == 0);
+        CHECK(p && p->n_backends == 3 && manifest_find_backend(p, "everything"));
+        p = manifest_free(p);
+
+        setenv("MCP_LAZY_CACHE_DIR", dir, 1);
+        CHECK(manifest_load_file(path, &m, &err) == 0); /* writes the cache */
+        CHECK(m && manifest_restrict(m, "everything") == 0);
+        whole = m ? tools_printed(m) : NULL;
+        CHECK(manifest_load_file_backend(path, "everything", &p, &err) == 0);
+        CHECK(p && p->n_backends == 1 && p->n_tools == 13);
+        part = p ? tools_printed(p) : NULL;
+        CHECK_STREQ(part, whole);
+        CHECK(p && m && streq(p->backends[0].name, "everything") &&
+              streq(p->backends[0].command[0], m->backends[0].command[0]) &&
+              streq(p->backends[0].cwd, m->backends[0].cwd));
+        m = manifest_free(m);
+        p = manifest_free(p);
+        /* A name the manifest does not have: no backend at all, as the shim then says. */
+        CHECK(manifest_load_file_backend(path, "nope", &p, &err) == 0);
+        CHECK(p && !manifest_find_backend(p, "nope"));
+        manifest_free(p);
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        CHECK(system(cmd) == 0);
+        setenv("MCP_LAZY_CACHE_DIR", "", 1);
+}
+
 static void test_remote(void) {
         _cleanup_(manifest_freep) Manifest *m = NULL;
         _cleanup_free_ char *err = NULL;
@@ -319,5 +358,6 @@ int main(void) {
         test_merge();
         test_alias_bytes();
         test_cache();
+        test_cache_backend();
         return tests_finish("test-manifest");
 }
