@@ -197,3 +197,37 @@ int era_input_missing(const char *method, const cJSON *params, const cJSON *caps
                 return require(missing, "roots", NULL);
         return 0;
 }
+
+int era_client_era_put(cJSON *params, bool modern) {
+        cJSON *meta = cJSON_GetObjectItemCaseSensitive(params, "_meta");
+
+        if (!meta || !cJSON_IsObject(meta)) {
+                cJSON_DeleteItemFromObjectCaseSensitive(params, "_meta");
+                meta = cJSON_AddObjectToObject(params, "_meta");
+        }
+        cJSON_DeleteItemFromObjectCaseSensitive(meta, META_CLIENT_ERA);
+        if (!meta || !cJSON_AddStringToObject(meta, META_CLIENT_ERA, modern ? ERA_MODERN_VERSION : ERA_HANDSHAKE))
+                return -ENOMEM;
+        return 0;
+}
+
+int era_client_era_take(cJSON *params, bool *ret_modern, const char **ret_problem) {
+        cJSON *meta = cJSON_GetObjectItemCaseSensitive(params, "_meta");
+        const cJSON *era = cJSON_GetObjectItemCaseSensitive(meta, META_CLIENT_ERA);
+        const char *name = cJSON_GetStringValue(era);
+
+        if (!era) {
+                *ret_modern = false;
+                return 0;
+        }
+        if (!name || (!streq(name, ERA_MODERN_VERSION) && !streq(name, ERA_HANDSHAKE))) {
+                *ret_problem =
+                        "params._meta." META_CLIENT_ERA " must be \"" ERA_MODERN_VERSION "\" or \"" ERA_HANDSHAKE "\"";
+                return -EINVAL;
+        }
+        *ret_modern = streq(name, ERA_MODERN_VERSION);
+        cJSON_DeleteItemFromObjectCaseSensitive(meta, META_CLIENT_ERA);
+        if (!meta->child)
+                cJSON_DeleteItemFromObjectCaseSensitive(params, "_meta");
+        return 1;
+}

@@ -13,6 +13,11 @@
 #define META_LOG_LEVEL           "io.modelcontextprotocol/logLevel"
 #define META_SERVER_INFO         "io.modelcontextprotocol/serverInfo"
 #define META_SUBSCRIPTION_ID     "io.modelcontextprotocol/subscriptionId"
+/* The era of its client that mcp-lazy's frontend states in the initialize it sends a shim: in
+ * params._meta, ERA_MODERN_VERSION or ERA_HANDSHAKE; a shim takes it out before anything else reads
+ * the params (it never reaches a backend). */
+#define META_CLIENT_ERA "mcp-lazy/clientEra"
+#define ERA_HANDSHAKE   "handshake"
 
 #define MCP_MISSING_CLIENT_CAPABILITY -32021
 #define MCP_UNSUPPORTED_VERSION       -32022
@@ -54,6 +59,12 @@ bool era_method_removed(const char *method);
 int era_result_complete(cJSON *result, uint64_t ttl_ms, bool public, const cJSON *server_info);
 /* initialize params speaking for a modern client to a handshake-era server. */
 cJSON *era_initialize_params_new(const Envelope *e);
+/* Puts META_CLIENT_ERA into initialize params (replacing any the client put there). -ENOMEM only. */
+int era_client_era_put(cJSON *params, bool modern);
+/* Takes META_CLIENT_ERA out of initialize params: 1 and *ret_modern when it is there, 0 when it is
+ * not (*ret_modern false: a peer that does not say is a handshake-era client), -EINVAL when it is not
+ * one of the two names (*ret_problem says so; params unchanged). */
+int era_client_era_take(cJSON *params, bool *ret_modern, const char **ret_problem);
 /* {"name": "mcp-lazy", "version": ...}: the clientInfo of an initialize mcp-lazy sends for a client
  * that gave none. */
 cJSON *era_client_info_new(void);

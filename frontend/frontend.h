@@ -171,6 +171,9 @@ void upstream_cancel(Session *s, Pending *p, const Message *notification);
 Upstream *upstream_new(Session *s, const char *name);
 const char *upstream_name(const Upstream *u);
 void upstream_free_upcalls(Session *s);
+/* The client's era changed (initialize after 2026-07-28 requests): each shim connection, opened in
+ * the other era, takes no new calls; the next call opens one that says the new era. */
+void upstream_era_changed(Session *s);
 void upstream_set_reading(Session *s, bool b);
 Upstream *upstream_free(Upstream *u);
 /* Sends p->request to the backend, connecting (and activating) first if needed. */

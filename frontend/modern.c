@@ -527,8 +527,11 @@ bool modern_intercept(Session *s, Message *m, Batch *batch) {
                 set_log_level(s, e.log_level);
         /* Backends still reached with a handshake speak for this client as its envelope says (also for
          * a listen stream's subscribes). */
-        if (!s->client_params && !(s->client_params = era_initialize_params_new(&e)))
-                log_oom();
+        if (!s->client_params) {
+                upstream_era_changed(s); /* shims reached before (no initialize, no envelope) heard otherwise */
+                if (!(s->client_params = era_initialize_params_new(&e)))
+                        log_oom();
+        }
         if (streq(m->method, "subscriptions/listen")) {
                 handle_listen(s, m, batch);
                 return true;

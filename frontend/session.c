@@ -391,6 +391,8 @@ static void handle_initialize(Session *s, Message *m, Batch *batch) {
         version = protocol_versions[k];
         s->protocol_version = strdup(version);
         /* A modern request may have come first (a probe, then the fallback): initialize says it all. */
+        if (s->client_params)
+                upstream_era_changed(s);
         cJSON_Delete(s->client_params);
         s->client_params = cJSON_Duplicate(m->params, true);
         if (!s->protocol_version || !s->client_params) {

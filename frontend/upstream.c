@@ -414,12 +414,16 @@ static void on_upconn(Channel *ch, ChannelEvent ev, const char *line, size_t len
         }
 }
 
-/* A fresh connection begins with the client's own initialize, so the backend sees who it serves. */
+/* A fresh connection begins with the client's own initialize, so the backend sees who it serves, and
+ * the shim hears which era the client speaks (params from a 2026-07-28 request's envelope, not from
+ * initialize): a modern one is never asked for roots, and a backend's requests reach it as
+ * input_required. */
 static int upconn_handshake(UpConn *c) {
         Session *s = c->up->s;
         _cleanup_json_ cJSON *id = cJSON_CreateString(UPSTREAM_INIT_ID);
         _cleanup_json_ cJSON *init = NULL, *initialized = NULL;
         cJSON *params = s->client_params ? cJSON_Duplicate(s->client_params, true) : NULL;
+        bool modern = s->client_params && !s->protocol_version;
         int r;
 
         if (!params) {
@@ -430,6 +434,8 @@ static int upconn_handshake(UpConn *c) {
                                !cJSON_AddItemToObject(params, "clientInfo", era_client_info_new())))
                         params = (cJSON_Delete(params), NULL);
         }
+        if (params && era_client_era_put(params, modern) < 0)
+                params = (cJSON_Delete(params), NULL);
         init = jsonrpc_request_new(id, "initialize", params);
         initialized = jsonrpc_notification_new("notifications/initialized", NULL);
         if (!id || !init || !initialized)
@@ -573,6 +579,19 @@ int upstream_send_own(Session *s, const char *backend, const cJSON *m) {
                 }
         }
         return channel_send_json(u->current->ch, m);
+}
+
+void upstream_era_changed(Session *s) {
+        size_t state = 0;
+        void *v;
+
+        while (hashmap_iterate(s->upstreams, &state, NULL, &v)) {
+                Upstream *u = v;
+                if (u->current) {
+                        log_debug("Backend '%s' was reached in the other era; the next call reconnects.", up_name(u));
+                        upconn_drain(u->current);
+                }
+        }
 }
 
 void upstream_set_reading(Session *s, bool b) {

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "era.h"
 #include "jsonrpc.h"
 #include "log.h"
 #include "macros.h"
@@ -266,6 +267,7 @@ int client_attach(Client *c, char *text, size_t size) {
 }
 
 static void handle_initialize(Client *c, Message *m) {
+        const char *problem = NULL;
         const cJSON *v;
         char text[512];
 
@@ -280,9 +282,17 @@ static void handle_initialize(Client *c, Message *m) {
         c->init_params = cJSON_Duplicate(m->params, true);
         if (!c->init_params)
                 return reply_error(c, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+        /* The era its frontend says its client speaks (mrtr.c holds the session to it). */
+        if (era_client_era_take(c->init_params, &c->modern, &problem) < 0) {
+                c->init_params = (cJSON_Delete(c->init_params), NULL);
+                snprintf(text, sizeof text, "Invalid params: %s", problem);
+                return reply_error(c, m->id_json, JSONRPC_INVALID_PARAMS, text);
+        }
         /* Its roots are asked for first when they are part of its pool key (roots.c). */
         if (roots_pooled(c))
                 return roots_begin(c, m);
+        if (roots_modern_key(c) < 0)
+                return reply_error(c, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
         if (client_attach(c, text, sizeof text) < 0)
                 return reply_error(c, m->id_json, JSONRPC_INTERNAL_ERROR, text);
         instance_submit(c->instance, c, m);

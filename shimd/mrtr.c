@@ -87,23 +87,62 @@ bool mrtr_request_modern(const cJSON *params) {
         return cJSON_IsString(cJSON_GetObjectItemCaseSensitive(meta_of(params), META_PROTOCOL_VERSION));
 }
 
+/* Requests of the handshake era that a frontend sends for a 2026-07-28 client itself: its logLevel, its
+ * listen stream's resourceSubscriptions (subscribe.c maps them at a modern backend). */
+static bool own_handshake_request(const char *method) {
+        return streq(method, "logging/setLevel") || streq(method, "resources/subscribe") ||
+               streq(method, "resources/unsubscribe") || streq(method, "ping");
+}
+
+static bool refuse(Client *c, const Message *m, int code, const char *text) {
+        _cleanup_json_ cJSON *err = jsonrpc_error_new(m->id_json, code, text);
+
+        if (err)
+                client_send(c, err);
+        return true;
+}
+
 bool mrtr_request_refused(Client *c, const Message *m) {
         const char *problem = NULL;
         Envelope e;
-        char text[256];
+        char text[512];
+        int r;
 
         /* The envelope is checked where it arrives, as a 2026-07-28 server checks it: what the bridge
          * reads of it later (clientCapabilities for -32021, a retry's) is there. */
-        if (era_envelope_parse(m->params, &e, &problem) == -EINVAL) {
-                _cleanup_json_ cJSON *err = NULL;
+        r = era_envelope_parse(m->params, &e, &problem);
+        if (r == -EINVAL) {
                 snprintf(text, sizeof text, "Invalid params: %s", problem);
-                err = jsonrpc_error_new(m->id_json, JSONRPC_INVALID_PARAMS, text);
-                if (err)
-                        client_send(c, err);
-                return true;
+                return refuse(c, m, JSONRPC_INVALID_PARAMS, text);
         }
-        if (mrtr_request_modern(m->params))
-                c->modern = true;
+        if (!c->init_params)
+                return false; /* it gets "send initialize first" */
+        /* One era per connection, the one its initialize said: what the shim does for the session (ask
+         * it for roots, pool it by them, send it a backend's requests or input_required) follows from
+         * that, so a session that said one and speaks the other is told so, and nothing more. */
+        if (r != 0 && !c->modern) {
+                log_warning("Connection %llu said in initialize its client speaks the handshake era, then sent a "
+                            "2026-07-28 request; refused it.",
+                            (unsigned long long) c->serial);
+                return refuse(c, m, JSONRPC_INVALID_REQUEST,
+                              "this connection's initialize said its client speaks the handshake era "
+                              "(params._meta." META_CLIENT_ERA " absent or \"" ERA_HANDSHAKE
+                              "\"), but this request carries a 2026-07-28 envelope "
+                              "(params._meta." META_PROTOCOL_VERSION "): a connection speaks one era; open another "
+                              "for the other");
+        }
+        if (r == 0 && c->modern && !own_handshake_request(m->method)) {
+                log_warning("Connection %llu said in initialize its client speaks 2026-07-28, then sent a request "
+                            "without its envelope; refused it.",
+                            (unsigned long long) c->serial);
+                return refuse(
+                        c, m, JSONRPC_INVALID_REQUEST,
+                        "this connection's initialize said its client speaks 2026-07-28 (params._meta." META_CLIENT_ERA
+                        " \"" ERA_MODERN_VERSION
+                        "\"), but this request has no 2026-07-28 envelope (params._meta." META_PROTOCOL_VERSION
+                        " and " META_CLIENT_CAPABILITIES "): a connection speaks one era; "
+                        "open another for the other");
+        }
         return false;
 }
 

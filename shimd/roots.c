@@ -2,7 +2,8 @@
  * parameters in PgBouncer, so they are part of the pool key. A session whose client declares roots
  * is asked for them by the shim itself before it is given a backend, and pooled only with sessions
  * that answered the same; a backend's roots/list is answered by the shim from its pool's answer,
- * never by one of its sessions. */
+ * never by one of its sessions. A 2026-07-28 client is never asked: its frontend says so in the
+ * initialize (mrtr.c holds the session to the era it says). */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -18,20 +19,24 @@ struct HeldItem {
         HeldItem *next;
 };
 
-bool roots_pooled(const Client *c) {
+static bool roots_declared(const Client *c) {
         const Shim *s = c->shim;
         const cJSON *caps = cJSON_GetObjectItemCaseSensitive(c->init_params, "capabilities");
 
         /* One session per backend (sharing: session, or a shim of one connection): its backend asks
          * it directly, as without mcp-lazy. A modern backend gets roots with each request. */
-        /* A 2026-07-28 client takes no requests from a server: its sessions are pooled apart (see
-         * roots_request()). */
         return s->backend->sharing == SHARING_POOLED && !s->inetd && s->backend->protocol != PROTOCOL_MODERN &&
-               s->learned_era != BACKEND_ERA_MODERN && !c->modern && cJSON_GetObjectItemCaseSensitive(caps, "roots");
+               s->learned_era != BACKEND_ERA_MODERN && cJSON_GetObjectItemCaseSensitive(caps, "roots");
+}
+
+bool roots_pooled(const Client *c) {
+        /* A 2026-07-28 client takes no requests from a server: its sessions are pooled apart (see
+         * roots_modern_key()). */
+        return !c->modern && roots_declared(c);
 }
 
 bool roots_pending(const Client *c) {
-        return c->held_init || c->roots_waiting || c->roots_asking;
+        return c->held_init || c->roots_asking;
 }
 
 static void held_free(Client *c) {
@@ -76,13 +81,6 @@ static int on_roots_timeout(sd_event_source *source, uint64_t usec, void *userda
         char text[256];
 
         (void) source, (void) usec;
-        if (c->roots_waiting) {
-                /* No request came with initialize: a client that waits for its answer. Ask now. */
-                c->roots_waiting = false;
-                if (roots_ask(c) < 0)
-                        roots_failed(c, "cannot ask the client for its roots");
-                return 0;
-        }
         snprintf(text, sizeof text,
                  "the client did not answer mcp-lazy's roots/list within %llu s (backend '%s' is pooled by its "
                  "sessions' roots); call again",
@@ -119,16 +117,11 @@ static int arm(Client *c, uint64_t usec) {
         return r;
 }
 
-/* The roots question waits a moment after initialize: a frontend sends its first call with it, and a
- * 2026-07-28 client's call (its envelope) says not to ask at all. */
+/* A handshake-era session (its frontend said so, or it did not say): asked at once, its initialize held. */
 void roots_begin(Client *c, Message *init) {
         (void) roots_hold(c, init);
-        c->roots_waiting = true;
-        if (arm(c, ROOTS_GRACE_USEC) < 0) {
-                c->roots_waiting = false;
-                if (roots_ask(c) < 0)
-                        roots_failed(c, "cannot ask the client for its roots");
-        }
+        if (roots_ask(c) < 0)
+                roots_failed(c, "cannot ask the client for its roots");
 }
 
 /* The held messages go on (or fail, with text). */
@@ -154,7 +147,7 @@ static void release_held(Client *c, const char *text) {
 }
 
 void roots_failed(Client *c, const char *text) {
-        c->roots_asking = c->roots_waiting = false;
+        c->roots_asking = false;
         (void) sd_event_source_set_enabled(c->roots_timer, SD_EVENT_OFF);
         if (c->instance) {
                 log_warning("Connection %llu: %s; it stays with its backend.", (unsigned long long) c->serial, text);
@@ -281,40 +274,20 @@ void roots_answered(Client *c, const cJSON *answer) {
         release_held(c, r < 0 ? text : NULL);
 }
 
-/* A 2026-07-28 client: no roots/list for it (it takes no requests from a server). It is pooled only
- * with others of its kind, and their backend's roots/list gets "no roots" from the shim: a roots
- * question of the backend that mrtr.c would carry to one of them would set them for all. */
-static void roots_settle_modern(Client *c) {
-        char text[512];
-        int r;
-
-        (void) sd_event_source_set_enabled(c->roots_timer, SD_EVENT_OFF);
-        c->roots_waiting = false;
-        if (c->roots_asking) {
-                upcall_drop_roots(c);
-                c->roots_asking = false;
-        }
+/* A 2026-07-28 client that declares roots: no roots/list for it (it takes no requests from a server).
+ * It is pooled only with others of its kind, and their backend's roots/list gets "no roots" from the
+ * shim: a roots question of the backend that mrtr.c would carry to one of them would set them for all. */
+int roots_modern_key(Client *c) {
+        if (!c->modern || !roots_declared(c))
+                return 0;
         free(c->roots_key);
         c->roots_key = strdup(" roots:(a 2026-07-28 client: not asked)");
-        c->roots = (cJSON_Delete(c->roots), NULL);
-        r = c->roots_key ? client_attach(c, text, sizeof text) : -ENOMEM;
-        if (r == -ENOMEM)
-                snprintf(text, sizeof text, "out of memory");
-        release_held(c, r < 0 ? text : NULL);
+        return c->roots_key ? 0 : -ENOMEM;
 }
 
 bool roots_request(Client *c, Message *m) {
-        if (c->modern) {
-                roots_settle_modern(c);
-                if (c->instance)
-                        return false;
-                client_fail_request(c, m, c->refused ?: "no backend process could be given to this session");
-                return true;
-        }
         if (roots_hold(c, m) < 0)
                 return true;
-        if (c->roots_waiting)
-                c->roots_waiting = false;
         if (!c->roots_asking && roots_ask(c) < 0)
                 roots_failed(c, "cannot ask the client for its roots");
         return true;

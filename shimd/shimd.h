@@ -41,7 +41,6 @@
 #define PEER_SESSIONS_SHARE(max) ((max) - (max) / 4U)
 #define ROOTS_TIMEOUT_USEC    (10ULL * 1000000ULL) /* the shim's own roots/list to a session */
 #define ROOTS_MAX_BYTES       65536U               /* a session's roots, as the pool keeps them */
-#define ROOTS_GRACE_USEC      (200ULL * 1000ULL)   /* after initialize, for the first request (roots.c) */
 /* initialize of a backend started ahead of any call (lifecycle warm, resident) */
 #define SHIM_AHEAD_PROTOCOL_VERSION "2025-11-25"
 
@@ -156,14 +155,14 @@ struct Client {
         bool over_share;      /* ...because its uid holds its share of the sessions already */
         size_t partial_seen;  /* its unfinished line's length when last weighed (client.c) */
         bool eof;
-        bool modern;       /* sent requests in the 2026-07-28 era: it takes no requests from a backend */
+        bool modern;       /* a 2026-07-28 client, as its initialize said (mrtr.c): it takes no requests */
         cJSON *mrtr_ended; /* requestState -> what its retry gets: calls that ended while their retry was awaited */
         /* roots.c: a session pooled by its roots is asked for them before it gets a backend */
         HeldItem *held;      /* what it sent meanwhile */
         unsigned n_held;
         Message *held_init;  /* its initialize */
         sd_event_source *roots_timer;
-        bool roots_waiting, roots_asking, roots_stale;
+        bool roots_asking, roots_stale;
         cJSON *roots; /* its answer, as the pool keeps it */
         char *roots_key;
         Client *next;
@@ -250,8 +249,11 @@ bool roots_pooled(const Client *c);
 bool roots_pending(const Client *c);
 /* Holds a message until the session's roots are known. */
 int roots_hold(Client *c, Message *m);
-/* initialize of such a session: held, and its roots asked for unless its first request is modern. */
+/* initialize of such a session: held, and its roots asked for. */
 void roots_begin(Client *c, Message *init);
+/* A 2026-07-28 session that declares roots at such a backend: the roots part of its pool key, which
+ * sets it apart from the sessions that were asked (-ENOMEM only). */
+int roots_modern_key(Client *c);
 /* A request while its roots are unknown: true if held (or answered); false: go on, it has a backend. */
 bool roots_request(Client *c, Message *m);
 /* Asks the client for its roots (again, after notifications/roots/list_changed). */
@@ -287,8 +289,9 @@ void mrtr_route_gone(Instance *i, Route *r);
 /* The backend cancelled one of its requests: true if it was one waiting for a client's retry. */
 bool mrtr_cancelled(Instance *i, const Message *m);
 bool mrtr_request_modern(const cJSON *params);
-/* A client's request whose 2026-07-28 envelope is malformed: answered -32602 naming what is wrong
- * (true). Else false, and a session that sent an envelope is marked modern. */
+/* A client's request that is refused here (true): a malformed 2026-07-28 envelope (-32602 naming what
+ * is wrong), or, in an initialized session, a request of the other era than its initialize said
+ * (-32600). */
 bool mrtr_request_refused(Client *c, const Message *m);
 Mrtr *mrtr_free(Mrtr *x);
 

@@ -95,7 +95,8 @@ async function v2(mode, command, args, { answers = {}, gate, caps } = {}) {
     model: "test-model",
     stopReason: "endTurn",
   }));
-  c.setRequestHandler("roots/list", async () => ({ roots: [{ uri: "file:///r", name: "r" }] }));
+  c.rootsAsked = 0;
+  c.setRequestHandler("roots/list", async () => (c.rootsAsked++, { roots: [{ uri: answers.root ?? "file:///r", name: "r" }] }));
   const t = new V2Stdio({ command, args, stderr: "pipe" });
   c.stderrText = "";
   t.stderr?.on("data", (d) => (c.stderrText += d));
@@ -188,6 +189,12 @@ async function askerOnSocket(name, extra = "") {
 }
 
 const CAPS = { elicitation: {}, sampling: {} };
+// The initialize a frontend sends its shim, saying which era its client speaks (era undefined: says nothing).
+const SAYS = (era, capabilities = {}) => {
+  const init = INIT("2025-11-25", capabilities);
+  if (era !== undefined) init.params._meta = { "mcp-lazy/clientEra": era };
+  return init;
+};
 const ASK = (id, question = "q?", caps = CAPS, more = {}) => MREQ(id, "tools/call", { name: "ask", arguments: { question }, ...more }, caps);
 const retry = (id, first, state, responses, question = "q?") =>
   ASK(id, question, CAPS, { ...(responses && { inputResponses: responses }), requestState: state, _meta: { progressToken: `p${id}` } });
@@ -245,7 +252,7 @@ test("a 2026-07-28 request without clientCapabilities gets -32602 naming it, als
   const shim = await askerOnSocket("nocaps.yaml");
   const p = shim.raw();
   try {
-    assert.ok((await p.request(INIT("2025-06-18", CAPS), 30000)).result);
+    assert.ok((await p.request(SAYS(MODERN, CAPS), 30000)).result);
     const bare = (id, more = {}) => {
       const r = ASK(id, "q?", CAPS, more);
       delete r.params._meta["io.modelcontextprotocol/clientCapabilities"];
@@ -338,6 +345,133 @@ test("two pooled modern sessions at one handshake-era backend: each answers its 
     open();
     assert.equal((await first).content[0].text, "c? -> gamma");
   });
+});
+
+// The era a frontend says its client speaks, in the initialize it sends the shim: what the shim asks
+// of the session (roots) and sends it (a backend's requests, or input_required) follows from it.
+test("roots at a pooled shim by the era the frontend says: SDK 1.x and v2 legacy-mode clients are asked and keep their own; a v2 client pinned to 2026-07-28 is never asked and gets none", async () => {
+  const shim = await askerOnSocket("roots-era.yaml");
+  const args = ["--manifest", shim.manifest, "--activation=systemd"];
+  const text = async (c, name) => (await c.callTool({ name, arguments: name === "echo" ? { message: "first" } : {} })).content[0].text;
+  await closing(async (keep) => {
+    const t = new StdioClientTransport({ command: MCP_LAZY, args, stderr: "pipe" });
+    const one = keep(new Client({ name: "v1-roots", version: "1" }, { capabilities: { roots: { listChanged: true } } }));
+    one.rootsAsked = 0;
+    one.setRequestHandler(ListRootsRequestSchema, async () => (one.rootsAsked++, { roots: [{ uri: "file:///one" }] }));
+    await one.connect(t);
+    const two = keep(await v2("legacy", MCP_LAZY, args, { answers: { root: "file:///two" } }));
+    const pin = keep(await v2("pin", MCP_LAZY, args, { answers: { root: "file:///pin" } }));
+    // The pinned client's first call: answered with nothing asked of it (no roots/list held it up).
+    assert.equal(await text(pin, "echo"), "Echo: first");
+    assert.equal(pin.rootsAsked, 0);
+    assert.equal(await text(one, "echo"), "Echo: first");
+    assert.ok(one.rootsAsked >= 1, "asked by the shim before its first call went on");
+    assert.equal(await text(one, "roots"), "roots: file:///one");
+    assert.equal(await text(two, "roots"), "roots: file:///two");
+    assert.ok(two.rootsAsked >= 1);
+    // Its backend's roots/list gets "no roots" from the shim: never another session's.
+    const none = await pin.callTool({ name: "roots", arguments: {} });
+    assert.equal(none.isError, true, JSON.stringify(none));
+    assert.match(none.content[0].text, /declared no roots/);
+    assert.equal(pin.rootsAsked, 0, "a 2026-07-28 client is never asked");
+    assert.equal(shim.stderr().match(/Started backend 'asker'/g).length, 3, "one backend per pool key: its roots, or a 2026-07-28 client's");
+  });
+  // The flag is the shim's alone: no backend's initialize carries it.
+  const inits = askerLog("roots-era.yaml").split("\n").filter((l) => l.startsWith("initialize: "));
+  assert.ok(inits.length >= 3, askerLog("roots-era.yaml"));
+  assert.ok(inits.every((l) => !l.includes("mcp-lazy/clientEra")), inits.join("\n"));
+});
+
+test("no wait after initialize: a handshake-era session is asked for its roots at once, a 2026-07-28 one never (its initialize is answered first), at the shim's own socket", async () => {
+  const shim = await askerOnSocket("roots-order.yaml");
+  const peers = [];
+  try {
+    // Said handshake, or said nothing (as any other peer): roots/list comes while initialize is handled,
+    // before the answer to a ping sent after it.
+    for (const era of ["handshake", undefined]) {
+      const p = shim.raw();
+      peers.push(p);
+      p.send(SAYS(era, { roots: {} }));
+      p.send({ jsonrpc: "2.0", id: "ping", method: "ping" });
+      const [asked, pong] = await p.next(2, 30000);
+      assert.equal(asked.method, "roots/list", JSON.stringify([asked, pong]));
+      assert.deepEqual(pong, { jsonrpc: "2.0", id: "ping", result: {} });
+      p.send({ jsonrpc: "2.0", id: asked.id, result: { roots: [{ uri: "file:///h" }] } });
+      const [init] = await p.next(1, 30000);
+      assert.equal(init.id, 0, JSON.stringify(init));
+      assert.ok(init.result, JSON.stringify(init));
+      const r = await p.request({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "roots", arguments: {} } }, 10000);
+      assert.equal(r.result.content[0].text, "roots: file:///h");
+    }
+    // Said 2026-07-28: the first thing it hears is its initialize's answer; nothing is held for roots.
+    const m = shim.raw();
+    peers.push(m);
+    const init = await m.request(SAYS(MODERN, { roots: {} }), 30000);
+    assert.equal(init.id, 0, JSON.stringify(init));
+    assert.ok(init.result, JSON.stringify(init));
+    const r = await m.request(MREQ(1, "tools/call", { name: "roots", arguments: {} }, { roots: {} }), 10000);
+    assert.equal(r.id, 1, JSON.stringify(r));
+    assert.match(r.result.content[0].text, /declared no roots/);
+    assert.deepEqual(m.lines, []);
+  } finally {
+    await Promise.all(peers.map((p) => p.close()));
+  }
+});
+
+test("a session that said one era and speaks the other gets -32600 saying so; a bad name -32602 (at the shim's own socket)", async () => {
+  const shim = await askerOnSocket("era-lies.yaml");
+  const echo = (id) => ({ jsonrpc: "2.0", id, method: "tools/call", params: { name: "echo", arguments: { message: "hi" } } });
+  const modernEcho = (id) => MREQ(id, "tools/call", { name: "echo", arguments: { message: "hi" } }, CAPS);
+  const peers = [];
+  const peer = () => (peers.push(shim.raw()), peers.at(-1));
+  try {
+    const bad = peer();
+    for (const [k, era] of ["2025-11-25", "", 7, null].entries()) {
+      const r = await bad.request({ ...SAYS(era, CAPS), id: k }, 10000);
+      assert.equal(r.error?.code, -32602, JSON.stringify(r));
+      assert.match(r.error.message, /mcp-lazy\/clientEra must be "2026-07-28" or "handshake"/);
+    }
+    const m = peer();
+    assert.ok((await m.request(SAYS(MODERN, CAPS), 30000)).result);
+    const plain = await m.request(echo(1), 10000);
+    assert.equal(plain.error?.code, -32600, JSON.stringify(plain));
+    assert.match(plain.error.message, /initialize said its client speaks 2026-07-28 .* but this request has no 2026-07-28 envelope/);
+    assert.deepEqual((await m.request(modernEcho(2), 10000)).result?.content, [{ type: "text", text: "Echo: hi" }]);
+    for (const era of ["handshake", undefined]) {
+      const h = peer();
+      assert.ok((await h.request(SAYS(era, CAPS), 30000)).result);
+      const enveloped = await h.request(modernEcho(1), 10000);
+      assert.equal(enveloped.error?.code, -32600, JSON.stringify(enveloped));
+      assert.match(enveloped.error.message, /initialize said its client speaks the handshake era .* but this request carries a 2026-07-28 envelope/);
+      assert.deepEqual((await h.request(echo(2), 10000)).result?.content, [{ type: "text", text: "Echo: hi" }]);
+    }
+    assert.match(shim.stderr(), /said in initialize its client speaks 2026-07-28, then sent a request without its envelope; refused it/);
+  } finally {
+    await Promise.all(peers.map((p) => p.close()));
+  }
+});
+
+test("initialize after 2026-07-28 requests on one stdin: the next calls reach a shim told the handshake era (a backend's request reaches the client as a request)", async () => {
+  const m = askerManifest("era-change.yaml");
+  const p = new RawPeer(MCP_LAZY, direct(m));
+  try {
+    const first = await p.request(MREQ(1, "tools/call", { name: "echo", arguments: { message: "one" } }, CAPS), 30000);
+    assert.deepEqual(first.result?.content, [{ type: "text", text: "Echo: one" }], JSON.stringify(first));
+    assert.ok((await p.request({ ...INIT("2025-06-18", CAPS), id: 2 })).result);
+    p.send({ jsonrpc: "2.0", method: "notifications/initialized" });
+    p.send({ jsonrpc: "2.0", id: 3, method: "tools/call", params: { name: "ask", arguments: { question: "q?" } } });
+    const [ask] = await p.next(1, 30000);
+    assert.equal(ask.method, "elicitation/create", JSON.stringify(ask));
+    p.send({ jsonrpc: "2.0", id: ask.id, result: { action: "accept", content: { answer: "x" } } });
+    const [done] = await p.next(1, 10000);
+    assert.deepEqual(done, { jsonrpc: "2.0", id: 3, result: { content: [{ type: "text", text: "q? -> x" }] } });
+    // Now a handshake-era session: a 2026-07-28 request is refused, saying why.
+    const mixed = await p.request(MREQ(4, "tools/call", { name: "echo", arguments: { message: "two" } }, CAPS), 10000);
+    assert.equal(mixed.error?.code, -32600, JSON.stringify(mixed));
+    assert.match(mixed.error.message, /speaks the handshake era/);
+  } finally {
+    await p.close();
+  }
 });
 
 test("a handshake-era client cancels a bridged call: the input requests it was sent are withdrawn, and its late answer is ignored", async () => {

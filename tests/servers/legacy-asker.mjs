@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // A handshake-era MCP server (SDK 1.x) whose tools ask their client: elicitation, sampling, roots,
 // two rounds, two questions at once. What its requests to the client met (an answer, an error, a
-// cancellation of the call) is appended to $LEGACY_ASKER_LOG, if set.
+// cancellation of the call), and the params of its initialize, are appended to $LEGACY_ASKER_LOG, if set.
 import { appendFileSync } from "node:fs";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
@@ -64,4 +64,11 @@ server.registerPrompt("greet", { description: "Greet someone the user names", ar
   messages: [{ role: "user", content: { type: "text", text: `Say hello to ${await elicit("who?", extra)}` } }],
 }));
 
-await server.connect(new StdioServerTransport());
+const transport = new StdioServerTransport();
+await server.connect(transport);
+// The initialize it got, as its params (what a client, or mcp-lazy for it, said).
+const onmessage = transport.onmessage;
+transport.onmessage = (m, extra) => {
+  if (m.method === "initialize") log(`initialize: ${JSON.stringify(m.params)}`);
+  onmessage(m, extra);
+};

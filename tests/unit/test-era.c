@@ -113,6 +113,61 @@ int main(void) {
                 }
         }
 
+        /* The era a frontend says its client speaks, in the initialize it sends a shim: put in over
+         * whatever the client had there, taken out whole by the shim (an _meta left empty goes too). */
+        {
+                static const struct {
+                        const char *params;
+                        bool modern;
+                        const char *put;
+                } puts_[] = {
+                        {"{\"protocolVersion\":\"2025-11-25\"}", true,
+                         "{\"protocolVersion\":\"2025-11-25\",\"_meta\":{\"" META_CLIENT_ERA "\":\"2026-07-28\"}}"},
+                        {"{\"_meta\":{\"k\":1,\"" META_CLIENT_ERA "\":\"2026-07-28\"}}", false,
+                         "{\"_meta\":{\"k\":1,\"" META_CLIENT_ERA "\":\"handshake\"}}"},
+                        {"{\"_meta\":7}", false, "{\"_meta\":{\"" META_CLIENT_ERA "\":\"handshake\"}}"},
+                };
+                for (size_t k = 0; k < ELEMENTSOF(puts_); k++) {
+                        _cleanup_json_ cJSON *params = cJSON_Parse(puts_[k].params);
+                        _cleanup_free_ char *got = NULL;
+                        CHECK(era_client_era_put(params, puts_[k].modern) == 0);
+                        got = cJSON_PrintUnformatted(params);
+                        CHECK_STREQ(got, puts_[k].put);
+                }
+        }
+        {
+                static const struct {
+                        const char *params;
+                        int r;
+                        bool modern;
+                        const char *left;
+                } takes[] = {
+                        {"{\"protocolVersion\":\"x\"}", 0, false, "{\"protocolVersion\":\"x\"}"},
+                        {"{\"_meta\":{\"" META_CLIENT_ERA "\":\"2026-07-28\"}}", 1, true, "{}"},
+                        {"{\"_meta\":{\"k\":1,\"" META_CLIENT_ERA "\":\"handshake\"}}", 1, false,
+                         "{\"_meta\":{\"k\":1}}"},
+                        {"{\"_meta\":{\"" META_CLIENT_ERA "\":\"2025-11-25\"}}", -EINVAL, false,
+                         "{\"_meta\":{\"" META_CLIENT_ERA "\":\"2025-11-25\"}}"},
+                        {"{\"_meta\":{\"" META_CLIENT_ERA "\":true}}", -EINVAL, false,
+                         "{\"_meta\":{\"" META_CLIENT_ERA "\":true}}"},
+                        {"{\"_meta\":\"x\"}", 0, false, "{\"_meta\":\"x\"}"},
+                };
+                for (size_t k = 0; k < ELEMENTSOF(takes); k++) {
+                        _cleanup_json_ cJSON *params = cJSON_Parse(takes[k].params);
+                        _cleanup_free_ char *got = NULL;
+                        const char *why = NULL;
+                        bool modern = !takes[k].modern;
+                        int r = era_client_era_take(params, &modern, &why);
+                        CHECK(r == takes[k].r);
+                        if (r >= 0)
+                                CHECK(modern == takes[k].modern);
+                        else
+                                CHECK(why && strstr(why, META_CLIENT_ERA));
+                        got = cJSON_PrintUnformatted(params);
+                        CHECK_STREQ(got, takes[k].left);
+                }
+        }
+
         parse("{}", &e, &problem); /* frees the last kept tree */
         return tests_finish("test-era");
 }
