@@ -24,9 +24,9 @@
 // every other microsecond between tools/call and its result is mcp-lazy's. The shim keeps the era it
 // learned in STATE_DIRECTORY, as its units give it: every activation but a backend's first skips the
 // server/discover probe, and the warm-up run (the first) shows what the probe costs.
-import { mkdirSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { Peer, heading, median, ms, now, p90, quantile, ratio, table } from "./lib.mjs";
+import { Peer, heading, median, ms, now, p90, quantile, ratio, sleep, table } from "./lib.mjs";
 
 // CLOCK_MONOTONIC in ms, as the log lines' stamps are.
 const mono = () => Number(process.hrtime.bigint()) / 1e6;
@@ -121,6 +121,77 @@ async function coldAlone(ctx, b) {
 
 const signed = (v) => (v < 0 ? `-${ms(-v)}` : `+${ms(v)}`);
 
+// A client that declares roots (Claude Code and VS Code do) at a pooled backend (a listening socket,
+// Accept=no, as the shipped units): before its first call goes on, the shim asks it for roots/list
+// through the frontend (its roots are part of the pool key), and the backend starts after the answer.
+// The same first call with and without roots declared, each on a fresh pooled shim that
+// systemd-socket-activate has started already (its era known, as above); the client answers at once.
+async function coldPooled(ctx, name, roots) {
+  const [tool, args] = ctx.backends[name].call;
+  const dir = mkdtempSync(join(ctx.work, "cold-pooled-"));
+  const sock = join(dir, `${name}.sock`), manifest = join(dir, "pooled.yaml");
+  const file = ctx.memoryEnv(`memory-cold-pooled-${name}.jsonl`).MEMORY_FILE_PATH;
+  writeFileSync(manifest, ["backends:", `  ${name}:`, `    command: ${JSON.stringify([process.execPath, ...ctx.backends[name].args])}`,
+    `    env: {MEMORY_FILE_PATH: ${JSON.stringify(file)}}`, `    socket: ${sock}`, "    idle_timeout: 5m", "tools:",
+    `  - {name: ${tool}, backend: ${name}, input_schema: {type: object}}`].join("\n"));
+  // systemd-socket-activate passes on only what -E names.
+  const shim = new Peer("/usr/bin/systemd-socket-activate", ["-l", sock, "-E", "MCP_LAZY_LOG_TIME=monotonic", "-E",
+    `STATE_DIRECTORY=${ctx.pooledStateDir}`, ctx.shimd, "--manifest", manifest, name], { stderr: true });
+  let p;
+  try {
+    for (let i = 0; !existsSync(sock); i++) {
+      if (i > 500) throw new Error(`systemd-socket-activate did not listen on ${sock}${shim.stderrHint()}`);
+      await sleep(10);
+    }
+    p = new Peer(ctx.mcpLazy, ["--manifest", manifest, "--activation=systemd"], { stderr: true });
+    const init = ctx.initialize(0);
+    if (roots) init.params.capabilities = { roots: {} };
+    p.write(init);
+    await p.response(0);
+    const tSent = now(), tSentMono = mono();
+    p.write(ctx.initialized, ctx.toolsCall(1, tool, args));
+    let asked;
+    while (roots && asked === undefined) {
+      const i = p.lines.findIndex(({ line }) => line.includes('"method":"roots/list"'));
+      if (i >= 0) {
+        const [{ t, line }] = p.lines.splice(i, 1);
+        p.write({ jsonrpc: "2.0", id: JSON.parse(line).id, result: { roots: [{ uri: `file://${dir}` }] } });
+        asked = t - tSent;
+      } else if (now() - tSent > 30000 || p.exitCode !== undefined) throw new Error(`no roots/list from mcp-lazy${p.stderrHint()}${shim.stderrHint()}`);
+      else await new Promise((r) => p.waiters.add(r));
+    }
+    const call = await p.response(1, 60000);
+    ctx.checkToolResult(call.msg, `first ${tool} via a pooled shim`);
+    await shim.stderrLine(/Started backend '/);
+    return { asked, spawned: lineAt(shim, /Started backend '/) - tSentMono, call: call.t - tSent };
+  } finally {
+    await p?.close();
+    shim.killTree();
+  }
+}
+
+async function sectionColdRoots(ctx) {
+  ctx = { ...ctx, pooledStateDir: join(ctx.work, "shim-state-pooled") };
+  mkdirSync(ctx.pooledStateDir, { recursive: true });
+  await coldPooled(ctx, "memory", false); // warm-up: the era probe, the page cache
+  const R = [], N = [];
+  for (let i = 0; i < ctx.runs.node; i++) {
+    if (i % 2) (N.push(await coldPooled(ctx, "memory", false)), R.push(await coldPooled(ctx, "memory", true)));
+    else (R.push(await coldPooled(ctx, "memory", true)), N.push(await coldPooled(ctx, "memory", false)));
+  }
+  const q = (arr, k) => `${ms(median(arr.map((x) => x[k])))} / ${ms(p90(arr.map((x) => x[k])))}`;
+  const extra = (k) => signed(median(R.map((x) => x[k])) - median(N.map((x) => x[k])));
+  console.log(`\n  memory (${ctx.backends.memory.call[0]}) at a pooled shim (its socket listening, the shim started), ${ctx.runs.node} rounds, median / p90:`);
+  table(["phase", "no roots", "client declares roots", "extra"], [
+    ["tools/call written -> the shim's roots/list at the client", "", q(R, "asked"), ""],
+    ["tools/call written -> the shim spawns the backend", q(N, "spawned"), q(R, "spawned"), extra("spawned")],
+    ["tools/call written -> result", q(N, "call"), q(R, "call"), extra("call")],
+  ]);
+  console.log("  (roots are part of a pooled backend's key: the shim asks as soon as the session's initialize arrives, and the");
+  console.log("   backend starts once the client has answered: the extra is one round trip shim -> frontend -> client and back;");
+  console.log("   the result's difference is mostly the backend's own start varying)");
+}
+
 export async function sectionCold(ctx) {
   heading("3. First call from cold: mcp-lazy (direct activation) vs the backend alone, by phase");
   ctx = { ...ctx, stateDir: join(ctx.work, "shim-state") };
@@ -175,4 +246,5 @@ export async function sectionCold(ctx) {
   console.log("   median over the rounds; phase boundaries: the frontend's and the shim's debug lines (CLOCK_MONOTONIC); the era");
   console.log("   known from an earlier activation (STATE_DIRECTORY), as for every activation but a backend's first; (a) is");
   console.log("   answered from prepared answers and not counted; paired = each round's first result minus the backend alone's)");
+  await sectionColdRoots(ctx);
 }
