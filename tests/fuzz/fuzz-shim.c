@@ -1,8 +1,10 @@
 /* Fuzz target: the shim's message handling, for real (shimd/client.c, instance.c, upcalls.c), with two
  * client sessions on one pooled backend. Each input line goes to the shim from the peer its first byte
- * names ('a', 'b': a client; 'k': the backend); everything the shim writes is read back and checked:
- * every line is a valid message, an answer reaches only a session that used its id, a progress
- * notification only the session that named its token, and the backend gets only our request ids. */
+ * names ('a', 'b': a client; 'k': the backend; a line "Ma" or "Mb" makes that client one whose
+ * initialize said 2026-07-28, a handshake-era one otherwise); everything the shim writes is read back
+ * and checked: every line is a valid message, an answer reaches only a session that used its id, a
+ * progress notification only the session that named its token, and the backend gets only our request
+ * ids. */
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -198,6 +200,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 at += len + 1;
                 if (len < 1)
                         continue;
+                if (line[0] == 'M' && len >= 2) {
+                        /* "Ma", "Mb": that session's initialize said its client speaks 2026-07-28. */
+                        (line[1] == 'a' ? ca : cb)->modern = true;
+                        continue;
+                }
                 if (line[0] == 'a' || line[0] == 'b') {
                         Peer *p = line[0] == 'a' ? &a : &b;
                         note_sent(p, line + 1, len - 1);
