@@ -28,12 +28,24 @@ CFLAGS ?= -O2 -g
 WARN := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wmissing-prototypes -Wstrict-prototypes
 DEP_CFLAGS = $(shell $(PKG_CONFIG) --cflags $(PKGS))
 DEP_LIBS = $(shell $(PKG_CONFIG) --libs $(PKGS)) -lm
-ALL_CFLAGS = -std=gnu11 $(WARN) $(CFLAGS) -D_GNU_SOURCE -DMCP_LAZY_VERSION='"$(VERSION)"' -DMCP_LAZY_SOCKET_GROUP='"$(SOCKET_GROUP)"' -Icommon $(DEP_CFLAGS) -MMD -MP
+ALL_CFLAGS = -std=gnu11 $(WARN) $(CFLAGS) -ffunction-sections -fdata-sections -D_GNU_SOURCE -DMCP_LAZY_VERSION='"$(VERSION)"' -DMCP_LAZY_SOCKET_GROUP='"$(SOCKET_GROUP)"' -Icommon $(DEP_CFLAGS) -MMD -MP
 SAN := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+# Linking: the toolchain's hardening stays as it is (PIE, RELRO); LDFLAGS is a packager's (dpkg-buildflags'
+# -z now with hardening=+all: resolving every symbol at start cost 0.1-0.2 ms of CPU per frontend start
+# here, and saved no memory, so it is not on by default). --gc-sections drops what a program never calls
+# (the shim links common code only the frontend uses: 30 KiB of text).
+LINK_FLAGS = $(CFLAGS) $(LDFLAGS) -Wl,--gc-sections
 
 COMMON_SRC := $(wildcard common/*.c)
 FRONTEND_SRC := $(wildcard frontend/*.c)
 SHIMD_SRC := $(wildcard shimd/*.c)
+# The code a frontend runs to start, answer and forward, linked first so that it sits together: a start
+# then faults in two or three of the 64 KiB fault-around windows of its text, not all of them (bench
+# section 1: 0.27 -> 0.19 MiB of RSS for the program at 100 tools).
+FRONTEND_FIRST := $(filter $(FRONTEND_SRC) $(COMMON_SRC),frontend/main.c frontend/session.c frontend/answers.c \
+	frontend/modern.c frontend/upstream.c frontend/activation.c common/message.c common/channel.c common/framing.c \
+	common/jsonrpc.c common/ids.c common/era.c common/hashmap.c common/log.c common/manifest-cache.c common/event-util.c)
+FRONTEND_LINK_ORDER := $(FRONTEND_FIRST) $(filter-out $(FRONTEND_FIRST),$(FRONTEND_SRC) $(COMMON_SRC))
 UNIT_TESTS := $(patsubst tests/unit/%.c,%,$(wildcard tests/unit/test-*.c))
 
 B := build
@@ -54,11 +66,11 @@ $(S)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(SAN) -O1 -c $< -o $@
 
-$(B)/mcp-lazy: $(call objs,$(B),$(FRONTEND_SRC) $(COMMON_SRC))
-	$(CC) $(CFLAGS) -o $@ $^ $(DEP_LIBS)
+$(B)/mcp-lazy: $(call objs,$(B),$(FRONTEND_LINK_ORDER))
+	$(CC) $(LINK_FLAGS) -o $@ $^ $(DEP_LIBS)
 
 $(B)/mcp-lazy-shimd: $(call objs,$(B),$(SHIMD_SRC) $(COMMON_SRC))
-	$(CC) $(CFLAGS) -o $@ $^ $(DEP_LIBS)
+	$(CC) $(LINK_FLAGS) -o $@ $^ $(DEP_LIBS)
 
 $(S)/mcp-lazy: $(call objs,$(S),$(FRONTEND_SRC) $(COMMON_SRC))
 	$(CC) $(SAN) -o $@ $^ $(DEP_LIBS)

@@ -122,7 +122,9 @@ static inline const cJSON *backend_list(const Backend *b, size_t offset) {
 }
 
 static inline void manifest_freep(Manifest **m) {
-        manifest_free(*m);
+        /* Not a call for NULL: a start from prepared answers has no manifest, and its code stays cold. */
+        if (*m)
+                manifest_free(*m);
 }
 const Backend *manifest_find_backend(const Manifest *m, const char *name);
 const Tool *manifest_find_tool(const Manifest *m, const char *name);
