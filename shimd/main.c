@@ -1,6 +1,7 @@
 /* mcp-lazy-shimd: takes the backend's socket from systemd, runs the backend while it is used, exits when idle. */
 #include <errno.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -362,11 +363,13 @@ static int run(const char *manifest_path, const char *name_arg, size_t max_line)
         if (r < 0)
                 return log_error_errno(r, "%s", err ?: "Failed to load manifest: %m");
         log_debug("Read the manifest: %zu backends, %zu tools.", m->n_backends, m->n_tools);
+        /* Only this backend and its tools are ours to hold: what is freed goes back at once. */
+        if (manifest_restrict(m, name) < 0)
+                return log_error_errno(-ENOENT, "Backend '%s' is not in %s.", name, manifest_path);
+        (void) malloc_trim(0);
         s.manifest = m;
         s.max_line = max_line;
-        s.backend = manifest_find_backend(m, name);
-        if (!s.backend)
-                return log_error_errno(-ENOENT, "Backend '%s' is not in %s.", name, manifest_path);
+        s.backend = &m->backends[0];
         if (!s.backend->command)
                 return log_error_errno(-EMEDIUMTYPE, "Backend '%s' lives on %s by %s: this host has no command to run.",
                                        name, s.backend->remote.host, manifest_path);
