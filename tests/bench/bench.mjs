@@ -715,10 +715,14 @@ function fleetPerBackendRows(eager, pb) {
   const r = eager.pss / total.pss;
   console.log(`  ratio eager / --backend per entry: processes ${ratio(eager.n, total.n)}, RSS ${ratio(eager.rss, total.rss)}, ` +
     `PSS ${ratio(eager.pss, total.pss)}; a frontend's PSS ${mib(pb.frontends.pss / pb.frontends.n)}`);
-  const bound = eager.pss / pb.backends.pss, own = pb.frontends.pss + pb.shims.pss;
+  const bound = eager.pss / pb.backends.pss, own = pb.frontends.pss + pb.shims.pss, room = eager.pss / 8 - pb.backends.pss;
   console.log(`  target: at least 8x less total PSS than eager with one frontend per backend per session -> ${r.toFixed(1)}x ${r >= 8 ? "met" : "NOT met"}` +
     `; the bound with frontends and shims of no size at all (eager / the ${pb.backends.n} pooled backends alone): ${bound.toFixed(1)}x; ` +
     `mcp-lazy's own processes: ${mib(own)}, ${((100 * own) / total.pss).toFixed(0)}% of the total`);
+  // What 8x would take: the total under eager / 8, so mcp-lazy's own processes under what the backends leave of it.
+  console.log(`  8x needs the total under ${mib(eager.pss / 8)}: ` + (room > 0
+    ? `the backends leave ${mib(room)} for ${pb.frontends.n} frontends and ${pb.shims.n} shims (${mib(room / (pb.frontends.n + pb.shims.n))} each; now ${mib(own / (pb.frontends.n + pb.shims.n))})`
+    : `the ${pb.backends.n} node backends alone take ${mib(pb.backends.pss)}, so it is out of reach with these backends whatever mcp-lazy's own processes take`));
 }
 
 async function sectionFleet() {

@@ -11,8 +11,11 @@
  *                                   (for systemd-socket-proxyd, which relays to a socket, not a pipe).
  *
  * Built by bench.mjs with cc -O2; not part of mcp-lazy. Built with -DFLOOR_SD_EVENT -lsystemd, `answer`
- * first sets up sd-event's default loop: the floor of any program that links libsystemd for it. */
+ * first sets up sd-event's default loop: the floor of any program that links libsystemd for it; and
+ * `answer MANIFEST ANSWERS watch` also watches the manifest's directory with sd_event_add_inotify(), as
+ * mcp-lazy must (libsystemd formats the watch's /proc/self/fd path with snprintf: printf's code). */
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +24,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 #ifdef FLOOR_SD_EVENT
+#include <sys/inotify.h>
 #include <systemd/sd-event.h>
 #endif
 
@@ -144,7 +148,14 @@ static void answer_line(const char *line, size_t len, void *userdata) {
         a->next = nl;
 }
 
-static int run_answer(const char *manifest, const char *answers) {
+#ifdef FLOOR_SD_EVENT
+static int on_dir(sd_event_source *s, const struct inotify_event *ev, void *userdata) {
+        (void) s, (void) ev, (void) userdata;
+        return 0;
+}
+#endif
+
+static int run_answer(const char *manifest, const char *answers, bool watch) {
         size_t manifest_len, answers_len, none = 0;
         char *m = read_file(manifest, &manifest_len), *ans = read_file(answers, &answers_len), *out = NULL;
         Answers a = {ans, ans + answers_len, &out, &none};
@@ -152,6 +163,18 @@ static int run_answer(const char *manifest, const char *answers) {
 #ifdef FLOOR_SD_EVENT
         sd_event *e = NULL;
         if (sd_event_default(&e) < 0)
+                return 1;
+        if (watch) {
+                char *dir = strdup(manifest), *slash = strrchr(dir, '/');
+                if (slash)
+                        *slash = 0;
+                if (sd_event_add_inotify(e, NULL, slash && dir[0] ? dir : slash ? "/" : ".",
+                                         IN_CLOSE_WRITE | IN_MOVED_TO | IN_ONLYDIR, on_dir, NULL) < 0)
+                        return 1;
+                free(dir);
+        }
+#else
+        if (watch)
                 return 1;
 #endif
         if (manifest_len == 0)
@@ -233,8 +256,8 @@ static int run_listen(const char *path) {
 }
 
 int main(int argc, char *argv[]) {
-        if (argc == 4 && !strcmp(argv[1], "answer"))
-                return run_answer(argv[2], argv[3]);
+        if ((argc == 4 || (argc == 5 && !strcmp(argv[4], "watch"))) && !strcmp(argv[1], "answer"))
+                return run_answer(argv[2], argv[3], argc == 5);
         if (argc == 2 && !strcmp(argv[1], "backend"))
                 return run_backend();
         if (argc == 3 && !strcmp(argv[1], "listen"))
