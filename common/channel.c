@@ -58,6 +58,29 @@ struct Channel {
         void *userdata;
 };
 
+/* Written chunks of the usual size are kept for the next burst, a few for the whole process: a
+ * burst of answers then costs no malloc() of 16 KiB (which also makes glibc sort its small free
+ * chunks every time), and an idle connection holds none. One event loop per process: statics. */
+#define CHUNK_CACHE 4U
+static OutChunk *chunk_cache[CHUNK_CACHE];
+static unsigned n_chunk_cache;
+
+static OutChunk *chunk_new(size_t size) {
+        OutChunk *o = size == OUT_CHUNK_SIZE && n_chunk_cache > 0 ? chunk_cache[--n_chunk_cache]
+                                                                  : malloc(sizeof *o + size);
+
+        if (o)
+                *o = (OutChunk){.size = size};
+        return o;
+}
+
+static void chunk_free(OutChunk *o) {
+        if (o && o->size == OUT_CHUNK_SIZE && n_chunk_cache < CHUNK_CACHE)
+                chunk_cache[n_chunk_cache++] = o;
+        else
+                free(o);
+}
+
 static void channel_update_reading(Channel *c);
 static void channel_mark_closed(Channel *c);
 static void channel_flush(Channel *c);
@@ -115,7 +138,7 @@ static int fd_make_nonblocking(int fd, bool *ret_pollable) {
 static void channel_drop_output(Channel *c) {
         while (c->out_head) {
                 OutChunk *n = c->out_head->next;
-                free(c->out_head);
+                chunk_free(c->out_head);
                 c->out_head = n;
         }
         c->out_tail = NULL;
@@ -270,7 +293,7 @@ static void channel_flush(Channel *c) {
                         }
                         k -= (ssize_t) left;
                         c->out_head = o->next;
-                        free(o);
+                        chunk_free(o);
                 }
                 if (!c->out_head)
                         c->out_tail = NULL;
@@ -614,10 +637,9 @@ int channel_sendv(Channel *c, const struct iovec *iov, size_t n) {
                 len += iov[i].iov_len;
         if (!o || o->size - o->len < len + 1) {
                 size_t size = len + 1 > OUT_CHUNK_SIZE ? len + 1 : OUT_CHUNK_SIZE;
-                o = malloc(sizeof *o + size);
+                o = chunk_new(size);
                 if (!o)
                         return -ENOMEM;
-                *o = (OutChunk){.size = size};
                 if (c->out_tail)
                         c->out_tail->next = o;
                 else
@@ -642,10 +664,13 @@ int channel_sendv(Channel *c, const struct iovec *iov, size_t n) {
                         c->batch_next = batch_head;
                         batch_head = c;
                 }
-                channel_update_reading(c);
-        } else if (was_empty)
+        } else if (was_empty) {
                 channel_flush(c);
-        else
+                return 0;
+        }
+        /* What a send can change of the reading: past the high-water mark, a channel with
+         * backpressure stops reading (the flush resumes it). Below it, nothing to do, on every send. */
+        if (c->out_bytes > OUT_HIGH_WATER)
                 channel_update_reading(c);
         return 0;
 }

@@ -215,3 +215,127 @@ int hashmap_iterate(Hashmap *h, size_t *state, const char **ret_key, void **ret_
         }
         return 0;
 }
+
+/* IdMap: the same open addressing over int64 keys, spread by a multiplicative (Fibonacci) hash. */
+#define ID_TOMBSTONE ((void *) 1)
+
+typedef struct IdEntry {
+        int64_t key;
+        void *value; /* NULL: empty; ID_TOMBSTONE: removed */
+} IdEntry;
+
+struct IdMap {
+        IdEntry *entries;
+        size_t size, used, n_buckets; /* used counts tombstones too */
+};
+
+static size_t id_bucket(const IdMap *h, int64_t key) {
+        return (size_t) (((uint64_t) key * 0x9E3779B97F4A7C15ULL) >> 32) & (h->n_buckets - 1);
+}
+
+IdMap *idmap_new(void) {
+        return calloc(1, sizeof(IdMap));
+}
+
+IdMap *idmap_free(IdMap *h) {
+        if (h)
+                free(h->entries);
+        free(h);
+        return NULL;
+}
+
+static IdEntry *id_find(const IdMap *h, int64_t key) {
+        if (h->n_buckets == 0)
+                return NULL;
+        for (size_t i = id_bucket(h, key), n = 0; n < h->n_buckets; i = (i + 1) & (h->n_buckets - 1), n++) {
+                IdEntry *e = &h->entries[i];
+                if (!e->value)
+                        return NULL;
+                if (e->value != ID_TOMBSTONE && e->key == key)
+                        return e;
+        }
+        return NULL;
+}
+
+static int id_resize(IdMap *h, size_t n_buckets) {
+        IdEntry *old = h->entries;
+        size_t old_n = h->n_buckets;
+
+        h->entries = calloc(n_buckets, sizeof(IdEntry));
+        if (!h->entries) {
+                h->entries = old;
+                return -ENOMEM;
+        }
+        h->n_buckets = n_buckets;
+        h->used = 0;
+        for (size_t i = 0; i < old_n; i++) {
+                if (!old[i].value || old[i].value == ID_TOMBSTONE)
+                        continue;
+                size_t j = id_bucket(h, old[i].key);
+                while (h->entries[j].value)
+                        j = (j + 1) & (n_buckets - 1);
+                h->entries[j] = old[i];
+                h->used++;
+        }
+        free(old);
+        return 0;
+}
+
+int idmap_put(IdMap *h, int64_t key, void *value) {
+        size_t i;
+
+        if (!value || value == ID_TOMBSTONE)
+                return -EINVAL;
+        if (id_find(h, key))
+                return -EEXIST;
+        if ((h->used + 1) * 4 >= h->n_buckets * 3) {
+                int r = id_resize(h, h->n_buckets == 0                   ? 16
+                                     : (h->size + 1) * 4 >= h->n_buckets ? h->n_buckets * 2
+                                                                         : h->n_buckets);
+                if (r < 0)
+                        return r;
+        }
+        for (i = id_bucket(h, key); h->entries[i].value && h->entries[i].value != ID_TOMBSTONE;
+             i = (i + 1) & (h->n_buckets - 1))
+                ;
+        if (!h->entries[i].value)
+                h->used++;
+        h->entries[i] = (IdEntry){key, value};
+        h->size++;
+        return 0;
+}
+
+void *idmap_get(const IdMap *h, int64_t key) {
+        IdEntry *e = id_find(h, key);
+        return e ? e->value : NULL;
+}
+
+void *idmap_remove(IdMap *h, int64_t key) {
+        IdEntry *e = id_find(h, key);
+        void *v;
+
+        if (!e)
+                return NULL;
+        v = e->value;
+        e->value = ID_TOMBSTONE;
+        h->size--;
+        return v;
+}
+
+size_t idmap_size(const IdMap *h) {
+        return h ? h->size : 0;
+}
+
+int idmap_iterate(IdMap *h, size_t *state, int64_t *ret_key, void **ret_value) {
+        for (; *state < h->n_buckets; (*state)++) {
+                IdEntry *e = &h->entries[*state];
+                if (e->value && e->value != ID_TOMBSTONE) {
+                        (*state)++;
+                        if (ret_key)
+                                *ret_key = e->key;
+                        *ret_value = e->value;
+                        return 1;
+                }
+        }
+        return 0;
+}

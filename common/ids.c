@@ -63,7 +63,7 @@ size_t ids_fields(const Message *m, IdField *ret, size_t n) {
                 const IdRule *r = &id_rules[i];
                 const Span *s = &m->spans[r->path];
 
-                if (r->kind != m->kind || (r->method && !streq(r->method, m->method)) || s->len == 0)
+                if (s->len == 0 || r->kind != m->kind || (r->method && !streq(r->method, m->method)))
                         continue;
                 if (k < n)
                         ret[k] = (IdField){

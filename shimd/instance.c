@@ -31,8 +31,13 @@ static uint64_t now_usec(void) {
         return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
 }
 
-static uint64_t realtime_usec(void) {
+/* The loop iteration's time when there is one: the status line only shows seconds. */
+static uint64_t realtime_usec(const Shim *s) {
         struct timespec ts;
+        uint64_t t;
+
+        if (s->event && sd_event_now(s->event, CLOCK_REALTIME, &t) >= 0)
+                return t;
         clock_gettime(CLOCK_REALTIME, &ts);
         return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
 }
@@ -78,11 +83,11 @@ static Instance *instance_new(Shim *s, char *key) {
 
         if (!i)
                 return NULL;
-        i->routes = hashmap_new();
+        i->routes = idmap_new();
         i->tokens = hashmap_new();
         i->tasks = hashmap_new();
         if (!i->routes || !i->tokens || !i->tasks) {
-                hashmap_free(i->routes);
+                idmap_free(i->routes);
                 hashmap_free(i->tokens);
                 hashmap_free(i->tasks);
                 free(i);
@@ -169,11 +174,9 @@ static void route_free(Route *r) {
 
 /* Takes the route out of every map. */
 static void route_remove(Instance *i, Route *r) {
-        char key[ID_INTEGER_MAX];
-
         mrtr_route_gone(i, r);
         bridge_route_gone(i, r);
-        hashmap_remove(i->routes, id_integer_format(r->backend_id, key));
+        idmap_remove(i->routes, r->backend_id);
         if (r->backend_token && hashmap_get(i->tokens, r->backend_token) == r)
                 hashmap_remove(i->tokens, r->backend_token);
         if (r->backend_token && r->client_token && streq(r->backend_token, r->client_token))
@@ -184,9 +187,7 @@ static void route_remove(Instance *i, Route *r) {
 }
 
 static Route *route_find(Instance *i, int64_t id) {
-        char key[ID_INTEGER_MAX];
-
-        return hashmap_get(i->routes, id_integer_format(id, key));
+        return idmap_get(i->routes, id);
 }
 
 Route *instance_route(Instance *i, int64_t backend_id) {
@@ -194,13 +195,12 @@ Route *instance_route(Instance *i, int64_t backend_id) {
 }
 
 int route_retarget(Instance *i, Route *r) {
-        char old[ID_INTEGER_MAX], key[ID_INTEGER_MAX];
         int k;
 
-        k = hashmap_put(i->routes, id_integer_format(i->next_id, key), r);
+        k = idmap_put(i->routes, i->next_id, r);
         if (k < 0)
                 return k;
-        hashmap_remove(i->routes, id_integer_format(r->backend_id, old));
+        idmap_remove(i->routes, r->backend_id);
         r->backend_id = i->next_id++;
         return 0;
 }
@@ -241,7 +241,7 @@ static void fail_everything(Instance *i, const char *text) {
         size_t state = 0;
         void *v;
 
-        while (hashmap_iterate(i->routes, &state, NULL, &v)) {
+        while (idmap_iterate(i->routes, &state, NULL, &v)) {
                 Route *r = v;
                 if (r->client)
                         reply_failure(r->client, r->client_id, r->is_tool_call, text);
@@ -261,7 +261,7 @@ static void fail_reached(Instance *i, uint64_t delivered, const char *text) {
         size_t state = 0, held = 0, failed = 0;
         void *v;
 
-        while (hashmap_iterate(i->routes, &state, NULL, &v)) {
+        while (idmap_iterate(i->routes, &state, NULL, &v)) {
                 Route *r = v;
                 if (r->sent && r->sent_end > delivered) {
                         r->resend = true;
@@ -290,8 +290,8 @@ static void resend_routes(Instance *i) {
         size_t n = 0, state = 0;
         void *v;
 
-        list = calloc(hashmap_size(i->routes) + 1, sizeof *list);
-        while (hashmap_iterate(i->routes, &state, NULL, &v))
+        list = calloc(idmap_size(i->routes) + 1, sizeof *list);
+        while (idmap_iterate(i->routes, &state, NULL, &v))
                 if (((Route *) v)->resend) {
                         if (!list) {
                                 reply_failure(((Route *) v)->client, ((Route *) v)->client_id,
@@ -321,7 +321,7 @@ static bool instance_has_held_work(Instance *i) {
 
         if (i->queue)
                 return true;
-        while (hashmap_iterate(i->routes, &state, NULL, &v))
+        while (idmap_iterate(i->routes, &state, NULL, &v))
                 if (((Route *) v)->resend)
                         return true;
         return false;
@@ -345,7 +345,7 @@ Instance *instance_free(Instance *i) {
         sd_event_source_disable_unref(i->child_source);
         sd_event_source_disable_unref(i->timer_source);
         channel_free(i->ch);
-        hashmap_free(i->routes);
+        idmap_free(i->routes);
         hashmap_free(i->tokens);
         hashmap_free(i->tasks);
         progress_memo_free(i);
@@ -360,7 +360,7 @@ Instance *instance_free(Instance *i) {
 }
 
 unsigned instance_in_flight(const Instance *i) {
-        unsigned n = (unsigned) hashmap_size(i->routes);
+        unsigned n = (unsigned) idmap_size(i->routes);
         for (QueueItem *q = i->queue; q; q = q->next)
                 n++;
         return n;
@@ -508,7 +508,6 @@ static int send_to_backend(Instance *i, Route *r, const Message *m) {
 
 static void forward_request(Instance *i, Client *c, const Message *m) {
         Route *r;
-        char key[ID_INTEGER_MAX];
         int k;
 
         if (hashmap_size(c->pending) >= CLIENT_MAX_PENDING)
@@ -532,7 +531,7 @@ static void forward_request(Instance *i, Client *c, const Message *m) {
                 route_free(r);
                 return reply_failure(c, m->id_text, false, "request id is already used by a request still in flight");
         }
-        if (k < 0 || hashmap_put(i->routes, id_integer_format(r->backend_id, key), r) < 0) {
+        if (k < 0 || idmap_put(i->routes, r->backend_id, r) < 0) {
                 hashmap_remove(c->pending, r->client_id);
                 route_free(r);
                 return client_fail_request(c, m, "out of memory");
@@ -845,6 +844,7 @@ static void handle_backend_invalid(Instance *i, const Message *m) {
 }
 
 static void handle_backend_response(Instance *i, const Message *m) {
+        Client *c;
         Route *r;
         int64_t id;
 
@@ -900,9 +900,10 @@ static void handle_backend_response(Instance *i, const Message *m) {
                 log_debug("Backend '%s' answered its first call.", iname(i));
         i->answered = true;
         i->shim->calls_served++;
-        i->shim->last_call_realtime_usec = realtime_usec();
+        i->shim->last_call_realtime_usec = realtime_usec(i->shim);
+        c = r->client;
         route_remove(i, r);
-        shim_update(i->shim);
+        shim_calls_changed(i->shim, c);
 }
 
 /* Progress belongs to the session whose request carried the token, resources/updated to the
@@ -1087,7 +1088,7 @@ static void instance_restart_for_held_work(Instance *i, const char *failed_start
 
         if (!instance_has_held_work(i))
                 return;
-        while (!c && hashmap_iterate(i->routes, &state, NULL, &v))
+        while (!c && idmap_iterate(i->routes, &state, NULL, &v))
                 if (((Route *) v)->resend)
                         c = ((Route *) v)->client;
         if (!c)
@@ -1370,6 +1371,7 @@ void instance_stop(Instance *i) {
 }
 
 void instance_submit(Instance *i, Client *c, Message *m) {
+        bool was_ready = i->state == INSTANCE_READY;
         char text[512];
         int r;
 
@@ -1397,7 +1399,11 @@ void instance_submit(Instance *i, Client *c, Message *m) {
                                                           : "out of memory");
                 break;
         }
-        shim_update(i->shim);
+        /* A backend that starts or stops is news at once; a call in flight at a ready one only counts. */
+        if (was_ready && i->state == INSTANCE_READY)
+                shim_calls_changed(i->shim, c);
+        else
+                shim_update(i->shim);
 }
 
 void instance_cancel(Instance *i, Client *c, const Message *m) {

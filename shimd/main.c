@@ -24,6 +24,7 @@
 #define ACCEPT_RETRY_USEC (100ULL * 1000ULL)
 
 static sd_event_source *update_source;
+static bool update_pending; /* update_source is armed: every answer asks for it */
 /* A STATUS= that only moves the call counts goes to PID 1 at most this often: under load they change
  * with every call, and each message would wake systemd (and the bus) once per call. */
 #define STATUS_MIN_INTERVAL_USEC (100ULL * 1000ULL)
@@ -144,6 +145,20 @@ static void begin_drain(Shim *s) {
         (void) sd_event_source_set_enabled(s->drain_source, SD_EVENT_ONESHOT);
 }
 
+/* The idle timer runs while nothing is in flight. */
+static void idle_update(Shim *s, unsigned in_flight) {
+        int enabled = SD_EVENT_OFF;
+
+        (void) sd_event_source_get_enabled(s->idle_source, &enabled);
+        if (in_flight > 0)
+                (void) sd_event_source_set_enabled(s->idle_source, SD_EVENT_OFF);
+        else if (enabled == SD_EVENT_OFF && s->backend->idle_timeout_usec != USEC_INFINITY &&
+                 s->backend->lifecycle != LIFECYCLE_RESIDENT) {
+                (void) sd_event_source_set_time_relative(s->idle_source, s->backend->idle_timeout_usec);
+                (void) sd_event_source_set_enabled(s->idle_source, SD_EVENT_ONESHOT);
+        }
+}
+
 /* Everything that depends on counts (idle timer, reaping, exit, status) is decided here, once per
  * loop iteration, never in the middle of another object's callback. */
 static int on_update(sd_event_source *src, void *userdata) {
@@ -152,6 +167,7 @@ static int on_update(sd_event_source *src, void *userdata) {
         unsigned in_flight;
 
         (void) src;
+        update_pending = false;
         for (Client *c = s->clients, *n; c; c = n) {
                 n = c->next;
                 if (c->overflow)
@@ -164,15 +180,7 @@ static int on_update(sd_event_source *src, void *userdata) {
                 s->draining = true; /* the one connection is gone: nothing more can come */
 
         if (!s->draining) {
-                int enabled = SD_EVENT_OFF;
-                (void) sd_event_source_get_enabled(s->idle_source, &enabled);
-                if (in_flight > 0)
-                        (void) sd_event_source_set_enabled(s->idle_source, SD_EVENT_OFF);
-                else if (enabled == SD_EVENT_OFF && s->backend->idle_timeout_usec != USEC_INFINITY &&
-                         s->backend->lifecycle != LIFECYCLE_RESIDENT) {
-                        (void) sd_event_source_set_time_relative(s->idle_source, s->backend->idle_timeout_usec);
-                        (void) sd_event_source_set_enabled(s->idle_source, SD_EVENT_ONESHOT);
-                }
+                idle_update(s, in_flight);
                 /* Past the session limit connections are still taken, to be told why they are refused. */
                 int retrying = SD_EVENT_OFF;
                 (void) sd_event_source_get_enabled(s->accept_retry_source, &retrying);
@@ -196,8 +204,27 @@ static int on_update(sd_event_source *src, void *userdata) {
 }
 
 void shim_update(Shim *s) {
-        (void) sd_event_source_set_enabled(update_source, SD_EVENT_ONESHOT);
+        if (!update_pending)
+                update_pending = sd_event_source_set_enabled(update_source, SD_EVENT_ONESHOT) >= 0;
         (void) s;
+}
+
+void shim_calls_changed(Shim *s, const Client *c) {
+        int armed = SD_EVENT_OFF;
+
+        /* A draining shim may exit, a one-connection (inetd) one may start draining, and a half-closed
+         * or overflowing connection may be done: on_update() decides, as for anything else. */
+        if (update_pending || s->draining || s->inetd || !c || c->eof || c->overflow)
+                return shim_update(s);
+        /* Otherwise only the counts moved: the idle timer follows them at once (a timer's state, no
+         * object of anyone's is touched), and the status line when its timer says (see
+         * shim_notify_status()). That spares the loop an iteration (an epoll_wait()) per message. */
+        idle_update(s, shim_in_flight(s));
+        (void) sd_event_source_get_enabled(status_source, &armed);
+        if (status_source && armed == SD_EVENT_OFF) {
+                (void) sd_event_source_set_time(status_source, status_sent_usec + STATUS_MIN_INTERVAL_USEC);
+                (void) sd_event_source_set_enabled(status_source, SD_EVENT_ONESHOT);
+        }
 }
 
 static int on_idle(sd_event_source *src, uint64_t usec, void *userdata) {

@@ -654,7 +654,7 @@ bool mrtr_cancelled(Instance *i, const Message *m) {
         for (size_t k = 0; k < n && k < ELEMENTSOF(f); k++)
                 if (f[k].kind == ID_KIND_CANCELLED)
                         rid = &f[k];
-        while (rid && hashmap_iterate(i->routes, &state, NULL, &v)) {
+        while (rid && idmap_iterate(i->routes, &state, NULL, &v)) {
                 Mrtr *x = ((Route *) v)->mrtr;
                 for (unsigned k = 0; x && k < x->n_inputs; k++) {
                         Input *in = &x->inputs[k];

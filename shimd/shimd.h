@@ -111,7 +111,7 @@ struct Instance {
         bool era_assumed;     /* initialize sent unprobed, as the era learned before says (era-state.c) */
         cJSON *late_discover; /* a DiscoverResult that came after initialize was sent */
         QueueItem *queue;     /* requests waiting for READY, oldest first */
-        Hashmap *routes;      /* backend id -> Route */
+        IdMap *routes;        /* backend id -> Route */
         Hashmap *tokens;      /* progress token text the backend got -> Route */
         Hashmap *tasks;       /* task id text (the backend's) -> Client whose call created it */
         /* clients' tokens this backend has had (progress.c) */
@@ -320,6 +320,9 @@ void contract_summary(const Shim *s, char *buf, size_t size);
 
 /* main.c */
 void shim_update(Shim *s); /* re-evaluates idleness, status, and exit */
+/* A call of c's came in or was answered at a ready backend, and nothing else changed: cheaper than
+ * shim_update() on every message's path (no loop iteration of its own, in most cases). */
+void shim_calls_changed(Shim *s, const Client *c);
 unsigned shim_in_flight(const Shim *s);
 
 /* client.c */

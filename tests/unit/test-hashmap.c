@@ -52,5 +52,38 @@ int main(void) {
                 n++;
         CHECK(n == 2500);
         hashmap_free(h);
+
+        /* The id map: sequential ids in flight while older ones go (tombstones, resizes), negative ids,
+         * and lookups of ids never put. */
+        IdMap *ids = idmap_new();
+        CHECK(ids);
+        bool ok = true;
+        for (int64_t id = 1; id <= 20000; id++) {
+                ok = ok && idmap_put(ids, id, (void *) (uintptr_t) (id + 16)) == 0; /* 1 is no value */
+                if (id > 64)
+                        ok = ok && idmap_remove(ids, id - 64) == (void *) (uintptr_t) (id - 64 + 16);
+        }
+        CHECK(ok);
+        CHECK(idmap_size(ids) == 64);
+        CHECK(idmap_put(ids, 20000, (void *) 2) == -EEXIST);
+        CHECK(idmap_put(ids, 5, NULL) == -EINVAL);
+        CHECK(idmap_put(ids, 9, (void *) 1) == -EINVAL);
+        CHECK(idmap_get(ids, 19937) == (void *) (uintptr_t) (19937 + 16) && !idmap_get(ids, 19936) && !idmap_get(ids, -3));
+        CHECK(idmap_put(ids, -100, (void *) 7) == 0 && idmap_get(ids, -100) == (void *) 7);
+        CHECK(idmap_put(ids, INT64_MIN, (void *) 8) == 0 && idmap_get(ids, INT64_MIN) == (void *) 8);
+        CHECK(!idmap_remove(ids, 12345));
+        state = 0, n = 0;
+        int64_t id_key, sum = 0;
+        while (idmap_iterate(ids, &state, &id_key, &v)) {
+                n++;
+                if (id_key > 0)
+                        sum += id_key;
+                if (id_key == -100)
+                        CHECK(idmap_remove(ids, id_key) == (void *) 7); /* removing the current one */
+        }
+        CHECK(n == 66);
+        CHECK(sum == (19937 + 20000) * 64 / 2);
+        CHECK(idmap_size(ids) == 65 && !idmap_get(ids, -100));
+        idmap_free(ids);
         return tests_finish("test-hashmap");
 }
