@@ -149,10 +149,13 @@ async function handshake(p) {
   p.write(initialized);
 }
 
-// Sequential calls of the same tool on initialized peers ({ key: Peer }), interleaved (the order
-// rotating) so that whatever else the machine does hits every path alike; the first calls (the
-// cold one through mcp-lazy) are warm-up. Returns { key: [ms...] }, the i-th of every key from
-// the same round.
+// Sequential calls of the same tool on initialized peers ({ key: Peer }), interleaved so that
+// whatever else the machine does hits every path alike: each round calls every path once, the
+// rounds going through every order of the paths in turn, so that every path follows every other
+// equally often (with the order only rotating, a path always followed the same one, and that biased
+// it: a second direct server-memory process read 13-28 µs faster than the first, right behind it);
+// the first calls (the cold one through mcp-lazy) are warm-up. Returns { key: [ms...] }, the i-th
+// of every key from the same round.
 async function interleavedCalls(peers, tool, args, { rounds = RUNS.warmCalls, warmUp = RUNS.warmUp } = {}) {
   const keys = Object.keys(peers);
   const ids = new Map(keys.map((k) => [k, 1]));
@@ -166,13 +169,12 @@ async function interleavedCalls(peers, tool, args, { rounds = RUNS.warmCalls, wa
   };
   for (let i = 0; i < warmUp; i++) for (const k of keys) await call(k);
   const out = Object.fromEntries(keys.map((k) => [k, []]));
-  for (let i = 0; i < rounds; i++)
-    for (let j = 0; j < keys.length; j++) {
-      const k = keys[(i + j) % keys.length];
-      out[k].push(await call(k));
-    }
+  const orders = permutations(keys);
+  for (let i = 0; i < rounds; i++) for (const k of orders[i % orders.length]) out[k].push(await call(k));
   return out;
 }
+
+const permutations = (a) => (a.length <= 1 ? [a] : a.flatMap((x, i) => permutations(a.toSpliced(i, 1)).map((p) => [x, ...p])));
 
 // The two-relay floor: `socat STDIO UNIX-CONNECT:S` -> `socat UNIX-LISTEN:S EXEC:backend` ->
 // the backend: two processes relaying the same bytes over a Unix socket, like frontend and shim.
@@ -281,7 +283,7 @@ async function warmPaths(name, manifest) {
 }
 
 // Rows for one backend: each path's latency, then what each relay path adds over the direct call,
-// paired per round (the paths of one round run back to back, the order rotating: each difference is
+// paired per round (the paths of one round run back to back, every order in turn: each difference is
 // that round's, so a stall that hits a whole round cancels), and mcp-lazy's added cost over each
 // floor's, at the median and the p99 of those per-round differences.
 function latencyRows(label, r, lazyLabel) {
@@ -334,8 +336,8 @@ async function sectionWarm(manifest) {
   table(LATENCY_HEADERS, rows);
   const m = RUNS.warm.memory;
   console.log(`  (sequential raw JSON-RPC calls on stdio after ${RUNS.warmUp} warm-up calls each (server-memory: ${m.epochs} epochs of ${m.rounds}`);
-  console.log(`   rounds, each with fresh processes on every path, after ${m.warmUp} warm-up calls each), the paths interleaved, the order`);
-  console.log("   rotating; 'added' = per round, that path's call minus the direct call of the same round; the relays:");
+  console.log(`   rounds, each with fresh processes on every path, after ${m.warmUp} warm-up calls each), the paths interleaved, every`);
+  console.log("   order in turn; 'added' = per round, that path's call minus the direct call of the same round; the relays:");
   console.log("   socat STDIO UNIX-CONNECT -> socat UNIX-LISTEN EXEC, and socat STDIO UNIX-CONNECT -> systemd-socket-proxyd");
   console.log("   (socket-activated) -> the C backend on a socket (floor.c listen); load average " + loadavg().map((x) => x.toFixed(2)).join(" ") + ")");
   console.log(`  target: mcp-lazy's added cost <= 1.15x the floor's, median and p99 -> ${verdicts.join("; ")}`);
