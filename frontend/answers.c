@@ -679,7 +679,11 @@ int answers_open(const Options *o, Manifest **ret_manifest, Answers **ret_answer
                 if (r < 0)
                         log_debug_errno(r, "Cannot write %s, ignoring: %m", file);
         }
-        /* Reading the manifest and printing the answers left much freed memory: give it back. */
+        /* With the answers prepared the manifest goes too, as if the session had started from them: a
+         * request they do not cover reads it again (session_manifest()). What reading it and printing
+         * the answers took goes back: else each frontend that prepared them keeps 0.4 MiB more. */
+        if (a)
+                m = manifest_free(m);
         (void) malloc_trim(0);
         *ret_manifest = TAKE_PTR(m);
         *ret_answers = a;

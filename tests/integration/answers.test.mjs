@@ -140,6 +140,19 @@ test("prepared answers: a session that only lists never reads the manifest; a ca
   assert.match(call.out, /"id":9,"error":\{"code":-32602,"message":"Unknown prompt: 'nope'"/);
 });
 
+test("a frontend that prepared the answers keeps no manifest: a request they do not cover reads it again", async () => {
+  // What reading the manifest took is given back once the answers are printed (a frontend that
+  // prepared them held 0.4 MiB more than one started from them); the cache's tree serves the rest.
+  rmSync(CACHE, { recursive: true, force: true });
+  for (const args of [["--manifest", manifestPath], ["--manifest", manifestPath, "--backend", "everything"]]) {
+    const lines = sessionLines("2025-06-18", 40, 7).slice(0, 2);
+    const r = await run(args, [...lines, req(9, "completion/complete", { ref: { type: "ref/prompt", name: "nope" } })]);
+    assert.doesNotMatch(r.err, /Serving prepared answers/, "this session prepares the answers");
+    assert.match(r.err, /Reading the manifest for a request the prepared answers do not cover/, args.join(" "));
+    assert.match(r.out, /"id":9,"error":\{"code":-32602,"message":"Unknown prompt: 'nope'"/);
+  }
+});
+
 test("prepared answers of a JSON manifest, and of a manifest without paging", async () => {
   // The demo's tools as the frontend lists them (MCP spelling), under one backend of a JSON manifest.
   const flat = join(dir, "flat.yaml");
