@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "answers.h"
@@ -654,6 +655,47 @@ bool session_reply_answer(Session *s, Batch *batch, const Message *m, AnswerKind
         return true;
 }
 
+/* The prepared answers in file for the manifest as it is now; -ENOENT when there are none (or not these). */
+static int answers_load_current(const Options *o, const char *file, Answers **ret) {
+        _cleanup_free_ char *key = NULL;
+        struct stat st;
+
+        if (stat(o->manifest_path, &st) < 0 || !(key = answers_key(o->manifest_path, &st, o->backend)))
+                return -ENOENT;
+        return answers_load(file, key, &st, ret);
+}
+
+/* A child reads the manifest, prints the answers into file and exits; the session then loads them
+ * like any prepared answers. Reading a manifest takes several times its size, and much of that
+ * stays with the process once freed (glibc's per-thread cache of small chunks keeps their pages,
+ * which malloc_trim() leaves alone): 0.3 MiB more for the whole life of a frontend that read it.
+ * Any failure (no cache to write, a broken manifest: the session then reads it itself, and says
+ * what is wrong) is a miss. */
+static int answers_prepare_apart(const Options *o, const char *file) {
+        int status;
+        pid_t pid = fork();
+
+        if (pid < 0)
+                return -errno;
+        if (pid == 0) {
+                Manifest *m = NULL;
+                Answers *a = NULL;
+                char *err = NULL, *key;
+                struct stat st;
+
+                /* Nothing is freed: _exit() gives it all back at once. */
+                if (session_load_manifest(o, &m, &st, &err) < 0 ||
+                    !(key = answers_key(o->manifest_path, &st, o->backend)) || answers_build(m, key, &st, &a) < 0 ||
+                    answers_save(a, file) < 0)
+                        _exit(EXIT_FAILURE);
+                _exit(EXIT_SUCCESS);
+        }
+        while (waitpid(pid, &status, 0) < 0)
+                if (errno != EINTR)
+                        return -errno;
+        return WIFEXITED(status) && WEXITSTATUS(status) == EXIT_SUCCESS ? 0 : -ENOENT;
+}
+
 int answers_open(const Options *o, Manifest **ret_manifest, Answers **ret_answers, char **ret_error) {
         _cleanup_free_ char *file = manifest_cache_file(o->manifest_path, o->backend, ".answers"), *key = NULL;
         _cleanup_(manifest_freep) Manifest *m = NULL;
@@ -662,9 +704,14 @@ int answers_open(const Options *o, Manifest **ret_manifest, Answers **ret_answer
         int r;
 
         /* Without a cache the manifest answers, as it always did. */
-        if (file && stat(o->manifest_path, &st) >= 0 && (key = answers_key(o->manifest_path, &st, o->backend)) &&
-            answers_load(file, key, &st, &a) >= 0) {
+        if (file && answers_load_current(o, file, &a) >= 0) {
                 log_debug("Serving prepared answers from %s.", file);
+                *ret_manifest = NULL;
+                *ret_answers = a;
+                return 0;
+        }
+        if (file && answers_prepare_apart(o, file) >= 0 && answers_load_current(o, file, &a) >= 0) {
+                log_debug("Prepared the answers in %s.", file);
                 *ret_manifest = NULL;
                 *ret_answers = a;
                 return 0;
@@ -672,7 +719,6 @@ int answers_open(const Options *o, Manifest **ret_manifest, Answers **ret_answer
         r = session_load_manifest(o, &m, file ? &st : NULL, ret_error);
         if (r < 0)
                 return r;
-        free(key);
         key = file ? answers_key(o->manifest_path, &st, o->backend) : NULL;
         if (key && answers_build(m, key, &st, &a) >= 0) {
                 r = answers_save(a, file);
@@ -681,7 +727,7 @@ int answers_open(const Options *o, Manifest **ret_manifest, Answers **ret_answer
         }
         /* With the answers prepared the manifest goes too, as if the session had started from them: a
          * request they do not cover reads it again (session_manifest()). What reading it and printing
-         * the answers took goes back: else each frontend that prepared them keeps 0.4 MiB more. */
+         * the answers took goes back, as far as the heap can give it. */
         if (a)
                 m = manifest_free(m);
         (void) malloc_trim(0);

@@ -141,13 +141,14 @@ test("prepared answers: a session that only lists never reads the manifest; a ca
 });
 
 test("a frontend that prepared the answers keeps no manifest: a request they do not cover reads it again", async () => {
-  // What reading the manifest took is given back once the answers are printed (a frontend that
-  // prepared them held 0.4 MiB more than one started from them); the cache's tree serves the rest.
+  // A child reads the manifest and prints the answers: none of what that took stays with the
+  // frontend (one that did it itself held 0.3-0.4 MiB more for good); the cache's tree serves the rest.
   rmSync(CACHE, { recursive: true, force: true });
   for (const args of [["--manifest", manifestPath], ["--manifest", manifestPath, "--backend", "everything"]]) {
     const lines = sessionLines("2025-06-18", 40, 7).slice(0, 2);
     const r = await run(args, [...lines, req(9, "completion/complete", { ref: { type: "ref/prompt", name: "nope" } })]);
     assert.doesNotMatch(r.err, /Serving prepared answers/, "this session prepares the answers");
+    assert.match(r.err, /Prepared the answers in /, "in a child, whose manifest goes with it");
     assert.match(r.err, /Reading the manifest for a request the prepared answers do not cover/, args.join(" "));
     assert.match(r.out, /"id":9,"error":\{"code":-32602,"message":"Unknown prompt: 'nope'"/);
   }
