@@ -1,7 +1,10 @@
-/* The backend process: fork/exec with an exec-error pipe, group signals, exit descriptions. */
+/* The backend process: posix_spawn() in a group of its own, group signals, exit descriptions. */
 #include <errno.h>
 #include <fcntl.h>
+#include <spawn.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,42 +21,120 @@ void process_set_child_nofile(rlim_t soft) {
 static const char *const unset_vars[] = {
         "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "NOTIFY_SOCKET", "WATCHDOG_PID", "WATCHDOG_USEC", NULL};
 
-_noreturn_ static void child_exec(const Backend *b, int in, int out, int err_fd) {
-        sigset_t none;
-        int e;
+/* The environment the backend gets: ours without the variables that were meant for the shim, with
+ * b->env set over it (a KEY= of b->env replaces ours). The strings are borrowed. */
+static char **child_env_new(const Backend *b) {
+        size_t n = 0, k = 0;
+        char **env;
 
-        /* Own process group: stopping the backend signals every process it started. */
-        (void) setsid();
-        if (dup2(in, STDIN_FILENO) < 0 || dup2(out, STDOUT_FILENO) < 0)
-                goto fail;
-        if (b->cwd && chdir(b->cwd) < 0)
-                goto fail;
-        for (const char *const *v = unset_vars; *v; v++)
-                (void) unsetenv(*v);
+        for (char **v = environ; *v; v++)
+                n++;
         for (char **v = b->env; v && *v; v++)
-                if (putenv(*v) < 0)
-                        goto fail;
-        if (child_nofile != RLIM_INFINITY) {
-                struct rlimit rl;
-                if (getrlimit(RLIMIT_NOFILE, &rl) >= 0) {
-                        rl.rlim_cur = child_nofile;
-                        (void) setrlimit(RLIMIT_NOFILE, &rl);
-                }
+                n++;
+        env = calloc(n + 1, sizeof(char *));
+        if (!env)
+                return NULL;
+        for (char **v = environ; *v; v++) {
+                size_t key = strcspn(*v, "=");
+                bool drop = false;
+
+                for (const char *const *u = unset_vars; *u && !drop; u++)
+                        drop = strlen(*u) == key && strncmp(*v, *u, key) == 0;
+                for (char **e = b->env; e && *e && !drop; e++)
+                        drop = strncmp(*v, *e, key + 1) == 0;
+                if (!drop)
+                        env[k++] = *v;
         }
+        for (char **v = b->env; v && *v; v++)
+                env[k++] = *v;
+        return env;
+}
+
+/* The file execvp() would run for command under env's PATH (the backend's own PATH when b->env sets
+ * one), or NULL to let posix_spawnp() search ours. */
+static char *command_path(const char *command, char **env) {
+        const char *path = NULL;
+
+        if (strchr(command, '/'))
+                return strdup(command);
+        for (char **v = env; *v; v++)
+                if (strncmp(*v, "PATH=", 5) == 0)
+                        path = *v + 5;
+        if (!path || streq(path, getenv("PATH") ?: ""))
+                return NULL;
+        for (const char *p = path, *end;; p = end + 1) {
+                _cleanup_free_ char *f = NULL;
+                end = strchrnul(p, ':');
+                if (asprintf(&f, "%.*s%s%s", (int) (end - p), p, end > p ? "/" : "", command) >= 0 &&
+                    access(f, X_OK) == 0)
+                        return TAKE_PTR(f);
+                if (!*end)
+                        return strdup(command); /* not found: the spawn says so */
+        }
+}
+
+/* What the child is made with: the pipes as stdin and stdout, b->cwd, its own session, no signal
+ * blocked, SIGPIPE at its default. 0 or a positive errno, as posix_spawn() does it. */
+static int spawn_setup(const Backend *b, int in, int out, posix_spawn_file_actions_t *fa, posix_spawnattr_t *attr) {
+        sigset_t none, pipe_only;
+        int r;
+
         sigemptyset(&none);
-        (void) sigprocmask(SIG_SETMASK, &none, NULL);
-        (void) signal(SIGPIPE, SIG_DFL);
-        execvp(b->command[0], b->command);
-fail:
-        e = errno;
-        (void) !write(err_fd, &e, sizeof e);
-        _exit(127);
+        sigemptyset(&pipe_only);
+        sigaddset(&pipe_only, SIGPIPE);
+        r = posix_spawn_file_actions_adddup2(fa, in, STDIN_FILENO);
+        if (r == 0)
+                r = posix_spawn_file_actions_adddup2(fa, out, STDOUT_FILENO);
+        if (r == 0 && b->cwd)
+                r = posix_spawn_file_actions_addchdir_np(fa, b->cwd);
+        if (r == 0)
+                r = posix_spawnattr_setflags(attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+        if (r == 0)
+                r = posix_spawnattr_setsigmask(attr, &none);
+        if (r == 0)
+                r = posix_spawnattr_setsigdefault(attr, &pipe_only);
+        return r;
+}
+
+/* posix_spawn(): no copy of the shim's memory (the parent waits only for the exec), and an exec that
+ * fails says why at once. The child takes the soft RLIMIT_NOFILE the shim was started with: ours is
+ * lowered for the moment it is made (new descriptors only are bound by it). */
+static int spawn(const Backend *b, int in, int out, char **env, pid_t *ret_pid) {
+        _cleanup_free_ char *file = command_path(b->command[0], env);
+        posix_spawn_file_actions_t fa;
+        posix_spawnattr_t attr;
+        struct rlimit rl = {};
+        bool lowered = false;
+        int r;
+
+        r = posix_spawn_file_actions_init(&fa);
+        if (r != 0)
+                return r;
+        r = posix_spawnattr_init(&attr);
+        if (r != 0) {
+                posix_spawn_file_actions_destroy(&fa);
+                return r;
+        }
+        r = spawn_setup(b, in, out, &fa, &attr);
+        if (r == 0 && child_nofile != RLIM_INFINITY && getrlimit(RLIMIT_NOFILE, &rl) >= 0 &&
+            rl.rlim_cur != child_nofile) {
+                struct rlimit low = {child_nofile, rl.rlim_max};
+                lowered = setrlimit(RLIMIT_NOFILE, &low) >= 0;
+        }
+        if (r == 0)
+                r = file ? posix_spawn(ret_pid, file, &fa, &attr, b->command, env)
+                         : posix_spawnp(ret_pid, b->command[0], &fa, &attr, b->command, env);
+        if (lowered)
+                (void) setrlimit(RLIMIT_NOFILE, &rl);
+        posix_spawn_file_actions_destroy(&fa);
+        posix_spawnattr_destroy(&attr);
+        return r;
 }
 
 int process_spawn(const Backend *b, pid_t *ret_pid, int *ret_stdin, int *ret_stdout, char *err, size_t errlen) {
-        _cleanup_close_ int in_r = -EBADF, in_w = -EBADF, out_r = -EBADF, out_w = -EBADF, e_r = -EBADF, e_w = -EBADF;
-        int p[2], child_errno = 0;
-        ssize_t n;
+        _cleanup_close_ int in_r = -EBADF, in_w = -EBADF, out_r = -EBADF, out_w = -EBADF;
+        _cleanup_free_ char **env = NULL;
+        int p[2], r;
         pid_t pid;
 
         if (pipe2(p, O_CLOEXEC) < 0)
@@ -62,26 +143,16 @@ int process_spawn(const Backend *b, pid_t *ret_pid, int *ret_stdin, int *ret_std
         if (pipe2(p, O_CLOEXEC) < 0)
                 goto sys_fail;
         out_r = p[0], out_w = p[1];
-        /* Close-on-exec: a successful exec closes it and we read EOF; a failed one writes errno. */
-        if (pipe2(p, O_CLOEXEC) < 0)
+        env = child_env_new(b);
+        if (!env) {
+                errno = ENOMEM;
                 goto sys_fail;
-        e_r = p[0], e_w = p[1];
-
-        pid = fork();
-        if (pid < 0)
-                goto sys_fail;
-        if (pid == 0)
-                child_exec(b, in_r, out_w, e_w);
-
-        e_w = safe_close(e_w);
-        do
-                n = read(e_r, &child_errno, sizeof child_errno);
-        while (n < 0 && errno == EINTR);
-        if (n == sizeof child_errno) {
-                (void) waitpid(pid, NULL, 0);
+        }
+        r = spawn(b, in_r, out_w, env, &pid);
+        if (r != 0) {
                 snprintf(err, errlen, "cannot start backend '%s': %s%s%s: %s", b->name, b->command[0],
-                         b->cwd ? " in " : "", b->cwd ?: "", strerror(child_errno));
-                return -child_errno;
+                         b->cwd ? " in " : "", b->cwd ?: "", strerror(r));
+                return -r;
         }
         *ret_pid = pid;
         *ret_stdin = TAKE_FD(in_w);

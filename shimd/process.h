@@ -8,9 +8,9 @@
 
 #include "manifest.h"
 
-/* Forks and execs b->command in its own process group, with b->env and b->cwd. stdin and stdout are
- * pipes handed back; stderr is ours (the journal, under systemd). A command that cannot be executed
- * fails here, with the reason in err. */
+/* Starts b->command (posix_spawn) in a session and process group of its own, with b->env and b->cwd.
+ * stdin and stdout are pipes handed back; stderr is ours (the journal, under systemd). A command that
+ * cannot be executed fails here, with the reason in err. */
 int process_spawn(const Backend *b, pid_t *ret_pid, int *ret_stdin, int *ret_stdout, char *err, size_t errlen);
 /* The soft RLIMIT_NOFILE backends start with (the shim raises its own). */
 void process_set_child_nofile(rlim_t soft);

@@ -1,0 +1,82 @@
+// How the shim starts a backend (direct activation: no systemd needed): in a session and process
+// group of its own, in its cwd, with the manifest's env over the shim's (its PATH finds the command),
+// without the LISTEN_* variables meant for the shim, with no signal blocked and SIGPIPE at its
+// default, and with the soft descriptor limit the shim was started with (the shim raises its own).
+import { after, test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { INIT, MCP_LAZY, RawPeer, SHIMD, cleanupPeers } from "./lib/env.mjs";
+
+after(cleanupPeers);
+const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-spawn-"));
+after(() => rmSync(dir, { recursive: true, force: true }));
+const facts = join(dir, "facts");
+mkdirSync(join(dir, "bin"));
+mkdirSync(join(dir, "work"));
+// A server that answers at once, reached only through the manifest's PATH; the shell before it
+// writes down what it was started with.
+writeFileSync(
+  join(dir, "serve.mjs"),
+  `import readline from "node:readline";
+const out = (m) => process.stdout.write(JSON.stringify(m) + "\\n");
+readline.createInterface({ input: process.stdin }).on("line", (l) => {
+  const m = JSON.parse(l);
+  if (m.id === undefined) return;
+  if (m.method === "initialize") out({ jsonrpc: "2.0", id: m.id, result: { protocolVersion: m.params.protocolVersion, capabilities: { tools: {} }, serverInfo: { name: "facts", version: "1" } } });
+  else if (m.method === "tools/call") out({ jsonrpc: "2.0", id: m.id, result: { content: [{ type: "text", text: "started" }] } });
+  else out({ jsonrpc: "2.0", id: m.id, error: { code: -32601, message: "Method not found" } });
+});
+`,
+);
+writeFileSync(
+  join(dir, "bin", "facts-server"),
+  `#!/bin/sh
+grep -E '^(SigBlk|SigIgn):' /proc/self/status > ${facts}
+echo "soft $(ulimit -Sn)" >> ${facts}
+echo "cwd $PWD" >> ${facts}
+echo "foo \${FOO-unset} listen \${LISTEN_FDS-unset} \${LISTEN_PID-unset} \${LISTEN_FDNAMES-unset}" >> ${facts}
+echo "pid $$ pgid $(ps -o pgid= -p $$ | tr -d ' ') sid $(ps -o sid= -p $$ | tr -d ' ')" >> ${facts}
+exec node ${join(dir, "serve.mjs")}
+`,
+  { mode: 0o755 },
+);
+const manifest = join(dir, "m.yaml");
+writeFileSync(
+  manifest,
+  `backends:
+  facts:
+    command: [facts-server]
+    cwd: ${join(dir, "work")}
+    env: {FOO: from-the-manifest, PATH: "${join(dir, "bin")}:/usr/local/bin:/usr/bin:/bin"}
+    socket: ${join(dir, "absent.sock")}
+tools:
+  - {name: started, backend: facts, input_schema: {type: object}}
+`,
+);
+
+test("a backend starts in its own session, cwd and env, with no signal blocked and the shim's first descriptor limit", async () => {
+  // The frontend (and so the shim) starts with a soft limit of 512; the shim raises its own.
+  const p = new RawPeer("sh", ["-c", `ulimit -Sn 512 && exec "$0" "$@"`, MCP_LAZY, "--manifest", manifest, "--activation=direct", "--shimd", SHIMD], {
+    env: { ...process.env, MCP_LAZY_CACHE_DIR: "", FOO: "from-the-client" },
+  });
+  try {
+    await p.request(INIT());
+    const r = await p.request({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "started", arguments: {} } }, 30000);
+    assert.equal(r.result?.content?.[0]?.text, "started", JSON.stringify(r));
+  } finally {
+    await p.close();
+  }
+  const f = Object.fromEntries(readFileSync(facts, "utf8").trim().split("\n").map((l) => {
+    const key = l.split(/[:\s]/)[0];
+    return [key, l.slice(key.length).replace(/^[:\s]+/, "")];
+  }));
+  assert.equal(BigInt(`0x${f.SigBlk}`), 0n, "no signal blocked");
+  assert.equal(BigInt(`0x${f.SigIgn}`) & (1n << 12n), 0n, "SIGPIPE at its default");
+  assert.equal(f.soft, "512");
+  assert.equal(f.cwd, join(dir, "work"));
+  assert.equal(f.foo, "from-the-manifest listen unset unset unset");
+  const [pid, , pgid, , sid] = f.pid.split(" ");
+  assert.ok(pid && pid === pgid && pid === sid, `its own session and group: ${f.pid}`);
+});
