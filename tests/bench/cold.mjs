@@ -205,9 +205,9 @@ export async function sectionCold(ctx) {
   ];
   const verdicts = [];
   for (const b of subjects) {
-    // Warm-up: the page cache, the prepared answers, and the first activation, which probes the era.
+    // Warm-up: the page cache (the backend's files too), the prepared answers, and the first
+    // activation, which probes the era.
     const first = await coldLazy(ctx, b);
-    await coldAlone(ctx, b);
     const L = [], A = [];
     for (let i = 0; i < b.runs; i++) {
       if (i % 2) {
