@@ -67,7 +67,7 @@ const BACKENDS = {
 const QUICK = process.env.BENCH_QUICK === "1"; // fewer runs, for working on the bench itself
 const RUNS = {
   startupLazy: QUICK ? 8 : 20,
-  startupNode: QUICK ? 3 : 10,
+  startupNode: QUICK ? 2 : 5, // server-memory's start: one row, 60x the others
   warmCalls: QUICK ? 200 : 1000,
   warmUp: QUICK ? 50 : 200,
   // Warm calls of sections 2 and 4b, per backend: the C backend answers in µs, so its p99 gets more
@@ -78,7 +78,7 @@ const RUNS = {
     floor: { rounds: QUICK ? 300 : 2000, epochs: 1 },
     memory: { rounds: QUICK ? 100 : 400, epochs: QUICK ? 2 : 3, warmUp: QUICK ? 50 : 100 },
   },
-  cold: { floor: QUICK ? 8 : 20, node: QUICK ? 2 : 5 }, // rounds: the C backend, each node server
+  cold: { floor: QUICK ? 8 : 20, node: QUICK ? 1 : 3 }, // rounds: the C backend, each node server
   sessions: 10,
 };
 const DEADLINE_MS = 330_000;

@@ -64,26 +64,46 @@ export function cmdline(pid) {
   }
 }
 
+// The pids in /proc now (one directory read, no file opened).
+function pidsNow() {
+  const out = new Set();
+  for (const d of readdirSync("/proc")) {
+    const c = d.charCodeAt(0);
+    if (c >= 48 && c <= 57) out.add(Number(d));
+  }
+  return out;
+}
+
+// pid -> parent pid of the live processes in pids.
+function parentsOf(pids) {
+  const parent = new Map();
+  for (const d of pids) {
+    const s = procState(d);
+    if (s && s[0] !== "Z") parent.set(Number(d), Number(s[1]));
+  }
+  return parent;
+}
+
 // pid -> parent pid of every live process. One scan of /proc serves every call made in the same
 // turn of the event loop (closing 500 peers at once would otherwise read /proc 500 times over); a
 // spawn starts a new scan.
 let parentsCache;
 function parents() {
   if (parentsCache) return parentsCache;
-  const parent = new Map();
-  for (const d of readdirSync("/proc")) {
-    if (!/^\d+$/.test(d)) continue;
-    const s = procState(d);
-    if (s && s[0] !== "Z") parent.set(Number(d), Number(s[1]));
-  }
-  parentsCache = parent;
+  parentsCache = parentsOf(pidsNow());
   setImmediate(() => (parentsCache = undefined));
-  return parent;
+  return parentsCache;
 }
+
+// The pids that were alive just before a live Peer was spawned, by the Peer's pid: its descendants
+// came later, so only the other pids need their parent read (every /proc/PID/stat read on a busy
+// machine took 3-35 ms a scan, and the bench scans at each of its hundreds of closes).
+const bornAfter = new Map();
 
 // Every live process whose parent chain reaches pid (pid itself excluded).
 export function descendants(pid) {
-  const parent = parents();
+  const before = bornAfter.get(pid);
+  const parent = before ? parentsOf([...pidsNow()].filter((p) => !before.has(p))) : parents();
   const out = [];
   for (const [p] of parent) {
     for (let q = parent.get(p), hops = 0; q && hops < 64; q = parent.get(q), hops++) {
@@ -183,16 +203,19 @@ export class Peer {
     this.err = []; // { t, line }
     this.stderrText = "";
     this.waiters = new Set();
+    const before = pidsNow();
     this.t0 = now();
     parentsCache = undefined;
     this.child = spawn(command, args, { env, cwd, stdio: ["pipe", "pipe", stderr ? "pipe" : "ignore"] });
     this.pid = this.child.pid;
     if (this.pid) remember([this.pid]);
+    if (this.pid) bornAfter.set(this.pid, before);
     live.add(this);
     this.exited = new Promise((resolve) =>
       this.child.on("exit", (code, signal) => {
         this.exitCode = code;
         live.delete(this);
+        if (bornAfter.get(this.pid) === before) bornAfter.delete(this.pid);
         resolve({ code, signal });
         this.wake();
       }),
