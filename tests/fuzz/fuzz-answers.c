@@ -2,7 +2,8 @@
  * a valid file (frontend/answers.c, built once from a small manifest): each 3 bytes are a 2-byte
  * little-endian offset and the byte to put there; with the input's first byte odd, the file is sealed
  * again (size and checksum recomputed, as a forger would). answers_load() must refuse the file, or
- * hand out only answers that lie within it, are one line without NUL, and are JSON objects. */
+ * hand out only answers that lie within it, are one line without NUL, and are JSON objects; its routes
+ * name only valid backend names on this host, each with an absolute socket path or none. */
 #include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -18,12 +19,14 @@ static const char manifest[] =
         "server: {name: fuzz, version: '1', page_size: 2, instructions: 'a \"quoted\" line'}\n"
         "backends:\n"
         "  b: {command: [x], resources: [{uri: 'a://b', name: b}], prompts: [{name: p}]}\n"
+        "  c: {command: [y], socket: /run/c.sock}\n"
+        "  r: {host: 'ssh://h'}\n"
         "tools:\n"
         "  - {name: t1, backend: b, input_schema: {type: object}}\n"
         "  - {name: t2, backend: b, input_schema: {type: object}, description: \"two\\nlines\"}\n"
         "  - {name: t3, backend: b, input_schema: {type: object}}\n"
-        "  - {name: t4, backend: b, input_schema: {type: object}}\n"
-        "  - {name: t5, backend: b, input_schema: {type: object}}\n";
+        "  - {name: t4, backend: c, input_schema: {type: object}}\n"
+        "  - {name: t5, backend: r, input_schema: {type: object}}\n";
 
 static char *valid, path[] = "/tmp/mcp-lazy-fuzz-answers-XXXXXX";
 static size_t valid_len;
@@ -54,6 +57,25 @@ static void check(const char *text, size_t len, bool object) {
         FUZZ_ASSERT(!memchr(text, '\n', len) && !memchr(text, 0, len));
         if (object)
                 FUZZ_ASSERT(text[0] == '{' && text[len - 1] == '}');
+}
+
+/* A route the answers give: a valid backend name of this host, and where its socket is. */
+static void check_route(const Answers *a, const char *tool, const char *want, const char *want_socket, bool untouched) {
+        const char *backend = NULL, *socket = NULL;
+        bool found = answers_tool_backend(a, tool, &backend);
+
+        if (found) {
+                FUZZ_ASSERT(backend && backend_name_valid(backend));
+                FUZZ_ASSERT(answers_backend_socket(a, backend, &socket));
+                FUZZ_ASSERT(!socket || socket[0] == '/');
+        }
+        if (!untouched)
+                return;
+        FUZZ_ASSERT(found == !!want);
+        if (want) {
+                FUZZ_ASSERT(streq(backend, want));
+                FUZZ_ASSERT(want_socket ? socket && streq(socket, want_socket) : !socket);
+        }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -88,6 +110,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (size_t off = 0; off < 12; off++)
                 if (answers_tools_page(a, off, &page))
                         FUZZ_ASSERT(answers_get(a, ANSWER_TOOLS, page, &text, &len));
+        /* A local backend's tools are routed (with or without a socket path), a remote one's are not. */
+        check_route(a, "t1", "b", NULL, size <= 1);
+        check_route(a, "t4", "c", "/run/c.sock", size <= 1);
+        check_route(a, "t5", NULL, NULL, size <= 1);
+        check_route(a, "nope", NULL, NULL, size <= 1);
         /* Untouched, it is taken as it was made. */
         if (size <= 1)
                 FUZZ_ASSERT(answers_get(a, ANSWER_TOOLS, 2, NULL, NULL) && answers_n_tools(a) == 5);

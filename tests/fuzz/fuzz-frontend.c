@@ -3,7 +3,9 @@
  * first byte names ('c': the client; anything else: the shim); everything the frontend writes is read
  * back and checked: every line is a valid message (or a batch of them), the client gets answers only
  * under ids it used and requests only under ids of ours, and the shim gets only the client's ids or
- * ours, and answers only under ids the shim used. */
+ * ours, and answers only under ids the shim used. An input that starts with 'A' runs a session served
+ * from prepared answers (frontend/answers.c) without a manifest, as one started from the cache is: its
+ * tools/call goes by the answers' routes. */
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -11,6 +13,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "answers.h"
 #include "frontend.h"
 #include "fuzz.h"
 #include "ids.h"
@@ -168,6 +171,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 .max_line = 1 << 20,
                 .activation = ACTIVATION_SYSTEMD,
         };
+        bool prepared = size > 0 && data[0] == 'A';
+        Manifest *m;
+        Answers *a = NULL;
         Session *s;
         Upstream *u;
         int cs[2], ks[2];
@@ -181,8 +187,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         free(p->seen[j]);
                 p->n_seen = p->len = 0;
         }
-        s = session_new(e, manifest(), &o);
+        m = manifest();
+        if (prepared) {
+                struct stat st = {};
+                FUZZ_ASSERT(answers_build(m, "fuzz-frontend key", &st, &a) >= 0);
+                m = manifest_free(m);
+        }
+        s = session_new(e, m, &o);
         FUZZ_ASSERT(s);
+        session_set_answers(s, a);
         FUZZ_ASSERT(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, cs) == 0);
         FUZZ_ASSERT(session_start(s, cs[0], cs[0]) >= 0);
         client.fd = cs[1];
@@ -193,7 +206,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_ASSERT(upstream_attach(u, ks[0]) == 0);
         shim.fd = ks[1];
 
-        for (size_t at = 0; at < size;) {
+        for (size_t at = prepared; at < size;) {
                 const char *line = (const char *) data + at, *nl = memchr(line, '\n', size - at);
                 size_t len = nl ? (size_t) (nl - line) : size - at;
 
