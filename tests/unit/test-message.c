@@ -1,5 +1,6 @@
 /* The message layer: strict parsing, duplicate keys, ids by their text, spans and id translation. */
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ids.h"
@@ -26,6 +27,37 @@ static JsonRpcKind kind_of(const char *text) {
         return m ? m->kind : (JsonRpcKind) -1;
 }
 
+/* Each byte at each place of a string long enough for the scan to read it a word at a time: what JSON
+ * refuses in a string (a control character, an invalid escape, a byte that starts no UTF-8 sequence,
+ * an unescaped quote that leaves the rest outside it) is refused wherever it sits; what it allows
+ * passes. cJSON takes raw control characters, so only this says the scan does not. */
+static void test_string_bytes(void) {
+        static const struct {
+                const char *bytes;
+                int r;
+        } cases[] = {
+                {"\x01", -EBADMSG}, {"\x1f", -EBADMSG}, {"\t", -EBADMSG},   {"\n", -EBADMSG},
+                {"\"", -EBADMSG},   {"\\a", -EBADMSG}, {"\xff", -EBADMSG}, {"\xc3", -EBADMSG},
+                {"\x7f", 0},        {"\\n", 0},       {"\xc3\xa9", 0},    {"\\\"", 0},
+                {" ", 0},
+        };
+        char text[128];
+        unsigned bad = 0;
+
+        for (size_t c = 0; c < ELEMENTSOF(cases); c++)
+                for (size_t len = 0; len <= 40; len++)
+                        for (size_t at = 0; at <= len; at++) {
+                                _cleanup_message_ Message *m = NULL;
+                                size_t n = (size_t) snprintf(text, sizeof text, "{\"a\":\"%.*s%s%.*s\"}", (int) at,
+                                                             "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGH", cases[c].bytes,
+                                                             (int) (len - at), "ijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMN");
+                                int r = message_parse_envelope(text, n, JSONRPC_DEFAULT_MAX_DEPTH, &m);
+                                if (r != cases[c].r && bad++ < 5)
+                                        fprintf(stderr, "%s: got %d for %s\n", __func__, r, text);
+                        }
+        CHECK(bad == 0);
+}
+
 static void test_strict(void) {
         CHECK(parse_result("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}") == 0);
         CHECK(parse_result(" {\"a\" : [1 , 2.5e-3, -0, true, false, null, \"\\u00e9\\n\"]}\r") == 0);
@@ -40,6 +72,7 @@ static void test_strict(void) {
         CHECK(parse_result("{\"a\":1} x") == -EBADMSG);
         CHECK(parse_result("{\"a\":tru}") == -EBADMSG);
         CHECK(parse_result("") == -EBADMSG);
+        test_string_bytes();
 }
 
 static void test_duplicates(void) {
