@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "era.h"
 #include "framing.h"
 #include "macros.h"
 #include "message.h"
@@ -24,6 +25,7 @@ typedef struct Key {
 } Key;
 
 #define KEYS_PAIRWISE 16U /* objects up to this many keys compare them pairwise; larger ones sort */
+#define KEYS_INLINE   32U /* keys held without an allocation by message_parse_envelope() */
 
 /* The top-level object's members the envelope is made of. */
 typedef enum EnvelopeMember {
@@ -41,6 +43,60 @@ static const char *const member_names[_MEMBER_MAX] = {
         [MEMBER_PARAMS] = "params",   [MEMBER_RESULT] = "result", [MEMBER_ERROR] = "error",
 };
 
+/* The paths the scan notes: the id fields (ids.c), then what routing reads (RoutePath). */
+#define SCAN_PATHS (_ID_PATH_MAX + _ROUTE_PATH_MAX)
+_Static_assert(SCAN_PATHS <= 32, "a scan notes at most 32 paths");
+
+static const char *const route_paths[_ROUTE_PATH_MAX][ID_PATH_DEPTH + 1] = {
+        [ROUTE_PATH_PARAMS_NAME] = {"params", "name"},
+        [ROUTE_PATH_META_VERSION] = {"params", "_meta", META_PROTOCOL_VERSION},
+        [ROUTE_PATH_META_CAPABILITIES] = {"params", "_meta", META_CLIENT_CAPABILITIES},
+        [ROUTE_PATH_META_CLIENT_INFO] = {"params", "_meta", META_CLIENT_INFO},
+        [ROUTE_PATH_META_LOG_LEVEL] = {"params", "_meta", META_LOG_LEVEL},
+};
+
+static const char *scan_path_key(unsigned p, unsigned level) {
+        return p < _ID_PATH_MAX ? id_paths[p][level] : route_paths[p - _ID_PATH_MAX][level];
+}
+
+/* The paths by level, for one look-up per key on every message's path: each distinct key at a level
+ * with the paths it is a step of, and which of those paths end there. Made once from the two tables. */
+typedef struct PathKey {
+        const char *key;
+        size_t len;
+        uint32_t paths;
+} PathKey;
+
+static struct {
+        bool made;
+        PathKey keys[ID_PATH_DEPTH][SCAN_PATHS];
+        size_t n_keys[ID_PATH_DEPTH];
+        uint32_t ends[ID_PATH_DEPTH]; /* the paths whose last key is at this level */
+} path_index;
+
+static void path_index_make(void) {
+        for (unsigned p = 0; p < SCAN_PATHS; p++)
+                for (unsigned l = 0; l < ID_PATH_DEPTH && scan_path_key(p, l); l++) {
+                        const char *key = scan_path_key(p, l);
+                        size_t i = 0, *n = &path_index.n_keys[l];
+
+                        while (i < *n && !streq(path_index.keys[l][i].key, key))
+                                i++;
+                        if (i == *n)
+                                path_index.keys[l][(*n)++] = (PathKey){key, strlen(key), 0};
+                        path_index.keys[l][i].paths |= 1U << p;
+                        if (!scan_path_key(p, l + 1))
+                                path_index.ends[l] |= 1U << p;
+                }
+        path_index.made = true;
+}
+
+/* The lengths of member_names. */
+static const uint8_t member_lens[_MEMBER_MAX] = {
+        [MEMBER_JSONRPC] = 7, [MEMBER_ID] = 2,     [MEMBER_METHOD] = 6,
+        [MEMBER_PARAMS] = 6,  [MEMBER_RESULT] = 6, [MEMBER_ERROR] = 5,
+};
+
 typedef struct Scanner {
         const char *s;
         size_t pos, len;
@@ -49,8 +105,9 @@ typedef struct Scanner {
         bool want_elements; /* a batch: note the spans of the top-level array's elements */
         Span *elements;
         size_t n_elements, max_elements;
-        /* The keys of the objects being scanned, innermost last: duplicates are found as they come. */
-        Key *keys, keys_inline[32];
+        /* The keys of the objects being scanned, innermost last: duplicates are found as they come.
+         * keys_inline: the caller's room for the first KEYS_INLINE (uninitialized), or NULL. */
+        Key *keys, *keys_inline;
         size_t n_keys, max_keys;
         bool has_dup;
         char dup[65];    /* the first duplicate key found (has_dup), cut to 64 bytes */
@@ -74,7 +131,7 @@ static bool is_ws(char c) {
         return c == ' ' || c == '\n' || c == '\r' || c == '\t';
 }
 
-static void skip_ws(Scanner *sc) {
+static inline void skip_ws(Scanner *sc) {
         while (sc->pos < sc->len && is_ws(sc->s[sc->pos]))
                 sc->pos++;
 }
@@ -343,6 +400,10 @@ static bool key_is(const Key *k, const char *name) {
         return k->len > 0 && k->p[0] == name[0] && strncmp(name, k->p, k->len) == 0 && name[k->len] == 0;
 }
 
+static inline bool key_is_len(const Key *k, const char *name, size_t len) {
+        return k->len == len && memcmp(k->p, name, len) == 0;
+}
+
 static int key_compare(const Key *x, const Key *y) {
         int c = memcmp(x->p, y->p, x->len < y->len ? x->len : y->len);
         return c ? c : x->len < y->len ? -1 : x->len > y->len;
@@ -363,7 +424,7 @@ static void note_duplicate(Scanner *sc, const Key *k, bool top) {
 /* A key of the object whose keys start at base: duplicates of the first few are found at once. */
 static int keys_push(Scanner *sc, size_t base, const Key *k, bool top) {
         if (sc->n_keys == sc->max_keys) {
-                size_t n = sc->max_keys ? sc->max_keys * 2 : ELEMENTSOF(sc->keys_inline);
+                size_t n = sc->max_keys ? sc->max_keys * 2 : KEYS_INLINE;
                 Key *nk;
                 if (sc->keys == sc->keys_inline || !sc->keys) {
                         nk = malloc(n * sizeof *nk);
@@ -378,7 +439,7 @@ static int keys_push(Scanner *sc, size_t base, const Key *k, bool top) {
         }
         if (sc->n_keys - base < KEYS_PAIRWISE)
                 for (size_t i = base; i < sc->n_keys; i++)
-                        if (key_compare(&sc->keys[i], k) == 0) {
+                        if (key_is_len(&sc->keys[i], k->p, k->len)) {
                                 note_duplicate(sc, k, top);
                                 break;
                         }
@@ -403,7 +464,8 @@ static int keys_pop(Scanner *sc, size_t base, bool top) {
                         }
         }
         for (size_t i = base; i < sc->n_keys; i++)
-                free(sc->keys[i].owned);
+                if (sc->keys[i].owned)
+                        free(sc->keys[i].owned);
         sc->n_keys = base;
         return 0;
 }
@@ -466,11 +528,15 @@ static int scan_object(Scanner *sc, unsigned level, uint32_t mask) {
                         free(k.owned);
                         return r;
                 }
-                for (unsigned p = 0; mask && p < _ID_PATH_MAX; p++)
-                        if ((mask & (1U << p)) && key_is(&k, id_paths[p][level]))
-                                sub |= 1U << p;
+                for (size_t i = 0; mask && i < path_index.n_keys[level]; i++) {
+                        const PathKey *pk = &path_index.keys[level][i];
+                        if ((pk->paths & mask) && key_is_len(&k, pk->key, pk->len)) {
+                                sub = pk->paths & mask;
+                                break;
+                        }
+                }
                 for (unsigned mb = 0; top && mb < _MEMBER_MAX && member < 0; mb++)
-                        if (key_is(&k, member_names[mb]))
+                        if (key_is_len(&k, member_names[mb], member_lens[mb]))
                                 member = (int) mb;
                 skip_ws(sc);
                 if (sc->pos >= sc->len || sc->s[sc->pos] != ':')
@@ -478,15 +544,12 @@ static int scan_object(Scanner *sc, unsigned level, uint32_t mask) {
                 sc->pos++;
                 skip_ws(sc);
                 size_t vstart = sc->pos;
-                uint32_t deeper = 0;
-                for (unsigned p = 0; sub && p < _ID_PATH_MAX; p++)
-                        if ((sub & (1U << p)) && id_paths[p][level + 1])
-                                deeper |= 1U << p;
-                r = scan_value(sc, level + 1, deeper, false);
+                uint32_t ends = sub ? sub & path_index.ends[level] : 0;
+                r = scan_value(sc, level + 1, sub & ~ends, false);
                 if (r < 0)
                         return r;
-                for (unsigned p = 0; sc->spans && sub && p < _ID_PATH_MAX; p++)
-                        if ((sub & (1U << p)) && !id_paths[p][level + 1])
+                for (unsigned p = 0; sc->spans && ends && p < SCAN_PATHS; p++)
+                        if (ends & (1U << p))
                                 sc->spans[p] = (Span){vstart, sc->pos - vstart};
                 if (member >= 0 && !sc->has_member[member]) {
                         sc->has_member[member] = true;
@@ -551,7 +614,9 @@ static int scan_value(Scanner *sc, unsigned level, uint32_t mask, bool top) {
 
 /* The whole text is one JSON value and white space. Nesting was bounded before this recursion. */
 static int scan_text(Scanner *sc) {
-        int r = scan_value(sc, 0, sc->spans ? (1U << _ID_PATH_MAX) - 1 : 0, true);
+        if (!path_index.made)
+                path_index_make();
+        int r = scan_value(sc, 0, sc->spans ? (uint32_t) ((1ULL << SCAN_PATHS) - 1) : 0, true);
         if (r < 0)
                 return r;
         skip_ws(sc);
@@ -734,10 +799,12 @@ static void classify(Message *m, const Scanner *sc) {
 static Message *message_alloc(const char *line, size_t len, const Scanner *sc) {
         size_t id_len = sc->has_member[MEMBER_ID] ? sc->members[MEMBER_ID].len : 0;
         size_t method_len = sc->has_member[MEMBER_METHOD] ? sc->members[MEMBER_METHOD].len : 0;
-        Message *m = calloc(1, sizeof *m + len + 1 + 2 * (id_len + 1) + method_len + 1);
+        Message *m = malloc(sizeof *m + len + 1 + 2 * (id_len + 1) + method_len + 1);
 
         if (!m)
                 return NULL;
+        /* On every message's path: the fields that may be read before they are written, and no more. */
+        memset(m, 0, offsetof(Message, id_raw));
         m->n_ref = 1;
         m->text = (char *) (m + 1);
         memcpy(m->text, line, len);
@@ -746,20 +813,27 @@ static Message *message_alloc(const char *line, size_t len, const Scanner *sc) {
         m->id_buf = m->text + len + 1;
         m->id_str = m->id_buf + id_len + 1;
         m->method_buf = m->id_str + id_len + 1;
+        m->id_buf[0] = m->id_str[0] = m->method_buf[0] = 0;
         memcpy(m->spans, sc->spans, sizeof m->spans);
+        memcpy(m->route, sc->spans + _ID_PATH_MAX, sizeof m->route);
         return m;
 }
 
 int message_parse_envelope(const char *line, size_t len, unsigned max_depth, Message **ret) {
-        Span spans[_ID_PATH_MAX] = {};
-        Scanner sc = {.s = line, .len = len, .max_depth = max_depth, .spans = spans};
+        Span spans[SCAN_PATHS] = {};
+        Key keys[KEYS_INLINE];
+        Scanner sc = {.s = line,
+                      .len = len,
+                      .max_depth = max_depth,
+                      .spans = spans,
+                      .keys = keys,
+                      .keys_inline = keys,
+                      .max_keys = KEYS_INLINE};
         Message *m;
         int r;
 
         /* One pass checks it all: grammar, UTF-8 inside strings (outside them JSON is ASCII), no NUL,
          * duplicate keys, and nesting, before cJSON (which recurses) ever sees it. */
-        sc.keys = sc.keys_inline;
-        sc.max_keys = ELEMENTSOF(sc.keys_inline);
         r = scan_text(&sc);
         scanner_done(&sc);
         if (r < 0)
@@ -978,6 +1052,21 @@ int message_members(const Message *m, Span object, Member **ret, size_t *ret_n) 
 
 bool message_key_is(const Message *m, const Member *mb, const char *name) {
         return key_equals(m->text, mb->key.start, mb->key.start + mb->key.len, name);
+}
+
+int message_string(const Message *m, Span s, char *buf, size_t size, size_t *ret_len) {
+        if (s.len < 2 || m->text[s.start] != '"')
+                return -EINVAL;
+        /* Decoding never lengthens: the contents' length bounds what it needs. */
+        if (s.len - 2 >= size)
+                return -ENOBUFS;
+        *ret_len = string_decode(m->text, s.start + 1, s.start + s.len - 1, buf);
+        return 0;
+}
+
+bool message_has_envelope(const Message *m) {
+        return m->route[ROUTE_PATH_META_VERSION].len > 0 || m->route[ROUTE_PATH_META_CAPABILITIES].len > 0 ||
+               m->route[ROUTE_PATH_META_CLIENT_INFO].len > 0 || m->route[ROUTE_PATH_META_LOG_LEVEL].len > 0;
 }
 
 char *message_span_dup(const Message *m, Span s) {

@@ -17,6 +17,18 @@ typedef struct Span {
         size_t start, len; /* len 0: absent */
 } Span;
 
+/* What routing reads past the envelope, noted by the same scan (as the id fields are), so that a
+ * request can be routed without its tree: a tool's name, and the 2026-07-28 envelope in params._meta
+ * (era.h). A path is noted only where each step is an object member, as cJSON would find it. */
+typedef enum RoutePath {
+        ROUTE_PATH_PARAMS_NAME,       /* params.name */
+        ROUTE_PATH_META_VERSION,      /* params._meta["io.modelcontextprotocol/protocolVersion"] */
+        ROUTE_PATH_META_CAPABILITIES, /* params._meta["io.modelcontextprotocol/clientCapabilities"] */
+        ROUTE_PATH_META_CLIENT_INFO,  /* params._meta["io.modelcontextprotocol/clientInfo"] */
+        ROUTE_PATH_META_LOG_LEVEL,    /* params._meta["io.modelcontextprotocol/logLevel"] */
+        _ROUTE_PATH_MAX,
+} RoutePath;
+
 struct Message {
         unsigned n_ref;
         char *text; /* the peer's line, NUL-terminated */
@@ -31,12 +43,15 @@ struct Message {
         const char *id_text; /* that text ("\"a1\"", "12345678901234567890"); NULL without an id */
         const char *problem; /* INVALID: why, as a sentence fragment for the error message */
         Span spans[_ID_PATH_MAX];
-        char problem_buf[160];
+        Span route[_ROUTE_PATH_MAX];
         /* Private: id and id_json point to these items of the message's own (never to cJSON_Delete()),
          * or id to id_value, a parsed id of a rare form. */
-        cJSON id_item, id_raw;
         cJSON *id_value;
         char *id_buf, *id_str, *method_buf;
+        cJSON id_item;
+        /* Not zeroed when the message is made: each is written before it is read. */
+        cJSON id_raw;
+        char problem_buf[160];
 };
 
 /* -EBADMSG: not JSON (strictly), not UTF-8, NUL, a lone UTF-16 surrogate escape, or trailing bytes;
@@ -84,5 +99,11 @@ typedef struct Member {
 } Member;
 int message_members(const Message *m, Span object, Member **ret, size_t *ret_n);
 bool message_key_is(const Message *m, const Member *mb, const char *name);
+/* The string value at s (quotes included) decoded into buf (size bytes) and NUL-terminated: its decoded
+ * length (a decoded NUL included: compare with strlen()). -EINVAL if s is not a string (or absent),
+ * -ENOBUFS if it does not fit. */
+int message_string(const Message *m, Span s, char *buf, size_t size, size_t *ret_len);
+/* The request carries the 2026-07-28 envelope: a member of params._meta that era_envelope_parse() reads. */
+bool message_has_envelope(const Message *m);
 /* The text of a span, malloc'd. */
 char *message_span_dup(const Message *m, Span s);

@@ -49,8 +49,7 @@ typedef struct Batch {
 
 /* A client request that went to a backend and awaits its response. */
 typedef struct Pending {
-        char *key;        /* the exact text of the client's id (request->id_text) */
-        Message *request; /* as the client sent it: what goes to the backend */
+        Message *request; /* as the client sent it: what goes to the backend; its id_text is the key */
         Batch *batch;
         UpConn *conn;
         Upstream *upstream;
@@ -69,6 +68,7 @@ struct Session {
         bool batches_allowed;
         Hashmap *pending;   /* id key -> Pending */
         Hashmap *upstreams; /* backend name -> Upstream, created on first use */
+        Upstream *last_upstream; /* the one session_upstream() gave last */
         Hashmap *upcalls;   /* id given to the client -> Upcall */
         uint64_t next_upcall;
         uint64_t next_own_id;   /* our own requests to backends: each id used once */

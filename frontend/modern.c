@@ -442,8 +442,8 @@ void modern_list_changed(Session *s, const char *method) {
 }
 
 bool modern_request(const Message *m) {
-        const cJSON *meta = cJSON_GetObjectItemCaseSensitive(m->params, "_meta");
-        return cJSON_GetObjectItemCaseSensitive(meta, META_PROTOCOL_VERSION) != NULL;
+        /* What the scan noted: params._meta's protocolVersion member, as the tree would have it. */
+        return m->route[ROUTE_PATH_META_VERSION].len > 0;
 }
 
 void modern_list_result(Session *s, const Message *m, cJSON *result) {
@@ -583,7 +583,7 @@ static cJSON *call_failure_new(const Pending *p, const char *text) {
 
 /* An input_required answer may only ask for what the request's envelope declared: else -32021. */
 static cJSON *check_input_capabilities(const Pending *p, const Message *answer, const cJSON *result) {
-        const cJSON *params = p->request->params;
+        const cJSON *params = message_json(p->request) ? p->request->params : NULL;
         const cJSON *caps = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(params, "_meta"),
                                                              META_CLIENT_CAPABILITIES);
         _cleanup_json_ cJSON *missing = cJSON_CreateObject();

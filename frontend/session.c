@@ -75,7 +75,6 @@ const Manifest *session_manifest(Session *s) {
 static Pending *pending_free(Pending *p) {
         if (!p)
                 return NULL;
-        free(p->key);
         message_unref(p->request);
         free(p);
         return NULL;
@@ -228,7 +227,7 @@ static void track_task(Session *s, const Pending *p, const Message *answer) {
 static Batch *pending_forget(Session *s, Pending *p) {
         Batch *b = p->batch;
 
-        hashmap_remove(s->pending, p->key);
+        hashmap_remove(s->pending, p->request->id_text);
         if (p->conn)
                 upconn_release(p->conn);
         pending_free(p);
@@ -481,13 +480,20 @@ static void handle_core_request(Session *s, Message *m, Batch *batch);
 
 /* One Upstream per backend name for the whole session, across manifest reloads. */
 Upstream *session_upstream(Session *s, const char *name) {
-        Upstream *u = hashmap_get(s->upstreams, name);
+        Upstream *u;
 
+        /* Calls in a row mostly go to one backend: its name is compared, not hashed. Upstreams live
+         * as long as the session. */
+        if (s->last_upstream && streq(upstream_name(s->last_upstream), name))
+                return s->last_upstream;
+        u = hashmap_get(s->upstreams, name);
+        if (!u) {
+                u = upstream_new(s, name);
+                if (u && hashmap_put(s->upstreams, name, u) < 0)
+                        u = upstream_free(u);
+        }
         if (u)
-                return u;
-        u = upstream_new(s, name);
-        if (u && hashmap_put(s->upstreams, name, u) < 0)
-                u = upstream_free(u);
+                s->last_upstream = u;
         return u;
 }
 
@@ -497,20 +503,14 @@ static int pending_new(Session *s, Message *m, Batch *batch, Pending **ret) {
 
         if (!p)
                 return -ENOMEM;
-        p->key = strdup(m->id_text);
-        if (!p->key)
-                return -ENOMEM;
+        r = hashmap_put(s->pending, m->id_text, p);
+        if (r < 0)
+                return r;
         p->request = message_ref(m);
         p->upstream = NULL;
         p->batch = batch;
         p->is_tool_call = streq(m->method, "tools/call");
         p->modern = modern_request(m);
-        r = hashmap_put(s->pending, p->key, p);
-        if (r < 0) {
-                free(p->key);
-                message_unref(p->request);
-                return r;
-        }
         if (batch)
                 batch->outstanding++;
         *ret = TAKE_PTR(p);
@@ -562,17 +562,35 @@ static void route_to_backend(Session *s, Message *m, size_t backend, Batch *batc
         route_to(s, m, batch, NULL, s->manifest->backends[backend].name);
 }
 
+/* Routed by params.name alone, which the scan noted: the tree is not needed. A tool of a local backend
+ * is routed by the prepared answers while the manifest is not read; else by the manifest. */
 static void handle_tools_call(Session *s, Message *m, Batch *batch) {
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(m->params, "name");
+        const Span *span = &m->route[ROUTE_PATH_PARAMS_NAME];
+        _cleanup_free_ char *big = NULL;
+        char small[256], *name = small;
+        const char *backend;
+        size_t len;
         const Tool *t;
+        int r;
 
-        if (!cJSON_IsObject(m->params) || !cJSON_IsString(name))
+        r = message_string(m, *span, small, sizeof small, &len);
+        if (r == -ENOBUFS) {
+                name = big = malloc(span->len);
+                r = name ? message_string(m, *span, big, span->len, &len) : -ENOMEM;
+        }
+        if (r == -ENOMEM)
+                return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+        if (r < 0)
                 return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
                                    "tools/call needs params with a string name");
-        t = manifest_find_tool(s->manifest, name->valuestring);
+        /* A name with a NUL in it names no tool: the backend would read all of it, not what we looked up. */
+        if (len == strlen(name) && !s->manifest && s->answers && answers_tool_backend(s->answers, name, &backend))
+                return route_to(s, m, batch, NULL, backend);
+        if (!session_manifest(s))
+                return reply_no_manifest(s, batch, m);
+        t = len == strlen(name) ? manifest_find_tool(s->manifest, name) : NULL;
         if (!t)
-                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS, "Unknown tool: '%.200s'",
-                                   name->valuestring);
+                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS, "Unknown tool: '%.200s'", name);
         route_to_backend(s, m, t->backend, batch);
 }
 
@@ -714,25 +732,32 @@ static bool handle_prepared(Session *s, Message *m, Batch *batch) {
         return false;
 }
 
-/* A call to a tool of a local backend, routed by the prepared answers: no manifest to read. */
-static bool route_prepared(Session *s, Message *m, Batch *batch) {
-        const cJSON *name = cJSON_GetObjectItemCaseSensitive(m->params, "name");
-        const char *backend;
-
-        if (s->manifest || !s->answers || !streq(m->method, "tools/call") || !cJSON_IsObject(m->params) ||
-            !cJSON_IsString(name) || !answers_tool_backend(s->answers, name->valuestring, &backend))
+/* A handshake-era tools/call, the request on every call's path: what routes it (method, id, params.name)
+ * came from the scan, and it goes on as the client wrote it, so no tree is built. It takes the same
+ * way as below: nothing before handle_tools_call() answers or reads a tools/call without an envelope. */
+static bool handle_tools_call_fast(Session *s, Message *m, Batch *batch) {
+        if (!streq(m->method, "tools/call") || message_has_envelope(m))
                 return false;
-        route_to(s, m, batch, NULL, backend);
+        handle_tools_call(s, m, batch);
         return true;
 }
 
 static void handle_request(Session *s, Message *m, Batch *batch) {
-        const char *uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "uri"));
-        const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "name"));
+        const char *uri, *name;
         const Manifest *mf;
 
-        if (modern_intercept(s, m, batch) || handle_prepared(s, m, batch) || route_prepared(s, m, batch))
+        if (handle_tools_call_fast(s, m, batch))
                 return;
+        /* Everything else reads params: the tree is built now. */
+        if (!message_json(m))
+                return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+        uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "uri"));
+        name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "name"));
+        if (modern_intercept(s, m, batch) || handle_prepared(s, m, batch))
+                return;
+        /* The prepared answers route a call to a local backend without the manifest (handle_tools_call()). */
+        if (streq(m->method, "tools/call"))
+                return handle_tools_call(s, m, batch);
         if (!(mf = session_manifest(s)))
                 return reply_no_manifest(s, batch, m);
 
@@ -851,7 +876,7 @@ static void handle_batch(Session *s, const char *line, size_t len) {
         for (size_t i = 0; i < n; i++) {
                 _cleanup_message_ Message *m = NULL;
 
-                r = message_parse(line + spans[i].start, spans[i].len, JSONRPC_DEFAULT_MAX_DEPTH, &m);
+                r = message_parse_envelope(line + spans[i].start, spans[i].len, JSONRPC_DEFAULT_MAX_DEPTH, &m);
                 if (r < 0)
                         parse_error(s, b, r);
                 else if (m->kind == JSONRPC_REQUEST && streq(m->method, "initialize"))
@@ -870,7 +895,8 @@ void session_handle_line(Session *s, const char *line, size_t len) {
 
         if (message_is_batch(line, len))
                 return handle_batch(s, line, len);
-        r = message_parse(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &m);
+        /* The envelope alone: whatever reads params builds the tree (handle_request()). */
+        r = message_parse_envelope(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &m);
         if (r < 0)
                 return parse_error(s, NULL, r);
         handle_message(s, m, NULL);

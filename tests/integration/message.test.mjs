@@ -261,6 +261,27 @@ describe("the frontend and its shim", () => {
     assert.match(text(r), /backend 'echo' sent an invalid answer to this call \(duplicate key "isError"/);
   });
 
+  test("a tool's name is read as the backend reads it: escapes decoded, and a NUL in it names no tool", async () => {
+    p.send('{"jsonrpc":"2.0","id":20,"method":"tools/call","params":{"name":"r\\u0061w","arguments":{"marker":"esc"}}}');
+    const ok = JSON.parse(await nextRaw(p));
+    assert.equal(ok.id, 20);
+    assert.ok(text(ok).includes('"name":"r\\u0061w"'), text(ok));
+    p.send('{"jsonrpc":"2.0","id":21,"method":"tools/call","params":{"name":"seen\\u0000x","arguments":{"marker":"nul"}}}');
+    const bad = JSON.parse(await nextRaw(p));
+    assert.equal(bad.id, 21);
+    assert.equal(bad.error?.code, -32602, JSON.stringify(bad));
+    assert.match(bad.error.message, /Unknown tool: 'seen'/);
+    for (const params of ["[1]", '{"name":5}', '{"arguments":{}}']) {
+      p.send(`{"jsonrpc":"2.0","id":22,"method":"tools/call","params":${params}}`);
+      const e = JSON.parse(await nextRaw(p));
+      assert.equal(e.error?.code, -32602, params);
+      assert.match(e.error.message, /tools\/call needs params with a string name/, params);
+    }
+    // What was refused never reached the backend.
+    const seen = await p.request(call(23, "seen", { marker: "nul" }));
+    assert.deepEqual(JSON.parse(text(seen)), []);
+  });
+
   test("duplicate keys from the client are refused", async () => {
     p.send('{"jsonrpc":"2.0","id":10,"method":"ping","id":11}');
     const e = await p.next();

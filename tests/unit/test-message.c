@@ -369,6 +369,55 @@ static void test_envelope(void) {
         CHECK(message_parse_envelope("{\"a\":01}", 8, JSONRPC_DEFAULT_MAX_DEPTH, &b) == -EBADMSG);
 }
 
+static Message *envelope(const char *text) {
+        Message *m = NULL;
+        if (message_parse_envelope(text, strlen(text), JSONRPC_DEFAULT_MAX_DEPTH, &m) < 0)
+                return NULL;
+        return m;
+}
+
+/* What routing reads past the envelope, noted by the scan where cJSON would find it, and nowhere else. */
+static void test_route(void) {
+        _cleanup_message_ Message *a = envelope(
+                "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"arguments\":{\"name\":\"no\"},"
+                "\"name\":\"r\\u0061w\"}}");
+        _cleanup_message_ Message *nul = envelope(
+                "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"raw\\u0000x\"}}");
+        _cleanup_message_ Message *arr =
+                envelope("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":[{\"name\":\"x\"}],"
+                         "\"name\":\"y\"}");
+        _cleanup_message_ Message *num =
+                envelope("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":5}}");
+        _cleanup_message_ Message *modern = envelope(
+                "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"x\",\"_meta\":{"
+                "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\",\"io.modelcontextprotocol/"
+                "logLevel\":\"info\"}}}");
+        _cleanup_message_ Message *meta_arr =
+                envelope("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":{\"_meta\":[{"
+                         "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"}]}}");
+        _cleanup_message_ Message *progress =
+                envelope("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/"
+                         "call\",\"params\":{\"name\":\"x\",\"_meta\":{\"progressToken\":3}}}");
+        char buf[16], tiny[3];
+        size_t len = 0;
+
+        CHECK(a && message_string(a, a->route[ROUTE_PATH_PARAMS_NAME], buf, sizeof buf, &len) == 0);
+        CHECK(len == 3 && streq(buf, "raw"));
+        CHECK(a && message_string(a, a->route[ROUTE_PATH_PARAMS_NAME], tiny, sizeof tiny, &len) == -ENOBUFS);
+        CHECK(a && !message_has_envelope(a) && !a->json);
+        CHECK(nul && message_string(nul, nul->route[ROUTE_PATH_PARAMS_NAME], buf, sizeof buf, &len) == 0);
+        CHECK(len == 5 && strlen(buf) == 3); /* the NUL shows: a caller compares */
+        CHECK(arr && arr->route[ROUTE_PATH_PARAMS_NAME].len == 0);
+        CHECK(arr && message_string(arr, arr->route[ROUTE_PATH_PARAMS_NAME], buf, sizeof buf, &len) == -EINVAL);
+        CHECK(num && num->route[ROUTE_PATH_PARAMS_NAME].len == 1);
+        CHECK(num && message_string(num, num->route[ROUTE_PATH_PARAMS_NAME], buf, sizeof buf, &len) == -EINVAL);
+        CHECK(modern && message_has_envelope(modern) && modern->route[ROUTE_PATH_META_VERSION].len == 12);
+        CHECK(modern && modern->route[ROUTE_PATH_META_LOG_LEVEL].len == 6 &&
+              modern->route[ROUTE_PATH_META_CAPABILITIES].len == 0);
+        CHECK(meta_arr && !message_has_envelope(meta_arr));
+        CHECK(progress && !message_has_envelope(progress) && progress->spans[ID_PATH_PARAMS_META_PROGRESS].len == 1);
+}
+
 /* What cJSON refuses, the scan refuses (a lone half of a surrogate pair); what the next hop would read
  * differently from us is invalid (a NUL inside the method; "2.0" followed by a NUL). */
 static void test_scan_edges(void) {
@@ -396,6 +445,7 @@ static void test_scan_edges(void) {
 
 int main(void) {
         test_envelope();
+        test_route();
         test_scan_edges();
         test_strict();
         test_id_length();
