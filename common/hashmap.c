@@ -20,6 +20,7 @@ typedef struct Entry {
 struct Hashmap {
         Entry *entries;
         size_t size, used, n_buckets; /* used counts tombstones too */
+        bool borrowed;                /* the keys are the caller's (hashmap_new_borrowed()) */
 };
 
 #define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
@@ -104,12 +105,21 @@ Hashmap *hashmap_new(void) {
         return calloc(1, sizeof(Hashmap));
 }
 
+Hashmap *hashmap_new_borrowed(void) {
+        Hashmap *h = hashmap_new();
+
+        if (h)
+                h->borrowed = true;
+        return h;
+}
+
 Hashmap *hashmap_free(Hashmap *h) {
         if (!h)
                 return NULL;
         for (size_t i = 0; i < h->n_buckets; i++)
                 if (h->entries[i].key && h->entries[i].key != TOMBSTONE)
-                        free(h->entries[i].key);
+                        if (!h->borrowed)
+                                free(h->entries[i].key);
         free(h->entries);
         free(h);
         return NULL;
@@ -166,7 +176,7 @@ int hashmap_put(Hashmap *h, const char *key, void *value) {
                 if (r < 0)
                         return r;
         }
-        k = strdup(key);
+        k = h->borrowed ? (char *) key : strdup(key);
         if (!k)
                 return -ENOMEM;
         for (i = hash & (h->n_buckets - 1); h->entries[i].key && h->entries[i].key != TOMBSTONE;
@@ -191,7 +201,8 @@ void *hashmap_remove(Hashmap *h, const char *key) {
         if (!e)
                 return NULL;
         v = e->value;
-        free(e->key);
+        if (!h->borrowed)
+                free(e->key);
         e->key = TOMBSTONE;
         e->value = NULL;
         h->size--;

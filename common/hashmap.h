@@ -1,4 +1,5 @@
-/* A string-keyed hash map (open addressing) for request-id tables. Keys are owned by the map. */
+/* A string-keyed hash map (open addressing) for request-id tables. Keys are owned by the map, unless
+ * it is made by hashmap_new_borrowed(). */
 #pragma once
 
 #include <stddef.h>
@@ -7,6 +8,9 @@
 typedef struct Hashmap Hashmap;
 
 Hashmap *hashmap_new(void);
+/* A map whose keys stay the caller's: each must stay valid and unchanged while its entry is there
+ * (a key that is a field of the value, say), and is never copied or freed by the map. */
+Hashmap *hashmap_new_borrowed(void);
 /* Frees the map and its keys; values belong to the caller. */
 Hashmap *hashmap_free(Hashmap *h);
 /* -EEXIST if present. */

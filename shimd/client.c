@@ -509,7 +509,7 @@ int client_new(Shim *s, int fd, bool over_limit) {
                 over_limit = c->over_limit = c->over_share = true;
                 refused_make_room(s);
         }
-        c->pending = hashmap_new();
+        c->pending = hashmap_new_borrowed(); /* keyed by its routes' client_id */
         if (!c->pending) {
                 free(c);
                 safe_close(fd);

@@ -145,7 +145,9 @@ struct Client {
         pid_t pid;
         cJSON *init_params; /* the client's initialize params */
         Instance *instance;
-        Hashmap *pending;     /* client id text -> Route (owned by the instance's routes) */
+        Hashmap *pending;     /* client id text -> Route (owned by the instance's routes). The keys are the
+                               * routes' own client_id strings (hashmap_new_borrowed()): a route's new id is
+                               * put, and its old one removed, before the old string is freed. */
         cJSON *subscriptions; /* resource URIs this connection subscribed to (array of strings) */
         char *log_level;      /* logging/setLevel's, at a modern backend (subscribe.c) */
         unsigned n_queued;    /* requests waiting for the backend to be ready */

@@ -170,7 +170,7 @@ test("mcp-lazy status: a row per backend from the units and the shim's status, n
   const s = await fleet.session();
   await s.callTool({ name: "read_graph", arguments: {} });
   await s.callTool({ name: "read_graph", arguments: {} });
-  // The shim tells systemd its status at most every 100 ms: the calls show within that.
+  // The shim tells systemd its counts at most every second: the calls show within that.
   let st;
   assert.ok(await waitFor(async () => row((st = await status()), "resi")?.calls === 2, 5000), JSON.stringify(st));
   assert.equal(st.manager, "system");

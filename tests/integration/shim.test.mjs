@@ -145,6 +145,20 @@ function scenarios(makeFleet) {
     await s.close();
   });
 
+  test("a call in flight longer than idle_timeout keeps its shim and backend, also after another call was answered", async () => {
+    // The idle timer runs only while nothing is in flight: a call answered beside a longer one
+    // (idle_timeout 1.5 s here) must not start it, or the shim would drain under the long call.
+    const s = await fleet.session();
+    await s.callTool({ name: "echo", arguments: { message: "warm" } });
+    const pids = await fleet.backendPids("everything");
+    const slow = s.callTool({ name: "trigger-long-running-operation", arguments: { duration: 3, steps: 3 } });
+    await s.callTool({ name: "echo", arguments: { message: "fast" } });
+    assert.ok(!(await slow).isError);
+    await s.callTool({ name: "echo", arguments: { message: "after" } });
+    assert.deepEqual(await fleet.backendPids("everything"), pids, "the same backend answered all three");
+    await s.close();
+  });
+
   test("a backend killed mid-call fails that call; the next call works", async () => {
     const s = await fleet.session();
     // Killed once the call runs (its first progress), not at a guess: under load a backend can take

@@ -41,7 +41,7 @@ test("the shim reports READY and a STATUS= line that systemctl shows", async () 
   const s = await fleet.session();
   await s.callTool({ name: "echo", arguments: { message: "x" } });
   // The test manifest declares 5 of the server's tools, 3 with schemas of its own: the shim says so.
-  // (The counts reach systemd at most every 100 ms: wait for the call's too.)
+  // (The counts reach systemd at most every second: wait for the call's too.)
   const status = await waitFor(async () => {
     const st = await fleet.sh("systemctl show -P StatusText mcp-lazy@everything.service");
     return /manifest differs/.test(st) && / 1 call served/.test(st) && st;
