@@ -642,7 +642,39 @@ async function fleetPerBackend(box, names, entries) {
   if (m.frontends.length !== RUNS.sessions * names.length) throw new Error(`found ${m.frontends.length} --backend frontends in the box`);
   const sum = (arr, k) => arr.reduce((a, p) => a + p[k], 0);
   const group = (arr) => ({ n: arr.length, rss: sum(arr, "rss"), pss: sum(arr, "pss") });
-  return { frontends: group(m.frontends), shims: group(shims), backends: group(backends), tReady, tCalled };
+  let floors;
+  try {
+    floors = await fleetFloors(box, m.frontends.length);
+  } catch (e) {
+    floors = { error: e };
+  }
+  return { frontends: group(m.frontends), shims: group(shims), backends: group(backends), tReady, tCalled, floors };
+}
+
+// The floor of a frontend in this fleet: as many processes of floor.c's libsystemd floor with the
+// manifest watch (sd_event_default(), sd_event_add_inotify() on the manifest's directory, the manifest
+// read, an answer written) as there are frontends, started in the box beside them, each holding its
+// stdin like a frontend its client's.
+const BOX_FLOOR_SD = "/usr/local/bin/mcp-lazy-bench-floor-sd";
+async function fleetFloors(box, n) {
+  await boxOk(box, "cc", ["-O2", "-D_GNU_SOURCE", "-DFLOOR_SD_EVENT", "-o", BOX_FLOOR_SD, join(TESTS, "bench/floor.c"), "-lsystemd"]);
+  await boxOk(box, "tee", ["/tmp/mcp-lazy-bench-floor.answers"], { input: '{"jsonrpc":"2.0","id":0,"result":{}}\n' });
+  const [nsenter, ...prefix] = box.nsenterArgs();
+  const peers = [];
+  try {
+    for (let i = 0; i < n; i++) {
+      const p = new Peer(nsenter, [...prefix, BOX_FLOOR_SD, "answer", "/etc/mcp-lazy/manifest.yaml", "/tmp/mcp-lazy-bench-floor.answers", "watch"]);
+      p.write(initialize(0));
+      peers.push(p);
+    }
+    await Promise.all(peers.map((p) => p.waitLines(1, 30000)));
+    // nsenter forks into the box's namespaces: the floor is its child.
+    const pids = peers.flatMap((p) => [p.pid, ...descendants(p.pid)]).filter((pid) => cmdline(pid)?.startsWith(BOX_FLOOR_SD));
+    if (pids.length !== n) throw new Error(`found ${pids.length} of ${n} floor processes`);
+    return { n, rss: pids.reduce((a, pid) => a + (procStatus(pid)?.VmRSS ?? 0), 0), pss: pids.reduce((a, pid) => a + (procPss(pid) ?? 0), 0) };
+  } finally {
+    await Promise.all(peers.map((p) => p.close()));
+  }
 }
 
 // The production path, warm: a raw client -> mcp-lazy -> systemd's socket -> the pooled shim -> the
@@ -711,6 +743,7 @@ function fleetPerBackendRows(eager, pb) {
     ["eager: every session starts its servers", eager.n, mib(eager.rss), mib(eager.pss), ms(eager.tReady), ms(eager.tCalled)],
     ["mcp-lazy, --backend per entry: total", total.n, mib(total.rss), mib(total.pss), ms(pb.tReady), ms(pb.tCalled)],
     ["  frontends (mcp-lazy --backend)", pb.frontends.n, mib(pb.frontends.rss), mib(pb.frontends.pss), "", ""],
+    ...(pb.floors?.error ? [] : [["  (their floor: libsystemd floor + watch)", pb.floors.n, mib(pb.floors.rss), mib(pb.floors.pss), "", ""]]),
     ["  shims (mcp-lazy-shimd)", pb.shims.n, mib(pb.shims.rss), mib(pb.shims.pss), "", ""],
     ["  backends (node)", pb.backends.n, mib(pb.backends.rss), mib(pb.backends.pss), "", ""],
   ]);
@@ -725,6 +758,16 @@ function fleetPerBackendRows(eager, pb) {
   console.log(`  8x needs the total under ${mib(eager.pss / 8)}: ` + (room > 0
     ? `the backends leave ${mib(room)} for ${pb.frontends.n} frontends and ${pb.shims.n} shims (${mib(room / (pb.frontends.n + pb.shims.n))} each; now ${mib(own / (pb.frontends.n + pb.shims.n))})`
     : `the ${pb.backends.n} node backends alone take ${mib(pb.backends.pss)}, so it is out of reach with these backends whatever mcp-lazy's own processes take`));
+  if (pb.floors?.error) {
+    console.log(`  the frontends' floor: FAILED: ${pb.floors.error.message}`);
+    failures.push(`4 (floor): ${oneLine(pb.floors.error.message)}`);
+  } else if (room > 0) {
+    // Each entry is a process linking libsystemd: what that alone holds here, beside what is left.
+    const atFloor = pb.floors.pss + pb.shims.pss;
+    console.log(`  a frontend's floor (a process that only sets up sd-event with the manifest watch): ${mib(pb.floors.pss / pb.floors.n)} of PSS each, ` +
+      `${mib(pb.frontends.pss / pb.frontends.n)} for a frontend; frontends at that floor and the shims as they are: ${mib(atFloor)} ` +
+      `(${(eager.pss / (pb.backends.pss + atFloor)).toFixed(1)}x), ${atFloor > room ? `over the ${mib(room)} left: out of reach while each entry is a process linking libsystemd` : `within the ${mib(room)} left`}`);
+  }
 }
 
 async function sectionFleet() {
