@@ -1306,6 +1306,7 @@ static int instance_spawn(Instance *i, const cJSON *init_params, char *text, siz
         i->init_params = params;
         /* A restart planned for later (resident) is superseded by this start. */
         (void) sd_event_source_set_enabled(i->timer_source, SD_EVENT_OFF);
+        log_debug("Starting backend '%s'.", b->name); /* a phase boundary of a cold start (tests/bench/cold.mjs) */
         r = process_spawn(b, &i->pid, &in_fd, &out_fd, text, size);
         if (r < 0) {
                 log_error("%s", text);

@@ -15,8 +15,9 @@
 //             the call in, connect          .. "Starting mcp-lazy-shimd"  (no socket: socketpair, fork)
 //   shim      start                         .. "mcp-lazy-shimd: Reading the manifest"  (exec, dynamic linking)
 //             manifest read                 .. "mcp-lazy-shimd: Read the manifest"
-//             spawn                         .. "Started backend"  (event loop, the handshake and call in, fork+exec)
-//   backend   start + first answer          .. "did not answer server/discover" (the probe), else "is ready after"
+//             handshake and call in         .. "Starting backend"  (event loop, the frontend's handshake and call read)
+//   backend   exec, start, first answer     .. "did not answer server/discover" (the probe), else "is ready after"
+//             (from the moment the shim calls posix_spawn(), as the backend alone is timed from its spawn)
 //   shim      handshake relay               .. "is ready after"  (initialize after the probe; nothing when the era is known)
 //   backend   the call                      .. "answered its first call"
 //   relay     the answer back               .. the result on the frontend's stdout
@@ -44,8 +45,8 @@ const PHASES = [
   { key: "connect", own: true, label: "frontend: the call in, connect (no socket), socketpair, fork" },
   { key: "shimStart", own: true, label: "shim: exec, dynamic linking, start" },
   { key: "shimManifest", own: true, label: "shim: read the manifest" },
-  { key: "spawn", own: true, label: "shim: handshake and call in, spawn the backend" },
-  { key: "backendStart", own: false, label: "backend: start, answer its first request", alone: "init" },
+  { key: "spawn", own: true, label: "shim: event loop, the handshake and call in" },
+  { key: "backendStart", own: false, label: "backend: spawn, exec, start, answer its first request", alone: "init" },
   { key: "handshake", own: true, label: "shim: handshake relay (initialize after the era probe)" },
   { key: "backendCall", own: false, label: "backend: the call", alone: "call" },
   { key: "relay", own: true, label: "relay: the answer back to the client" },
@@ -72,7 +73,7 @@ async function coldLazy(ctx, b) {
       fork: at(/^mcp-lazy: Starting mcp-lazy-shimd for/),
       shimReading: at(/^mcp-lazy-shimd: Reading the manifest/),
       shimRead: at(/^mcp-lazy-shimd: Read the manifest:/),
-      spawned: at(/^mcp-lazy-shimd: Started backend '/),
+      spawning: at(/^mcp-lazy-shimd: Starting backend '/),
       probed: at(/did not answer server\/discover as a modern server/),
       ready: at(/is ready after \d+ ms/),
       answered: at(/answered its first call/),
@@ -90,8 +91,8 @@ async function coldLazy(ctx, b) {
       connect: t.fork - feRead,
       shimStart: t.shimReading - t.fork,
       shimManifest: t.shimRead - t.shimReading,
-      spawn: t.spawned - t.shimRead,
-      backendStart: first - t.spawned,
+      spawn: t.spawning - t.shimRead,
+      backendStart: first - t.spawning,
       handshake: t.ready - first,
       backendCall: t.answered - t.ready,
       relay: result - t.answered,
@@ -232,7 +233,9 @@ export async function sectionCold(ctx) {
       ["process start -> first result", q(L, "total"), q(A, "total"), ""],
     ]);
     const probeCost = first.probed ? first.handshake : NaN;
-    console.log(`  mcp-lazy's own share ${ms(median(own))} (p90 ${ms(p90(own))}); the backend's start under the shim ` +
+    const phaseSum = PHASES.filter((x) => x.own).reduce((a, x) => a + median(col(L, x.key)), 0);
+    console.log(`  mcp-lazy's own share ${ms(median(own))} (p90 ${ms(p90(own))}; its phases' medians add up to ${ms(phaseSum)}: ` +
+      `a wait for a CPU in any one phase counts in its run); the backend's start under the shim ` +
       `${ratio(median(col(L, "backendStart")), median(col(A, "init")))} its start alone; first result with mcp-lazy minus ` +
       `alone, paired per round: ${signed(median(paired))} (p10 ${signed(quantile(paired, 0.1))}, p90 ${signed(p90(paired))})` +
       (first.probed ? `; the first activation's era probe: +${ms(probeCost)}` : ""));
