@@ -100,10 +100,13 @@ function parents() {
 // machine took 3-35 ms a scan, and the bench scans at each of its hundreds of closes).
 const bornAfter = new Map();
 
-// Every live process whose parent chain reaches pid (pid itself excluded).
+// Every live process whose parent chain reaches pid (pid itself excluded). A few processes born
+// after pid are read alone; many (closing 500 peers at once: each was born before the others) take
+// one scan of all, which the calls of the same turn share.
 export function descendants(pid) {
   const before = bornAfter.get(pid);
-  const parent = before ? parentsOf([...pidsNow()].filter((p) => !before.has(p))) : parents();
+  const fresh = !parentsCache && before ? [...pidsNow()].filter((p) => !before.has(p)) : undefined;
+  const parent = fresh && fresh.length < 64 ? parentsOf(fresh) : parents();
   const out = [];
   for (const [p] of parent) {
     for (let q = parent.get(p), hops = 0; q && hops < 64; q = parent.get(q), hops++) {
