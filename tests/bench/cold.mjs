@@ -199,7 +199,8 @@ export async function sectionCold(ctx) {
   mkdirSync(ctx.stateDir, { recursive: true });
   const subjects = [
     { name: "C backend", tool: "floor_echo", args: {}, runs: ctx.runs.floor, alone: () => new Peer(ctx.floor, ["backend"], { stderr: true }) },
-    ...["memory", "everything"].map((name) => ({
+    // BENCH_QUICK=1 (one round of each): server-memory stands for both node servers.
+    ...(ctx.runs.node > 1 ? ["memory", "everything"] : ["memory"]).map((name) => ({
       name, tool: ctx.backends[name].call[0], args: ctx.backends[name].call[1], runs: ctx.runs.node,
       alone: () => ctx.server(name, ctx.memoryEnv(`memory-cold-${name}.jsonl`)),
     })),
