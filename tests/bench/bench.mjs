@@ -78,7 +78,7 @@ const RUNS = {
     floor: { rounds: QUICK ? 300 : 2000, epochs: 1 },
     memory: { rounds: QUICK ? 100 : 400, epochs: QUICK ? 2 : 3, warmUp: QUICK ? 50 : 100 },
   },
-  cold: { floor: QUICK ? 8 : 20, node: QUICK ? 1 : 3 }, // rounds: the C backend, each node server
+  cold: { floor: QUICK ? 8 : 20, node: QUICK ? 1 : 5 }, // rounds: the C backend, each node server
   sessions: 10,
 };
 const DEADLINE_MS = 330_000;
