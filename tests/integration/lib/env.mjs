@@ -34,6 +34,15 @@ export async function waitFor(fn, ms = 10000, step = 50) {
   return v;
 }
 
+// A unit's journal (in a box: sh runs a script there and resolves to its stdout) once ok(log) holds,
+// or after ms. A service's lines reach journald through a stream it reads when it gets to it: on a
+// loaded machine a line can show up well after what logged it has been answered.
+export async function journalUntil(sh, unit, ok, ms = 20000) {
+  let log = "";
+  await waitFor(async () => ok((log = await sh(`journalctl -q -o cat -u ${unit}`))), ms, 200);
+  return log;
+}
+
 // Whether a unix socket listens at path. Its file appears at bind(), before listen(): a connect
 // in between is refused. Read from /proc/net/unix (flag __SO_ACCEPTCON), as a probe connection
 // would start an Accept=no service.
@@ -47,17 +56,22 @@ export function unixListening(path) {
     });
 }
 
-// Every process whose parent chain reaches pid (pid itself excluded).
-export function descendants(pid) {
+// Each process's parent, from /proc.
+function parents() {
   const parent = new Map();
   for (const d of readdirSync("/proc")) {
     if (!/^\d+$/.test(d)) continue;
     try {
       const stat = readFileSync(`/proc/${d}/stat`, "utf8");
-      const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
-      parent.set(Number(d), ppid);
+      parent.set(Number(d), Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]));
     } catch {}
   }
+  return parent;
+}
+
+// Every process whose parent chain reaches pid (pid itself excluded).
+export function descendants(pid) {
+  const parent = parents();
   const out = [];
   for (const [p] of parent) {
     for (let q = parent.get(p); q; q = parent.get(q)) {
@@ -68,6 +82,11 @@ export function descendants(pid) {
     }
   }
   return out;
+}
+
+// The processes whose parent is pid.
+export function children(pid) {
+  return [...parents()].filter(([, q]) => q === pid).map(([p]) => p);
 }
 
 export function cmdline(pid) {
@@ -87,9 +106,19 @@ export function processesMatching(needle) {
 }
 
 const livePeers = new Set();
-// Kills every RawPeer still running; test files call it from after(), so a failed test hangs nothing.
+// Kills every RawPeer still running, and every other child of this process that a failed test left
+// running (an SDK client's frontend or server: its pipes would keep the file from ever exiting).
+// Test files call it from after(), so a failed test hangs nothing. A box's processes (nsenter into
+// it, the box script) are left to its stop(), which ends them all.
 export function cleanupPeers() {
   for (const p of livePeers) p.kill();
+  for (const pid of children(process.pid)) {
+    const c = cmdline(pid);
+    if (c.startsWith("nsenter ") || c.includes("/integration/box ")) continue;
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {}
+  }
 }
 
 // A raw line-level JSON-RPC peer on a child's stdio, for what the SDK would never send.
@@ -123,8 +152,8 @@ export class RawPeer {
     this.child.stdin.write((typeof obj === "string" ? obj : JSON.stringify(obj)) + "\n");
   }
   // The next n messages, parsed; rejects after ms (a bound for a hang, not a timing: a message
-  // that needs a backend started can take seconds on a loaded machine).
-  async next(n = 1, ms = 20000) {
+  // that needs a backend started can take seconds on a loaded machine, tens with megabytes).
+  async next(n = 1, ms = 60000) {
     const end = Date.now() + ms;
     while (this.lines.length < n) {
       if (Date.now() > end) throw new Error(`timed out waiting for ${n} message(s); have ${JSON.stringify(this.lines)}; stderr: ${this.stderr}`);
