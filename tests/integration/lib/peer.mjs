@@ -1,11 +1,35 @@
 // Raw MCP connections to a shim's socket for the per-peer tests, run inside the box (as any user):
 //   node peer.mjs '{"socket": "...", "connections": [{"caps": {...}, "calls": [{name, arguments}, ...]}]}'
 // A connection's "repeat": N sends its calls N times; "hold_ms": it reads nothing for that long after
-// initialize (then reads on, and says whether the shim closed it: "closed"). Each connection initializes with its capabilities, sends all its calls at once, and waits for every
-// answer (or 20 s). Prints, per connection, the initialize answer and a count of answers by text.
+// initialize (then reads on, and says whether the shim closed it: "closed"). With "hold_until" (a
+// shell command), the held connections read on as soon as that command succeeds (polled), hold_ms
+// being only the bound: a paused socket cannot see the shim close it, and a loaded machine can
+// outlast any fixed hold. Each connection initializes with its capabilities, sends all its calls at
+// once, and waits for every answer (or 20 s). Prints, per connection, the initialize answer and a
+// count of answers by text.
+import { execFileSync } from "node:child_process";
 import { connect } from "node:net";
 
 const o = JSON.parse(process.argv[2]);
+const held = new Set();
+let released = false;
+let poll;
+const release = () => {
+  released = true;
+  clearInterval(poll);
+  for (const sock of held) sock.resume();
+  held.clear();
+};
+if (o.hold_until) {
+  poll = setInterval(() => {
+    try {
+      execFileSync("bash", ["-c", o.hold_until], { stdio: "ignore" });
+    } catch {
+      return;
+    }
+    release();
+  }, 200);
+}
 const out = await Promise.all(
   o.connections.map(
     (c) =>
@@ -35,9 +59,10 @@ const out = await Promise.all(
                 clearTimeout(timer);
                 return done();
               }
-              if (c.hold_ms) {
+              if (c.hold_ms && !released) {
                 sock.pause();
-                setTimeout(() => sock.resume(), c.hold_ms);
+                held.add(sock);
+                setTimeout(() => held.delete(sock) && sock.resume(), c.hold_ms).unref();
               }
               sendCalls();
             } else {
@@ -66,4 +91,5 @@ const out = await Promise.all(
       }),
   ),
 );
+release();
 console.log(JSON.stringify(out));
