@@ -36,10 +36,12 @@ function scenarios(makeFleet) {
   });
   after(async () => fleet && (await fleet.stop()));
 
-  const idleGone = async (name) => {
+  // Whether the backend's processes (and under systemd its service) are gone within a bound far
+  // past its idle_timeout (a bound for a hang, not a timing).
+  const idleGone = async (name, idleMs = IDLE_MS) => {
     if (fleet.box)
-      return waitFor(async () => (await fleet.active(name)) !== "active" && (await fleet.cgroupPids(name)).length === 0, IDLE_MS + 15000, 100);
-    return waitFor(async () => (await fleet.backendPids(name)).length === 0, IDLE_MS + 15000, 100);
+      return waitFor(async () => (await fleet.active(name)) !== "active" && (await fleet.cgroupPids(name)).length === 0, idleMs + 30000, 100);
+    return waitFor(async () => (await fleet.backendPids(name)).length === 0, idleMs + 30000, 100);
   };
 
   test("initialize and listTools start nothing", async () => {
@@ -53,64 +55,71 @@ function scenarios(makeFleet) {
     await s.close();
   });
 
-  test("a call gives what the server itself gives, and starts only its backend", async () => {
-    const s = await fleet.session();
-    const sum = { a: 2, b: 40 };
-    const got = await s.callTool({ name: "get-sum", arguments: sum });
-    // Checked at once: idle_timeout is short here.
-    if (fleet.box) {
-      assert.equal(await fleet.active("everything"), "active");
-      for (const n of ["memory", "npxmem", "files", "database"]) assert.equal(await fleet.active(n), "inactive", n);
-    } else assert.deepEqual(await fleet.backendPids("memory"), []);
-    const echo = await s.callTool({ name: "echo", arguments: { message: "héllo" } });
-    const dirs = await s.callTool({ name: "list_allowed_directories", arguments: {} });
-    const sql = { sql: "select 1 + 1 as two, current_user as who" };
-    const pg = fleet.box
-      ? await s.callTool({ name: "query", arguments: sql }).catch((e) => {
-          throw new Error(`${e.message}; mcp-lazy's stderr: ${s.stderrText()}`);
-        })
-      : null;
-    await s.close();
-    assert.deepEqual(got, await directCall(fleet, SERVER_SCRIPTS.everything, ["stdio"], "get-sum", sum));
-    assert.deepEqual(echo, await directCall(fleet, SERVER_SCRIPTS.everything, ["stdio"], "echo", { message: "héllo" }));
-    assert.deepEqual(dirs, await directCall(fleet, SERVER_SCRIPTS.filesystem, ["/tmp"], "list_allowed_directories", {}));
-    if (pg) {
-      assert.match(pg.content[0].text, /"two": 2/);
-      assert.deepEqual(pg, await directCall(fleet, SERVER_SCRIPTS.postgres, [PG_URL], "query", sql));
+  // Runs fn with the shims' idle_timeout set to idle, then puts the usual one back.
+  const withIdle = async (idle, fn) => {
+    await fleet.useManifest(fleetManifest({ ...fleet.manifestOptions, idle }));
+    try {
+      return await fn();
+    } finally {
+      await fleet.useManifest(fleetManifest(fleet.manifestOptions));
     }
-  });
+  };
 
-  test("after idle_timeout the backend is gone, npx's child too; the next call starts it again", async () => {
+  test("a call gives what the server itself gives, and starts only its backend", () =>
+    // Which services are active is read after the call: with the usual 1.5 s idle_timeout a loaded
+    // machine can outlast the read, and the shim would be gone.
+    withIdle("10m", async () => {
+      const s = await fleet.session();
+      const sum = { a: 2, b: 40 };
+      const got = await s.callTool({ name: "get-sum", arguments: sum });
+      if (fleet.box) {
+        assert.equal(await fleet.active("everything"), "active");
+        for (const n of ["memory", "npxmem", "files", "database"]) assert.equal(await fleet.active(n), "inactive", n);
+      } else assert.deepEqual(await fleet.backendPids("memory"), []);
+      const echo = await s.callTool({ name: "echo", arguments: { message: "héllo" } });
+      const dirs = await s.callTool({ name: "list_allowed_directories", arguments: {} });
+      const sql = { sql: "select 1 + 1 as two, current_user as who" };
+      const pg = fleet.box
+        ? await s.callTool({ name: "query", arguments: sql }).catch((e) => {
+            throw new Error(`${e.message}; mcp-lazy's stderr: ${s.stderrText()}`);
+          })
+        : null;
+      await s.close();
+      assert.deepEqual(got, await directCall(fleet, SERVER_SCRIPTS.everything, ["stdio"], "get-sum", sum));
+      assert.deepEqual(echo, await directCall(fleet, SERVER_SCRIPTS.everything, ["stdio"], "echo", { message: "héllo" }));
+      assert.deepEqual(dirs, await directCall(fleet, SERVER_SCRIPTS.filesystem, ["/tmp"], "list_allowed_directories", {}));
+      if (pg) {
+        assert.match(pg.content[0].text, /"two": 2/);
+        assert.deepEqual(pg, await directCall(fleet, SERVER_SCRIPTS.postgres, [PG_URL], "query", sql));
+      }
+    }));
+
+  test("after idle_timeout the backend is gone, npx's child too; the next call starts it again", () =>
     // The processes are counted after the call: under load that can outlast the usual 1.5 s
     // idle_timeout (a cold start of another backend did), and they would be gone before counted.
-    await fleet.useManifest(fleetManifest({ ...fleet.manifestOptions, idle: "5s" }));
-    try {
+    withIdle("5s", async () => {
       const s = await fleet.session();
       const r = await s.callTool({ name: "search_nodes", arguments: { query: "x" } });
       assert.ok(!r.isError, JSON.stringify(r));
       const pids = await fleet.backendPids("npxmem");
       assert.ok(pids.length >= 2, `npx wrapper and its server: ${pids}`);
       await s.callTool({ name: "read_graph", arguments: {} });
-      assert.ok(await idleGone("npxmem"), "npxmem idled out with every process");
-      assert.ok(await idleGone("memory"), "memory idled out");
+      assert.ok(await idleGone("npxmem", 5000), "npxmem idled out with every process");
+      assert.ok(await idleGone("memory", 5000), "memory idled out");
       if (fleet.box) assert.equal(await fleet.active("npxmem"), "inactive");
       const again = await s.callTool({ name: "search_nodes", arguments: { query: "x" } });
       assert.ok(!again.isError, JSON.stringify(again));
       await s.close();
-    } finally {
-      await fleet.useManifest(fleetManifest(fleet.manifestOptions));
-    }
-  });
+    }));
 
-  test("two sessions share a pooled backend, and get one each with sharing: session", async () => {
+  test("two sessions share a pooled backend, and get one each with sharing: session", () =>
     // Processes are counted between calls here, and idle_timeout counts from the last call whether
     // sessions are connected or not: a shim that idles out meanwhile stops its backends, both session
     // backends at once (the count goes from 2 to 0, never 1), and a pooled one may be stopped and
     // started again. So these shims run with an idle_timeout no pause below can reach.
-    await fleet.useManifest(fleetManifest({ ...fleet.manifestOptions, idle: "10m" }));
-    try {
+    withIdle("10m", async () => {
       // Session backends of earlier tests end with their sessions; wait for that to be done.
-      assert.ok(await waitFor(async () => (await fleet.backendPids("files")).length === 0, 10000));
+      assert.ok(await waitFor(async () => (await fleet.backendPids("files")).length === 0, 20000));
       const [a, b] = [await fleet.session(), await fleet.session()];
       await Promise.all([a, b].map((s) => s.callTool({ name: "read_graph", arguments: {} })));
       await Promise.all([a, b].map((s) => s.callTool({ name: "list_allowed_directories", arguments: {} })));
@@ -119,20 +128,17 @@ function scenarios(makeFleet) {
       // Without systemd each frontend starts its own shim, so nothing is shared across sessions.
       assert.equal(mem.length, fleet.box ? 1 : 2, `memory: ${mem}`);
       assert.equal(files.length, 2, `files: ${files}`);
-      // Longer than the usual idle_timeout, as a loaded machine can take: what ends a's backend
-      // below is its session, not the shim idling out.
+      // Longer than the usual idle_timeout: what ends a's backend below is its session, not the
+      // shim idling out.
       await sleep(IDLE_MS + 500);
       await a.close();
       if (fleet.box) {
-        assert.ok(await waitFor(async () => (await fleet.backendPids("files")).length === 1, 10000), "a session backend ends with its session");
+        assert.ok(await waitFor(async () => (await fleet.backendPids("files")).length === 1, 20000), "a session backend ends with its session");
         await b.callTool({ name: "list_allowed_directories", arguments: {} });
         assert.equal((await fleet.backendPids("files")).length, 1, "the other session's backend still serves it");
       }
       await b.close();
-    } finally {
-      await fleet.useManifest(fleetManifest(fleet.manifestOptions));
-    }
-  });
+    }));
 
   test("calls are pipelined: a slow call does not hold up a fast one", async () => {
     const s = await fleet.session();
@@ -182,22 +188,28 @@ function scenarios(makeFleet) {
     await s.close();
   });
 
-  test("a frontend killed mid-call leaves the shim and other sessions working", async () => {
-    const [a, b] = [await fleet.session(), await fleet.session()];
-    await b.callTool({ name: "echo", arguments: { message: "b" } });
-    let running;
-    const started = new Promise((r) => (running = r));
-    const slow = a.callTool({ name: "trigger-long-running-operation", arguments: { duration: 3, steps: 3 } }, undefined, { onprogress: () => running() }).catch(() => {});
-    await Promise.race([started, slow]); // mid-call indeed: it has run one step
-    process.kill(a.transportPid, "SIGKILL");
-    await sleep(300);
-    const r = await b.callTool({ name: "echo", arguments: { message: "still here" } });
-    assert.equal(r.content[0].text, "Echo: still here");
-    if (fleet.box) assert.equal(await fleet.active("everything"), "active");
-    await b.close();
-    await a.close().catch(() => {});
-    if (!fleet.box) assert.ok(await waitFor(() => fleet.orphans().length === 0, 10000), `orphans: ${fleet.orphans().map((p) => `${p} ${cmdline(p)}`)}`);
-  });
+  test("a frontend killed mid-call leaves the shim and other sessions working", () =>
+    // The same shim serves b before and after: one that idled out meanwhile would not, so a long
+    // idle_timeout here.
+    withIdle("10m", async () => {
+      const [a, b] = [await fleet.session(), await fleet.session()];
+      await b.callTool({ name: "echo", arguments: { message: "b" } });
+      const shimPid = async () => (fleet.box ? (await fleet.sh("systemctl show -P MainPID mcp-lazy@everything.service")).trim() : String(await fleet.shimPids(b)));
+      const shim = await shimPid();
+      assert.ok(!/^0?$/.test(shim), `a shim runs: '${shim}'`);
+      let running;
+      const started = new Promise((r) => (running = r));
+      const slow = a.callTool({ name: "trigger-long-running-operation", arguments: { duration: 3, steps: 3 } }, undefined, { onprogress: () => running() }).catch(() => {});
+      await Promise.race([started, slow]); // mid-call indeed: it has run one step
+      process.kill(a.transportPid, "SIGKILL");
+      await sleep(300);
+      const r = await b.callTool({ name: "echo", arguments: { message: "still here" } });
+      assert.equal(r.content[0].text, "Echo: still here");
+      assert.equal(await shimPid(), shim, "the same shim serves b");
+      await b.close();
+      await a.close().catch(() => {});
+      if (!fleet.box) assert.ok(await waitFor(() => fleet.orphans().length === 0, 20000), `orphans: ${fleet.orphans().map((p) => `${p} ${cmdline(p)}`)}`);
+    }));
 
   test("calls in a tight loop across the idle boundary are each answered exactly once", async () => {
     const args = fleet.box

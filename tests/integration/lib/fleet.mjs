@@ -63,8 +63,10 @@ async function connect(command, args) {
   return client;
 }
 
-// The box: units installed by `make install`, the shim from the build under test.
-export async function boxFleet() {
+// The box: units installed by `make install`, the shim from the build under test. idle: the
+// backends' idle_timeout; a test that reads a unit's state after a call and does not watch it idle
+// out takes a long one, which a loaded machine cannot outlast between the call and the read.
+export async function boxFleet({ idle } = {}) {
   const box = await startBox({ bind: [ROOT] });
   const sessions = new Set();
   const fleet = {
@@ -82,7 +84,7 @@ export async function boxFleet() {
       if (w.code !== 0) throw new Error(`writing the manifest failed: ${w.stderr}`);
       await fleet.sh("systemctl stop 'mcp-lazy@*.service'");
     },
-    manifestOptions: { postgres: true },
+    manifestOptions: { postgres: true, ...(idle ? { idle } : {}) },
     async try(script) {
       return box.exec("bash", ["-c", script]);
     },
@@ -103,14 +105,17 @@ export async function boxFleet() {
       );
       return out.stdout.split(/\s+/).filter(Boolean).map(Number);
     },
+    // The cgroup's processes but the shim, read in one exec: one exec per process adds up on a
+    // loaded machine, time in which a short idle_timeout can end what is being counted.
     async backendPids(name) {
-      const all = await fleet.cgroupPids(name);
-      const out = [];
-      for (const pid of all) {
-        const c = (await fleet.try(`tr '\\0' ' ' < /proc/${pid}/cmdline`)).stdout;
-        if (!c.includes("mcp-lazy-shimd")) out.push(pid);
-      }
-      return out;
+      const out = await fleet.try(
+        `cg=$(systemctl show -P ControlGroup mcp-lazy@${name}.service); [ -n "$cg" ] || exit 0
+        for p in $(cat /sys/fs/cgroup$cg/cgroup.procs 2>/dev/null); do
+          c=$(tr '\\0' ' ' < /proc/$p/cmdline 2>/dev/null)
+          case "$c" in *mcp-lazy-shimd*) ;; *) echo $p ;; esac
+        done`,
+      );
+      return out.stdout.split(/\s+/).filter(Boolean).map(Number);
     },
     async killBackend(name, sig = "KILL") {
       const pids = await fleet.backendPids(name);
@@ -139,7 +144,7 @@ export async function boxFleet() {
     await fleet.sh(`pg_lsclusters -h | awk '{print $1"-"$2; exit}' > /tmp/pgcluster; systemctl start postgresql@$(cat /tmp/pgcluster)
       for i in $(seq 300); do runuser -u postgres -- psql -qAtc 'select 1' >/dev/null 2>&1 && break; sleep 0.2; done
       runuser -u postgres -- psql -qc "DO \\$\\$ BEGIN CREATE ROLE root SUPERUSER LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END \\$\\$;"`);
-    const w = await box.exec("bash", ["-c", "cat > /etc/mcp-lazy/manifest.yaml"], { input: fleetManifest({ postgres: true }) });
+    const w = await box.exec("bash", ["-c", "cat > /etc/mcp-lazy/manifest.yaml"], { input: fleetManifest(fleet.manifestOptions) });
     if (w.code !== 0) throw new Error(`writing the manifest failed: ${w.stderr}`);
   } catch (e) {
     await box.stop();
