@@ -54,7 +54,7 @@ async function ok(cmd, args = [], opts = {}) {
   return r.stdout.trim();
 }
 
-async function eventually(what, predicate, ms = 5000) {
+async function eventually(what, predicate, ms = 20000) {
   const deadline = Date.now() + ms;
   while (!(await predicate())) {
     if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);

@@ -7,7 +7,7 @@ import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { boxFleet, enableSockets } from "./lib/fleet.mjs";
-import { MCP_LAZY, TESTS, cleanupPeers, waitFor } from "./lib/env.mjs";
+import { MCP_LAZY, TESTS, cleanupPeers, journalUntil, waitFor } from "./lib/env.mjs";
 import { MODERN_SERVER, connectV2, modernManifest, modernScript } from "./lib/eras.mjs";
 
 after(cleanupPeers);
@@ -137,7 +137,7 @@ test("a resident modern-only backend: started with its shim, found modern, bridg
   assert.deepEqual(await modernScript(c), want);
   await close(c);
   assert.deepEqual(await fleet.backendPids("modernres"), [pid], "the session took the backend started ahead");
-  const log = await fleet.sh("journalctl -q -o cat -u mcp-lazy@modernres.service");
+  const log = await journalUntil(fleet.sh, "mcp-lazy@modernres.service", (l) => /started ahead, serves its first session/.test(l));
   assert.match(log, /Starting backend 'modernres' ahead of any call \(lifecycle: resident\)/);
   assert.match(log, /started ahead, serves its first session/);
   await fleet.sh(`kill -9 ${pid}`);
@@ -161,7 +161,7 @@ test("under systemd, v2 clients pinned to 2026-07-28 at a pooled handshake-era b
     await close(c);
   }
   assert.equal((await fleet.backendPids("asker")).length, 1, "one pooled backend");
-  const log = await fleet.sh("journalctl -q -o cat -u mcp-lazy@asker.service");
+  const log = await journalUntil(fleet.sh, "mcp-lazy@asker.service", (l) => /did not answer server\/discover as a modern server/.test(l));
   assert.match(log, /did not answer server\/discover as a modern server: a handshake-era server/);
   assert.doesNotMatch(log, /refused it/);
 });

@@ -4,7 +4,7 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { boxFleet, enableSockets } from "./lib/fleet.mjs";
-import { MCP_LAZY, SERVER_SCRIPTS, TESTS } from "./lib/env.mjs";
+import { MCP_LAZY, SERVER_SCRIPTS, TESTS, journalUntil } from "./lib/env.mjs";
 
 const PEER = `${TESTS}/integration/lib/peer.mjs`;
 // What `systemd-analyze security` still flags, each for a reason README gives ("What a backend may do").
@@ -22,7 +22,9 @@ const NOT_TIGHTENED = [
 
 let fleet;
 before(async () => {
-  fleet = await boxFleet();
+  // The shims' processes are read after calls here: with a long idle_timeout, which a loaded machine
+  // cannot outlast between the call and the read.
+  fleet = await boxFleet({ idle: "10m" });
   await fleet.sh("id alice >/dev/null 2>&1 || useradd -m -u 1500 -G mcp-lazy alice");
   // As `mcp-lazy import` writes it as root (env values are often secrets): readable by the socket
   // group only, of which the unit makes each backend's user a member.
@@ -43,7 +45,7 @@ test("real backends work as unprivileged users of their own; a drop-in grants on
   for (const [unit, [name, args]] of Object.entries(calls)) {
     const r = await s.callTool({ name, arguments: args });
     assert.ok(!r.isError, `${name}: ${JSON.stringify(r)}`);
-    // Right away, before it idles out: the shim and its backend, and who they run as.
+    // The shim and its backend, and who they run as.
     const users = (await fleet.sh(`cg=/sys/fs/cgroup$(systemctl show -P ControlGroup mcp-lazy@${unit}.service)
       for p in $(cat "$cg/cgroup.procs"); do ps -o user= -p $p; done`)).split("\n").filter(Boolean);
     assert.ok(users.length >= 2, `${unit}: ${users}`);
@@ -166,7 +168,7 @@ test("one peer gets at most 4 of the 8 backend processes; another user still get
   );
   assert.deepEqual(r.filter((c) => c.init?.ok).map((c) => c.answers), Array(4).fill({ ok: 1 }));
   assert.deepEqual(alice, [{ init: { ok: true }, answers: { ok: 1 }, n: 2 }]);
-  const log = await fleet.sh("journalctl -q -o cat -u mcp-lazy@everything.service");
+  const log = await journalUntil(fleet.sh, "mcp-lazy@everything.service", (l) => /^Connection \d+ from pid \d+ uid 1500 gid 1500\.$/m.test(l));
   assert.match(log, /^Connection \d+ from pid \d+ uid 1500 gid 1500\.$/m);
 });
 
@@ -194,7 +196,10 @@ test("one peer holds at most 3/4 of max_sessions; root, and another user, still 
   };
   // alice opens all four sessions at once, each holding a 3 s call...
   const alice = at("alice", Array.from({ length: 4 }, () => ({ calls: [slow] })));
-  await new Promise((r) => setTimeout(r, 1500));
+  // (once the shim has taken them all: a root that came first, on a loaded machine, would hold one
+  // of the four when alice's last came, and that one would be refused as over max_sessions)
+  const refusedLine = /^Connection \d+ from pid \d+ uid 1500 refused: uid 1500 already holds 3 of the 4 sessions/m;
+  await journalUntil(fleet.sh, "mcp-lazy@share.service", (l) => refusedLine.test(l), 60000);
   // ...root still gets the fourth.
   const root = await at("root", [{ calls: [{ name: "echo", arguments: { message: "root" } }] }]);
   const a = await alice;
@@ -204,5 +209,5 @@ test("one peer holds at most 3/4 of max_sessions; root, and another user, still 
     "uid 1500 already holds 3 of the 4 sessions backend 'share' serves, the most one user may; call again when one of them has ended (or raise max_sessions of backend 'share' in the manifest)",
   ]);
   assert.deepEqual(a.filter((c) => c.init?.ok).map((c) => c.answers), Array(3).fill({ ok: 1 }));
-  assert.match(await fleet.sh("journalctl -q -o cat -u mcp-lazy@share.service"), /^Connection \d+ from pid \d+ uid 1500 refused: uid 1500 already holds 3 of the 4 sessions/m);
+  assert.match(await fleet.sh("journalctl -q -o cat -u mcp-lazy@share.service"), refusedLine);
 });

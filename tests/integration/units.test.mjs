@@ -5,11 +5,12 @@ import assert from "node:assert/strict";
 import { boxFleet, enableSockets } from "./lib/fleet.mjs";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
-import { MCP_LAZY, ROOT, SERVER_SCRIPTS, SHIMD, waitFor } from "./lib/env.mjs";
+import { MCP_LAZY, ROOT, SERVER_SCRIPTS, SHIMD, journalUntil, waitFor } from "./lib/env.mjs";
 
 let fleet;
 before(async () => {
-  fleet = await boxFleet();
+  // Unit state is read after calls here: with a long idle_timeout, as no test here watches one.
+  fleet = await boxFleet({ idle: "10m" });
   // The frontend's manifest knows two backends more than the shims' one: 'disabled' has no socket
   // enabled, and 'ghost' has one whose shim cannot find it and so fails every start.
   const extra = `  disabled:
@@ -45,9 +46,9 @@ test("the shim reports READY and a STATUS= line that systemctl shows", async () 
   const status = await waitFor(async () => {
     const st = await fleet.sh("systemctl show -P StatusText mcp-lazy@everything.service");
     return /manifest differs/.test(st) && / 1 call served/.test(st) && st;
-  }, 5000);
+  }, 20000);
   assert.match(status, /^backend pid \d+ \(ready\), 1 session, 0 in flight, 1 call served, last call at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ, manifest differs: tools: 0 missing, \d+ extra, \d+ changed$/m);
-  const log = await fleet.sh("journalctl -q -o cat -u mcp-lazy@everything.service");
+  const log = await journalUntil(fleet.sh, "mcp-lazy@everything.service", (l) => /lists the tool 'echo' differently/.test(l));
   assert.match(log, /Backend 'everything' lists the tool 'get-env', which the manifest does not declare\./);
   assert.match(log, /Backend 'everything' lists the tool 'echo' differently from the manifest\./);
   assert.match(await fleet.sh("systemctl show -P Type mcp-lazy@everything.service"), /notify/);
@@ -75,7 +76,7 @@ test("a unit that keeps failing trips its start limit, and the error says how to
     /^backend 'ghost' has failed \(mcp-lazy@ghost\.socket: service-start-limit-hit\); see 'journalctl -u mcp-lazy@ghost\.service', then run 'systemctl reset-failed mcp-lazy@ghost\.socket mcp-lazy@ghost\.service && systemctl start mcp-lazy@ghost\.socket'$/,
   );
   // The journal says why the shim failed.
-  const log = await fleet.sh("journalctl -q -o cat -u mcp-lazy@ghost.service | tail -n 20");
+  const log = await journalUntil(fleet.sh, "mcp-lazy@ghost.service", (l) => /Backend 'ghost' is not in/.test(l));
   assert.match(log, /Backend 'ghost' is not in \/etc\/mcp-lazy\/manifest\.yaml/);
   await s.close();
 });
