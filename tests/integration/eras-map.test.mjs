@@ -305,8 +305,8 @@ test("a listen stream's subscription outlives its backend's idle stop: the next 
   const p = new RawPeer(MCP_LAZY, ["--manifest", m, "--activation=direct", "--shimd", SHIMD]);
   p.send(LISTEN("s", { resourceSubscriptions: [URI] }));
   assert.deepEqual((await p.next(1, 20000))[0].params.notifications, { resourceSubscriptions: [URI] });
-  assert.ok(await waitFor(() => /Idle for 1s, stopping/.test(p.stderr), 10000), p.stderr);
-  assert.ok(await waitFor(() => /stopped: exited/.test(p.stderr), 10000), p.stderr);
+  assert.ok(await waitFor(() => /Idle for 1s, stopping/.test(p.stderr), 30000), p.stderr);
+  assert.ok(await waitFor(() => /stopped: exited/.test(p.stderr), 30000), p.stderr);
   p.send(MREQ(1, "tools/call", { name: "touch", arguments: {} }));
   const [notes] = await until(p, 1);
   assert.deepEqual(notes, [

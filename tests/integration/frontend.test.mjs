@@ -185,15 +185,19 @@ test("a call to an unreachable backend is a tool error that says what to do", as
 });
 
 test("SIGTERM and end of input both exit 0 at once", async () => {
+  // Each exit timed on its own: the start of the second frontend is no part of it, and takes seconds
+  // on a loaded machine.
   const p = peer();
   await p.request(INIT());
-  const t0 = Date.now();
+  let t0 = Date.now();
   p.child.kill("SIGTERM");
   assert.deepEqual(await p.exited, { code: 0, signal: null });
+  assert.ok(Date.now() - t0 < 2500, `SIGTERM: exited after ${Date.now() - t0} ms`);
   const q = peer();
   await q.request(INIT());
+  t0 = Date.now();
   assert.equal((await q.close()).code, 0);
-  assert.ok(Date.now() - t0 < 3000);
+  assert.ok(Date.now() - t0 < 2500, `end of input: exited after ${Date.now() - t0} ms`);
 });
 
 test("mcp-lazy check: every manifest in manifests/ passes; bad ones get file:line:col", async () => {

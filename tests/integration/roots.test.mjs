@@ -150,7 +150,6 @@ test("a 2026-07-28 client is not asked (it takes no requests from a server): poo
   await a.allowed();
   const [cmd, ...pre] = box.nsenterArgs();
   const p = new RawPeer(cmd, [...pre, MCP_LAZY, "--manifest", "/etc/mcp-lazy/manifest.yaml"]);
-  const t0 = Date.now();
   const msgs = [];
   for (let id = 1; id <= 2; id++) {
     p.send(MREQ(id, "tools/call", { name: "list_allowed_directories", arguments: {} }, { roots: { listChanged: true } }));
@@ -158,8 +157,10 @@ test("a 2026-07-28 client is not asked (it takes no requests from a server): poo
     msgs.push(m);
     await sleep(500); // server-filesystem asks for roots once initialized; the shim answers "none"
   }
-  assert.ok(msgs.every((m) => m.result), JSON.stringify(msgs));
-  assert.ok(Date.now() - t0 < 8000, "no wait for a roots/list answer that never comes");
+  // Not asked: a roots/list would have come before the answer, and a wait for one that never comes
+  // ends the call with the roots/list timeout's error (not a clock: a cold start on a loaded machine
+  // can take as long as a wait would).
+  assert.ok(msgs.every((m) => m.result && !m.result.isError), JSON.stringify(msgs));
   assert.match(msgs[1].result.content[0].text, /^Allowed directories:\n\/srv\/rc$/, "the manifest's directory: no session's roots");
   assert.deepEqual(await a.allowed(), ["/srv/ra"]);
   assert.equal(await backendPids(), 2, "pooled apart from the session that answered roots");
