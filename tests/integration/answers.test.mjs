@@ -208,7 +208,7 @@ test("prepared answers follow the manifest: a changed file is prepared again, a 
   assert.equal(note2.method, "notifications/resources/list_changed");
   // The same content written again: nothing to announce.
   writeFileSync(path, readFileSync(path));
-  assert.ok(await waitFor(() => (p.stderr.match(/Reloaded/g) ?? []).length >= 3, 10000), p.stderr);
+  assert.ok(await waitFor(() => (p.stderr.match(/Reloaded/g) ?? []).length >= 3, 20000), p.stderr);
   const ping = await p.request(req(2, "ping"));
   assert.deepEqual(ping, { jsonrpc: "2.0", id: 2, result: {} });
   await p.close();

@@ -102,7 +102,7 @@ test("a remote backend's failure: ssh's own words, without control sequences, ho
       texts.add(r.result.content[0].text);
     }
     p.child.stdin.end();
-    await p.exited;
+    await p.exitWithin();
     return [...texts];
   };
   assert.deepEqual(await calls("\u001b]0;owned\u0007ssh: connect to host far.example port 22: Connection refused\u001b[2K\n", 255, 30), [
@@ -222,7 +222,7 @@ async function nobodyShim(mode) {
   const shim = spawn("setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "systemd-socket-activate", "-l", sock, SHIMD, "--manifest", m, "stuck"], { stdio: ["ignore", "ignore", "pipe"] });
   shim.log = "";
   shim.stderr.setEncoding("utf8").on("data", (d) => (shim.log += d));
-  assert.ok(await waitFor(() => existsSync(sock), 5000), "the socket is listening");
+  assert.ok(await waitFor(() => existsSync(sock), 20000), "the socket is listening");
   shim.sock = sock;
   return shim;
 }
@@ -247,7 +247,7 @@ test("one peer cannot make the shim hold more than 256 MiB of its requests (in f
       });
       c.on("error", () => {});
       c.write(JSON.stringify(INIT()) + "\n");
-      if (mode === "answer") assert.ok(await waitFor(() => lines.length === 1, 10000), "initialize answered");
+      if (mode === "answer") assert.ok(await waitFor(() => lines.length === 1, 20000), "initialize answered");
       const big = "x".repeat(4 * 1024 * 1024);
       const N = 80;
       for (let k = 0; k < N; k++) c.write(JSON.stringify({ jsonrpc: "2.0", id: 100 + k, method: "tools/call", params: { name: "t", arguments: { big } } }) + "\n");

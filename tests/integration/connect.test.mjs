@@ -33,7 +33,7 @@ test("connect relays a whole session to the backend's shim, pipelined, and ends 
   let last;
   while (!last) for (const m of await p.next(1, 30000)) if (m.id === 9) last = m;
   assert.equal(last.result.content[0].text, "Echo: last");
-  assert.deepEqual(await p.exited, { code: 0, signal: null });
+  assert.deepEqual(await p.exitWithin(), { code: 0, signal: null });
 });
 
 test("connect to a backend it cannot reach: exit 69 and one line saying why", () => {

@@ -142,13 +142,13 @@ ${tools.map((t) => `  - {name: ${t}, backend: x, input_schema: {type: object}}`)
   assert.equal(note.method, "notifications/tools/list_changed");
   // Without x the file is no use to this frontend: it keeps what it has.
   writeFileSync(path, "backends: {y: {command: [/bin/false]}}\n");
-  await waitFor(() => p.stderr.includes("no backend 'x'"), 10000);
+  await waitFor(() => p.stderr.includes("no backend 'x'"), 20000);
   assert.match(p.stderr, /keeping the one in force: .*no backend 'x' in this manifest \(it has: y\)/);
   const list = await p.request({ jsonrpc: "2.0", id: 1, method: "tools/list" });
   assert.deepEqual(list.result.tools.map((x) => x.name), ["t1", "t2"]);
   // A backend that does not announce changes (no tools.listChanged) gets none announced for it.
   writeFileSync(path, text(["t1"], "{tools: {}}"));
-  await waitFor(() => (p.stderr.match(/Reloaded/g) ?? []).length >= 2, 10000);
+  await waitFor(() => (p.stderr.match(/Reloaded/g) ?? []).length >= 2, 20000);
   await sleep(200);
   assert.deepEqual(p.lines, []);
   const after = await p.request({ jsonrpc: "2.0", id: 2, method: "tools/list" });
@@ -168,7 +168,7 @@ test("more frontends than the user's inotify instances: every one still reloads"
   holder.stdout.on("data", (d) => (out += d));
   holder.stderr.on("data", (d) => (out += d));
   t.after(() => holder.kill("SIGKILL"));
-  await waitFor(() => out.includes("ready") || holder.exitCode !== null, 10000);
+  await waitFor(() => out.includes("ready") || holder.exitCode !== null, 20000);
   assert.match(out, /ready/, `cannot make a user namespace with a lower inotify limit: ${out}`);
 
   const path = join(dir, "many.yaml");

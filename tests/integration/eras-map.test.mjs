@@ -36,7 +36,7 @@ async function pooled(manifestPath, name) {
   let stderr = "";
   child.stderr.setEncoding("utf8").on("data", (d) => (stderr += d));
   after(() => child.kill("SIGKILL"));
-  assert.ok(await waitFor(() => existsSync(path), 5000), "the socket appears");
+  assert.ok(await waitFor(() => existsSync(path), 20000), "the socket appears");
   return { path, stderr: () => stderr };
 }
 

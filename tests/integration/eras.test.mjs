@@ -163,7 +163,7 @@ test("lists from the manifest carry resultType, ttlMs and cacheScope for modern 
   await q.close();
   const wrong = manifest("wrong.yaml", SMALL.replace("__EXTRA__", ", cache_ttl: soon, cache_scope: everyone"));
   const w = new RawPeer(MCP_LAZY, ["check", wrong]);
-  await w.exited;
+  await w.exitWithin();
   assert.match(w.stderr, /cache_ttl 'soon' is not a duration/);
   assert.match(w.stderr, /cache_scope must be public or private/);
 });
@@ -293,7 +293,7 @@ tools:
   await d.close();
   const bad = manifest("bad-protocol.yaml", `backends: {b: {command: [x], protocol: newest}}\ntools: []\n`);
   const w = new RawPeer(MCP_LAZY, ["check", bad]);
-  await w.exited;
+  await w.exitWithin();
   assert.match(w.stderr, /protocol of backend 'b' must be 'auto', 'modern' or 'legacy', not 'newest'/);
 });
 

@@ -191,7 +191,7 @@ test("SIGTERM and end of input both exit 0 at once", async () => {
   await p.request(INIT());
   let t0 = Date.now();
   p.child.kill("SIGTERM");
-  assert.deepEqual(await p.exited, { code: 0, signal: null });
+  assert.deepEqual(await p.exitWithin(), { code: 0, signal: null });
   assert.ok(Date.now() - t0 < 2500, `SIGTERM: exited after ${Date.now() - t0} ms`);
   const q = peer();
   await q.request(INIT());
@@ -205,16 +205,16 @@ test("mcp-lazy check: every manifest in manifests/ passes; bad ones get file:lin
   assert.ok(all.length >= 2, `manifests: ${all}`);
   for (const f of all) {
     const p = new RawPeer(MCP_LAZY, ["check", join(MANIFESTS, f)]);
-    const { code } = await p.exited;
+    const { code } = await p.exitWithin();
     assert.equal(code, 0, p.stderr);
   }
   const bad = manifest("bad.yaml", "backends:\n  db:\n    comand: [x]\n");
   const p = new RawPeer(MCP_LAZY, ["check", bad]);
-  const { code } = await p.exited;
+  const { code } = await p.exitWithin();
   assert.equal(code, 1);
   assert.match(p.stderr, /bad\.yaml:3:5: unknown key 'comand' in a backend; did you mean 'command'\?/);
   const q = new RawPeer(MCP_LAZY, ["--manifest", bad]);
-  assert.equal((await q.exited).code, 1);
+  assert.equal((await q.exitWithin()).code, 1);
   await sleep(0);
 });
 
@@ -227,7 +227,7 @@ test("mcp-lazy check warns of backend names the system manager's sandbox user ca
       `tools:\n  - {name: t, backend: ${ok}, input_schema: {type: object}}\n`,
   );
   const p = new RawPeer(MCP_LAZY, ["check", path]);
-  assert.equal((await p.exited).code, 0, "a user manager runs them all: a warning, not an error");
+  assert.equal((await p.exitWithin()).code, 0, "a user manager runs them all: a warning, not an error");
   const warned = [...p.stderr.matchAll(/^warning: backend '([^']+)'/gm)].map((m) => m[1]);
   assert.deepEqual(warned, [long, "my.server"], p.stderr);
   assert.match(p.stderr, new RegExp(`user 'mcp-lazy-${long}', which systemd refuses \\(at most 31 characters of A-Za-z0-9_-, so a backend name of at most 22\\): give mcp-lazy@${long}.service a User= of its own`));

@@ -354,7 +354,7 @@ describe("the frontend, with a client at the edges of framing", () => {
     p.child.stdin.end('{"jsonrpc":"2.0","id":"last","method":"ping"}');
     const [r] = await p.next(1);
     assert.deepEqual(r, { jsonrpc: "2.0", id: "last", result: {} });
-    await p.exited;
+    await p.exitWithin();
   });
 
   test("a batch has a bounded number of members (each answer is held until the last)", async () => {

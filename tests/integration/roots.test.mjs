@@ -60,7 +60,7 @@ test("sessions with different roots get backends that see only their own; equal 
   const b = await session(["/srv/rb"]);
   const a2 = await session(["/srv/ra"]);
   for (const s of [a, b, a2]) await s.allowed();
-  assert.ok(await waitFor(async () => (await a.allowed())[0] === "/srv/ra" && (await b.allowed())[0] === "/srv/rb", 10000));
+  assert.ok(await waitFor(async () => (await a.allowed())[0] === "/srv/ra" && (await b.allowed())[0] === "/srv/rb", 20000));
   assert.deepEqual(await a.allowed(), ["/srv/ra"]);
   assert.deepEqual(await b.allowed(), ["/srv/rb"]);
   assert.deepEqual(await a2.allowed(), ["/srv/ra"]);
@@ -84,14 +84,14 @@ test("a hostile session cannot change another session's allowed directories", as
   // Then h claims the whole file system and says its roots changed.
   h.state.roots = ["/"];
   await h.client.sendRootsListChanged();
-  assert.ok(await waitFor(async () => (await h.allowed())[0] === "/", 10000), "h's next calls go to a backend with its new roots");
+  assert.ok(await waitFor(async () => (await h.allowed())[0] === "/", 20000), "h's next calls go to a backend with its new roots");
   await sleep(500);
   assert.deepEqual(await a.allowed(), ["/srv/ra"], "a's backend never heard of h's roots");
   assert.match(await a.text("read_text_file", { path: "/srv/rb/b.txt" }), /Access denied/);
   assert.equal(await backendPids(), 2);
   // A session that answers roots/list with roots of its own from the start gets its own backend too.
   const h2 = await session(["/"]);
-  assert.ok(await waitFor(async () => (await h2.allowed())[0] === "/", 10000));
+  assert.ok(await waitFor(async () => (await h2.allowed())[0] === "/", 20000));
   assert.deepEqual(await a.allowed(), ["/srv/ra"]);
   assert.equal(await backendPids(), 2, "h2 shares h's backend: the same roots");
   for (const s of [a, h, h2]) await s.client.close();
@@ -103,7 +103,7 @@ test("a session alone on its backend that changes its roots keeps the backend, w
   await a.allowed();
   a.state.roots = ["/srv/rb"];
   await a.client.sendRootsListChanged();
-  assert.ok(await waitFor(async () => (await a.allowed())[0] === "/srv/rb", 10000), "the backend asked again and got the new roots");
+  assert.ok(await waitFor(async () => (await a.allowed())[0] === "/srv/rb", 20000), "the backend asked again and got the new roots");
   assert.equal(await backendPids(), 1);
   await a.client.close();
 });

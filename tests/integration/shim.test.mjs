@@ -177,7 +177,7 @@ function scenarios(makeFleet) {
         (r) => r,
         (e) => e,
       );
-    await started;
+    await Promise.race([started, slow]); // a call that fails before running fails below, not hangs here
     await fleet.killBackend("everything");
     const r = await slow;
     const text = r instanceof Error ? r.message : JSON.stringify(r);

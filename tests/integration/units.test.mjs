@@ -112,7 +112,7 @@ test("Accept=yes: a shim per connection, named after the socket's address, not t
   await s.close();
   fleet.manifestPath = "/etc/mcp-lazy/frontend.yaml";
   // The connection's shim ends with it, and its backend with the shim.
-  assert.ok(await waitFor(async () => !(await fleet.sh("systemctl list-units --no-legend --plain 'mcp-lazy-acc@*'")).includes("running"), 10000));
+  assert.ok(await waitFor(async () => !(await fleet.sh("systemctl list-units --no-legend --plain 'mcp-lazy-acc@*'")).includes("running"), 20000));
 });
 
 test("the same units under a user manager: socket in $XDG_RUNTIME_DIR, mode 0600, manifest in ~/.config", async () => {

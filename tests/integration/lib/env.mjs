@@ -27,7 +27,7 @@ export const SANITIZER_DROPIN = `printf '[Service]\\nSystemCallFilter=@debug\\nB
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 // Polls fn until it returns truthy or ms pass; returns the last value.
-export async function waitFor(fn, ms = 10000, step = 50) {
+export async function waitFor(fn, ms = 20000, step = 50) {
   const end = Date.now() + ms;
   let v;
   while (!(v = await fn()) && Date.now() < end) await sleep(step);
@@ -169,9 +169,15 @@ export class RawPeer {
     const [m] = await this.next(1, ms);
     return m;
   }
-  close() {
+  // Ends its input; resolves to how it exited, killed after ms if it has not (a bound for a hang:
+  // the status then says SIGKILL).
+  close(ms = 60000) {
     this.child.stdin.end();
-    return this.exited;
+    return this.exitWithin(ms);
+  }
+  exitWithin(ms = 60000) {
+    const timer = setTimeout(() => this.kill(), ms);
+    return this.exited.finally(() => clearTimeout(timer));
   }
   kill(sig = "SIGKILL") {
     try {
