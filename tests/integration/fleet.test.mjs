@@ -18,7 +18,10 @@ test("the unit sets the descriptor limit the shim needs", async () => {
 });
 
 test(`${N} open sessions on one pooled shim, a call from each every second, all answered; session ${N + 1} is refused at once`, async () => {
-  const opts = { socket: "/run/mcp-lazy/rec.sock", sessions: N, rounds: 3, interval_ms: 1000, extra: 2, unit: "mcp-lazy@rec.service" };
+  // keep: a call held at the backend from the first session's start to the end, so the 3 s
+  // idle_timeout cannot end the shim while a loaded machine opens the sessions (at load 46 a session
+  // failed 'initialize failed: read ECONNRESET', most likely the draining shim closing it).
+  const opts = { socket: "/run/mcp-lazy/rec.sock", sessions: N, rounds: 3, interval_ms: 1000, extra: 2, unit: "mcp-lazy@rec.service", keep: true };
   const r = await rb.box.exec(process.execPath, [SESSIONS, JSON.stringify(opts)], { timeout: 120000 });
   assert.equal(r.code, 0, r.stderr);
   const f = JSON.parse(r.stdout);
@@ -58,7 +61,7 @@ test("a descriptor limit below max_sessions: the shim serves what fits and names
   await rb.sh(`printf '[Service]\\nLimitNOFILE=320\\n' > /etc/systemd/system/mcp-lazy@rec.service.d/fds.conf
     systemctl daemon-reload`);
   try {
-    const opts = { socket: "/run/mcp-lazy/rec.sock", sessions: 32, rounds: 1, interval_ms: 0, extra: 1 };
+    const opts = { socket: "/run/mcp-lazy/rec.sock", sessions: 32, rounds: 1, interval_ms: 0, extra: 1, keep: true };
     const r = await rb.box.exec(process.execPath, [SESSIONS, JSON.stringify(opts)], { timeout: 60000 });
     assert.equal(r.code, 0, r.stderr);
     const f = JSON.parse(r.stdout);
@@ -79,13 +82,16 @@ test("a descriptor limit below max_sessions: the shim serves what fits and names
 test("one peer's connections together leave at most 256 MiB unread: past it, one of them is closed", async () => {
   // Five connections of root (a peer of the shim's own user) that read nothing while four 14 MB
   // answers each come: 280 MB in all, under 64 MiB on each connection. They read on once the shim
-  // has said it closes one (a fixed hold was outlasted on a loaded machine: the answers were not all
-  // queued yet when it ended), or after 90 s, when none closed is the failure.
+  // has said it closes one, or after 90 s, when none closed is the failure. A fixed 15 s hold was
+  // outlasted on a loaded machine: the shim had answered every call, idled out (3 s) and closed the
+  // connections that read nothing for 5 s before the hold ended. keep: a call held at the backend
+  // from before the first call to the end keeps the shim from idling out at all.
   const call = { name: "record", arguments: { session: "big", seq: 1, pad: 14000000 } };
   const opts = {
     socket: "/run/mcp-lazy/rec.sock",
     connections: Array.from({ length: 5 }, () => ({ calls: [call], repeat: 4, hold_ms: 90000 })),
     hold_until: "journalctl -q -o cat -u mcp-lazy@rec.service | grep -q '^The connections of uid 0 have not read'",
+    keep: true,
     timeout_ms: 150000,
   };
   const r = await rb.box.exec(process.execPath, [`${TESTS}/integration/lib/peer.mjs`, JSON.stringify(opts)], { timeout: 200000 });

@@ -6,11 +6,43 @@
 // being only the bound: a paused socket cannot see the shim close it, and a loaded machine can
 // outlast any fixed hold. Each connection initializes with its capabilities, sends all its calls at
 // once, and waits for every answer (or 20 s). Prints, per connection, the initialize answer and a
-// count of answers by text.
+// count of answers by text. "keep": true (with lib/recorder.mjs as the backend): a connection of its
+// own holds a call at the backend from before the others start until they are done, so the shim
+// cannot idle out meanwhile however slow the machine.
 import { execFileSync } from "node:child_process";
 import { connect } from "node:net";
 
 const o = JSON.parse(process.argv[2]);
+
+// The connection that holds the kept call: request() resolves with the answer to what it sent.
+function keeper() {
+  const sock = connect(o.socket);
+  const waiting = new Map();
+  let buf = "";
+  sock.setEncoding("utf8").on("data", (d) => {
+    buf += d;
+    let i;
+    while ((i = buf.indexOf("\n")) >= 0) {
+      const m = JSON.parse(buf.slice(0, i));
+      buf = buf.slice(i + 1);
+      waiting.get(m.id)?.(m);
+    }
+  });
+  const request = (id, method, params) =>
+    new Promise((resolve) => {
+      waiting.set(id, resolve);
+      sock.write(JSON.stringify({ jsonrpc: "2.0", id, method, params }) + "\n");
+    });
+  const record = (id, args) => request(id, "tools/call", { name: "record", arguments: { session: "keep", seq: id, ...args } });
+  return { sock, request, record };
+}
+let keep;
+if (o.keep) {
+  const k = keeper();
+  await k.request(0, "initialize", { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "keeper", version: "1" } });
+  k.sock.write(JSON.stringify({ jsonrpc: "2.0", method: "notifications/initialized" }) + "\n");
+  keep = { ...k, held: k.record(1, { hold: "keep" }) };
+}
 const held = new Set();
 let released = false;
 let poll;
@@ -92,4 +124,9 @@ const out = await Promise.all(
   ),
 );
 release();
+if (keep) {
+  const answers = [await keep.record(2, { release: "keep" }), await keep.held];
+  if (!answers.every((m) => m.result && !m.result.isError)) throw new Error(`the kept call: ${JSON.stringify(answers)}`);
+  keep.sock.end();
+}
 console.log(JSON.stringify(out));

@@ -1,10 +1,13 @@
 // A small MCP server on stdio for load and fault tests: the tool `record` appends one line per
 // execution to $RECORD_LOG ("SESSION SEQ PID", written when the call arrives, before it is answered),
 // then answers after `delay_ms` with {session, seq, pid}, so a test can tell every call's fate:
-// run once, run twice, answered to the wrong session, or never run.
+// run once, run twice, answered to the wrong session, or never run. A call with `hold: KEY` is
+// answered (and recorded) only once a call with `release: KEY` comes: a test keeps a call in flight,
+// and with it the shim from idling out, for as long as its steps take.
 import { appendFileSync } from "node:fs";
 
 const log = process.env.RECORD_LOG;
+const held = new Map();
 const send = (m) => process.stdout.write(JSON.stringify(m) + "\n");
 const TOOL = {
   name: "record",
@@ -27,6 +30,12 @@ function handle(m) {
       return send({ jsonrpc: "2.0", id: m.id, result: { tools: [TOOL] } });
     case "tools/call": {
       const a = m.params?.arguments ?? {};
+      if (a.hold !== undefined) return void held.set(a.hold, m);
+      if (a.release !== undefined) {
+        const h = held.get(a.release);
+        held.delete(a.release);
+        if (h) handle({ ...h, params: { ...h.params, arguments: { ...h.params.arguments, hold: undefined } } });
+      }
       if (log) appendFileSync(log, `${a.session} ${a.seq} ${process.pid}\n`);
       const answer = () =>
         send({ jsonrpc: "2.0", id: m.id, result: { content: [{ type: "text", text: JSON.stringify({ session: a.session, seq: a.seq, pid: process.pid, pad: a.pad > 0 ? "x".repeat(a.pad) : undefined }) }] } });

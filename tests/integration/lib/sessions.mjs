@@ -6,6 +6,8 @@
 // Opens `sessions` connections (initialize each), then `rounds` times calls `record` once on every
 // session at once, a round every interval_ms; then opens `extra` more connections and calls once on
 // each (past max_sessions these are refused). Prints one JSON line of figures.
+// "keep": true: the first session, opened alone, holds a call at the backend (lib/recorder.mjs's
+// hold/release) until the end, so the shim cannot idle out between the steps however slow they are.
 import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { connect } from "node:net";
@@ -72,9 +74,16 @@ async function inBatches(items, n, fn) {
 }
 
 const figures = { sessions: 0, calls: 0, answered: 0, errors: 0, misrouted: 0, unknown: 0, transport: 0, latencies: [], refused: [] };
-const sessions = Array.from({ length: o.sessions }, (_, k) => new Session(o.socket, `s${k}`));
 const t0 = now();
-await inBatches(sessions, 100, (s) => s.init());
+let kept;
+const sessions = [];
+if (o.keep) {
+  sessions.push(new Session(o.socket, "s0"));
+  await sessions[0].init();
+  kept = sessions[0].request("tools/call", { name: "record", arguments: { session: "keep", seq: 0, hold: "keep" } });
+}
+for (let k = sessions.length; k < o.sessions; k++) sessions.push(new Session(o.socket, `s${k}`));
+await inBatches(sessions.slice(o.keep ? 1 : 0), 100, (s) => s.init());
 figures.sessions = sessions.length;
 figures.open_ms = Math.round(now() - t0);
 
@@ -139,6 +148,11 @@ if (o.unit) {
   const pid = show("MainPID");
   const status = readFileSync(`/proc/${pid}/status`, "utf8");
   figures.shim = { pid: Number(pid), rss_kib: Number(/VmRSS:\s+(\d+)/.exec(status)[1]), hwm_kib: Number(/VmHWM:\s+(\d+)/.exec(status)[1]), fds: execFileSync("ls", [`/proc/${pid}/fd`], { encoding: "utf8" }).split("\n").filter(Boolean).length, status: show("StatusText") };
+}
+if (kept) {
+  const released = await sessions[0].request("tools/call", { name: "record", arguments: { session: "keep", seq: 1, release: "keep" } });
+  const held = await kept;
+  if (!released.result || !held.result) throw new Error(`the kept call: ${JSON.stringify([held, released])}`);
 }
 for (const s of sessions) s.sock.end();
 console.log(JSON.stringify(figures));
