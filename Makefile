@@ -111,10 +111,13 @@ check-unit: $(addprefix $(B)/tests/,$(UNIT_TESTS)) $(addprefix $(S)/tests/,$(UNI
 	@set -e; for t in $^; do echo "== $$t"; (cd tests/unit && ../../$$t); done
 
 # A test file that hangs fails after 20 minutes (node 20 times each file, newer ones each test) and
-# the rest still run; a node without --test-timeout runs without it.
+# the rest still run; a node without --test-timeout runs without it. TAP on stdout; at the end, on
+# stderr, one line per failed test.
 check-integration: all $(S)/mcp-lazy $(S)/mcp-lazy-shimd
 	cd tests && MCP_LAZY_BUILD=$(CURDIR)/$(S) node --test --test-concurrency=1 \
-		$$(node --help | grep -q -- --test-timeout && echo --test-timeout=1200000) integration/
+		$$(node --help | grep -q -- --test-timeout && echo --test-timeout=1200000) \
+		--test-reporter=tap --test-reporter-destination=stdout \
+		--test-reporter=./integration/lib/failures-reporter.mjs --test-reporter-destination=stderr integration/
 
 bench: deps all
 	cd tests && MCP_LAZY_BUILD=$(CURDIR)/$(B) BENCH_QUICK=$(QUICK) node bench/bench.mjs
