@@ -85,7 +85,7 @@ describe("a hostile session on a pooled backend", () => {
       } catch {
         return false;
       }
-    }, 5000), "the socket is listening");
+    }, 20000), "the socket is listening");
   });
   after(() => {
     peers.forEach((p) => p.close());
@@ -236,7 +236,7 @@ describe("a hostile session on a pooled backend (issue 7's review)", () => {
       } catch {
         return false;
       }
-    }, 5000), "the socket is listening");
+    }, 20000), "the socket is listening");
   });
   after(() => {
     peers.forEach((p) => p.close());

@@ -105,7 +105,7 @@ describe("the shim, with several sessions on one backend", () => {
       } catch {
         return false;
       }
-    }, 5000), "the socket is listening");
+    }, 20000), "the socket is listening");
   });
   after(() => {
     peers.forEach((p) => p.close());
