@@ -12,8 +12,8 @@ import { spawn } from "node:child_process";
 import { connect } from "node:net";
 
 const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-audit-"));
-after(() => {
-  cleanupPeers();
+after(async () => {
+  await cleanupPeers();
   rmSync(dir, { recursive: true, force: true });
 });
 

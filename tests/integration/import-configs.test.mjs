@@ -11,8 +11,8 @@ import { INIT, MCP_LAZY, RawPeer, SERVER_SCRIPTS, TESTS, cleanupPeers, processes
 import { claudeCodeConfig, desktopConfig, compareWithDirect, CLIENT_CAPS } from "./lib/import.mjs";
 
 const base = mkdtempSync(join(tmpdir(), "mcp-lazy-import-"));
-after(() => {
-  cleanupPeers();
+after(async () => {
+  await cleanupPeers();
   rmSync(base, { recursive: true, force: true });
 });
 

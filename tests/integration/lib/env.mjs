@@ -106,19 +106,28 @@ export function processesMatching(needle) {
 }
 
 const livePeers = new Set();
-// Kills every RawPeer still running, and every other child of this process that a failed test left
+// Ends every RawPeer still running, and every other child of this process that a failed test left
 // running (an SDK client's frontend or server: its pipes would keep the file from ever exiting).
-// Test files call it from after(), so a failed test hangs nothing. A box's processes (nsenter into
-// it, the box script) are left to its stop(), which ends them all.
-export function cleanupPeers() {
-  for (const p of livePeers) p.kill();
-  for (const pid of children(process.pid)) {
-    const c = cmdline(pid);
-    if (c.startsWith("nsenter ") || c.includes("/integration/box ")) continue;
-    try {
-      process.kill(pid, "SIGKILL");
-    } catch {}
-  }
+// Test files call it from after(), so a failed test hangs nothing. SIGTERM first, and up to 15 s to
+// go: a shim stops its backend as it exits, and one killed outright leaves the backend behind, with
+// the pipes (seen: audit's shim, still stopping at the end of the file, killed; its backend held
+// the file open). SIGKILL for what is left. A box's processes (nsenter into it, the box script) are
+// left to its stop(), which ends them all.
+export async function cleanupPeers() {
+  const left = () =>
+    children(process.pid).filter((pid) => {
+      const c = cmdline(pid);
+      return c && !c.startsWith("nsenter ") && !c.includes("/integration/box ");
+    });
+  const signal = (sig) => {
+    for (const pid of left())
+      try {
+        process.kill(pid, sig);
+      } catch {}
+  };
+  for (const p of livePeers) if (cmdline(p.child.pid).startsWith("nsenter ")) p.kill();
+  signal("SIGTERM");
+  if (!(await waitFor(() => left().length === 0, 15000, 100))) signal("SIGKILL");
 }
 
 // A raw line-level JSON-RPC peer on a child's stdio, for what the SDK would never send.
