@@ -36,8 +36,14 @@ export async function addFarHost(fleet) {
 }
 
 // Link down as seen from here: the far end's interface goes down, so packets vanish (no error).
+// Up: back once a connection to far's sshd gets through again. Right after the link comes up a
+// connect can still fail (seen under load: 'ssh: connect to host far port 22: No route to host', the
+// neighbour entry given up on while the link was down), and the next test's first call with it.
 export async function farLink(fleet, up) {
   await fleet.sh(`ip netns exec far ip link set veth-far ${up ? "up" : "down"}`);
+  if (up)
+    await fleet.sh(`for i in $(seq 300); do timeout 2 bash -c '</dev/tcp/${FAR_IP}/22' 2>/dev/null && exit 0; sleep 0.1; done
+      echo 'far is not reachable again after its link came up' >&2; exit 1`);
 }
 
 // The frontend manifest of the near host: remote backends on far, and some that fail on purpose.
