@@ -125,7 +125,9 @@ async function everythingScript(label, { client, log }) {
   t.push(["reference", await call("get-resource-reference", { resourceType: "Text", resourceId: 2 })]);
   const progress = [];
   t.push(["long", await call("trigger-long-running-operation", { duration: 1, steps: 4 }, { onprogress: (p) => progress.push([p.progress, p.total]) })]);
-  t.push(["progress", progress.filter(([p, total]) => p < total)]);
+  // The SDK drops progress it reads in the same chunk as the result (the handler runs a microtask
+  // later, when the token is gone): how many come depends on how fast the client reads, direct or not.
+  t.push(["progress", progress.every(([p, total], k) => p === k + 1 && total === 4) ? "in order" : progress]);
   t.push(["sampling", await callAlone("trigger-sampling-request", { prompt: `prompt of ${label}`, maxTokens: 5 })]);
   t.push(["elicitation", await callAlone("trigger-elicitation-request", {})]);
   t.push(["roots", await callAlone("get-roots-list", {})]);
