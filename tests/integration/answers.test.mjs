@@ -258,16 +258,19 @@ function reseal(b) {
 const segment = (b, i) => [Number(b.readBigUInt64LE(120 + 16 * i)), Number(b.readBigUInt64LE(128 + 16 * i))];
 
 // One session that stays open until the call is answered (closing stdin ends a session, calls and all).
+// Its stderr is read to the end: a line logged before the answer can still be unread when it comes.
 async function callOnce(args, id, name) {
   const p = new RawPeer(MCP_LAZY, args, { env: { ...process.env, MCP_LAZY_CACHE_DIR: CACHE, MCP_LAZY_LOG_LEVEL: "debug" } });
+  let answer;
   try {
     await p.request(req(0, "initialize", { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "answers-test", version: "1" } }));
     p.send({ jsonrpc: "2.0", method: "notifications/initialized" });
-    const answer = await p.request(req(id, "tools/call", { name, arguments: { message: "routed" } }), 60000);
-    return { answer, err: p.stderr };
+    answer = await p.request(req(id, "tools/call", { name, arguments: { message: "routed" } }), 60000);
   } finally {
     await p.close();
   }
+  await Promise.race([p.stderrEnded, new Promise((r) => setTimeout(r, 20000).unref())]);
+  return { answer, err: p.stderr };
 }
 
 test("prepared answers route a call to a local backend: the manifest is not read, the backend answers", async (t) => {

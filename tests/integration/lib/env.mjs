@@ -149,6 +149,9 @@ export class RawPeer {
       }
     });
     this.child.stderr.setEncoding("utf8").on("data", (d) => (this.stderr += d));
+    // All of stderr has been read: it is a pipe of its own, read apart from stdout, so a line written
+    // before an answer can still be unread when the answer is.
+    this.stderrEnded = new Promise((r) => this.child.stderr.on("close", r));
     livePeers.add(this);
     this.exited = new Promise((r) =>
       this.child.on("exit", (code, signal) => {
