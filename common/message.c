@@ -53,6 +53,9 @@ static const char *const route_paths[_ROUTE_PATH_MAX][ID_PATH_DEPTH + 1] = {
         [ROUTE_PATH_META_CAPABILITIES] = {"params", "_meta", META_CLIENT_CAPABILITIES},
         [ROUTE_PATH_META_CLIENT_INFO] = {"params", "_meta", META_CLIENT_INFO},
         [ROUTE_PATH_META_LOG_LEVEL] = {"params", "_meta", META_LOG_LEVEL},
+        [ROUTE_PATH_RESULT] = {"result"},
+        [ROUTE_PATH_RESULT_TYPE] = {"result", "resultType"},
+        [ROUTE_PATH_ERROR] = {"error"},
 };
 
 static const char *scan_path_key(unsigned p, unsigned level) {
@@ -132,7 +135,9 @@ static bool is_ws(char c) {
 }
 
 static inline void skip_ws(Scanner *sc) {
-        while (sc->pos < sc->len && is_ws(sc->s[sc->pos]))
+        /* White space and the bytes JSON refuses outside strings are all <= ' ': one compare for the
+         * usual byte, which is neither. */
+        while (sc->pos < sc->len && (unsigned char) sc->s[sc->pos] <= ' ' && is_ws(sc->s[sc->pos]))
                 sc->pos++;
 }
 
@@ -154,6 +159,28 @@ static const uint8_t string_byte[256] = {
         ['\\'] = 1,
         [0x80 ... 0xff] = 2,
 };
+
+#define ONES  0x0101010101010101ULL
+#define HIGHS 0x8080808080808080ULL
+
+/* Past the plain bytes of a string from p (none of '"', '\\', a control character or a byte >= 0x80),
+ * eight at a time where there are eight: a byte is found by the usual tests on words, exact for each
+ * byte (no borrow crosses a byte of a word whose high bits are all clear). */
+static inline size_t plain_run(const uint8_t *s, size_t p, size_t n) {
+        while (n - p >= 8) {
+                uint64_t w, quote, slash;
+                memcpy(&w, s + p, 8);
+                quote = w ^ (ONES * '"');
+                slash = w ^ (ONES * '\\');
+                /* A byte below 0x20, or 0 after an XOR; the high bit of w itself for >= 0x80. */
+                if (((w - ONES * 0x20) | (quote - ONES) | (slash - ONES) | w) & HIGHS)
+                        break;
+                p += 8;
+        }
+        while (p < n && !string_byte[s[p]])
+                p++;
+        return p;
+}
 
 /* The length of the valid UTF-8 sequence at p (not ASCII), or 0 (overlong, surrogate, past U+10FFFF,
  * cut off): the same rules as utf8_is_valid(). */
@@ -205,8 +232,7 @@ static int scan_string(Scanner *sc, size_t *ret_start, size_t *ret_end, bool *re
                 return -EBADMSG;
         start = ++p;
         for (;;) {
-                while (p < n && !string_byte[s[p]])
-                        p++;
+                p = plain_run(s, p, n);
                 if (p >= n)
                         return -EBADMSG;
                 if (s[p] == '"')
@@ -401,7 +427,8 @@ static bool key_is(const Key *k, const char *name) {
 }
 
 static inline bool key_is_len(const Key *k, const char *name, size_t len) {
-        return k->len == len && memcmp(k->p, name, len) == 0;
+        /* The first byte settles most comparisons without a call. */
+        return k->len == len && (len == 0 || (k->p[0] == name[0] && memcmp(k->p, name, len) == 0));
 }
 
 static int key_compare(const Key *x, const Key *y) {
@@ -548,9 +575,8 @@ static int scan_object(Scanner *sc, unsigned level, uint32_t mask) {
                 r = scan_value(sc, level + 1, sub & ~ends, false);
                 if (r < 0)
                         return r;
-                for (unsigned p = 0; sc->spans && ends && p < SCAN_PATHS; p++)
-                        if (ends & (1U << p))
-                                sc->spans[p] = (Span){vstart, sc->pos - vstart};
+                for (uint32_t e = sc->spans ? ends : 0; e; e &= e - 1)
+                        sc->spans[__builtin_ctz(e)] = (Span){vstart, sc->pos - vstart};
                 if (member >= 0 && !sc->has_member[member]) {
                         sc->has_member[member] = true;
                         sc->members[member] = (Span){vstart, sc->pos - vstart};
@@ -659,8 +685,15 @@ static void set_problem(Message *m, const char *fmt, const char *arg) {
  * bounded length: past it the message is invalid, and an over-long id of its own is not echoed. */
 static void check_id_lengths(Message *m) {
         IdField f[16];
-        size_t n = ids_fields(m, f, ELEMENTSOF(f));
+        bool any_long = false;
+        size_t n;
 
+        /* The usual message has no field that long anywhere the table looks: nothing to ask it. */
+        for (size_t p = 0; p < _ID_PATH_MAX; p++)
+                any_long = any_long || m->spans[p].len > MESSAGE_MAX_ID_BYTES;
+        if (!any_long)
+                return;
+        n = ids_fields(m, f, ELEMENTSOF(f));
         for (size_t i = 0; i < n && i < ELEMENTSOF(f); i++) {
                 if (f[i].len <= MESSAGE_MAX_ID_BYTES)
                         continue;

@@ -18,14 +18,18 @@ typedef struct Span {
 } Span;
 
 /* What routing reads past the envelope, noted by the same scan (as the id fields are), so that a
- * request can be routed without its tree: a tool's name, and the 2026-07-28 envelope in params._meta
- * (era.h). A path is noted only where each step is an object member, as cJSON would find it. */
+ * request can be routed, and its answer passed on, without a tree: a tool's name, the 2026-07-28
+ * envelope in params._meta (era.h), and what tells a handshake-era answer from a 2026-07-28 one. A path
+ * is noted only where each step is an object member, as cJSON would find it. */
 typedef enum RoutePath {
         ROUTE_PATH_PARAMS_NAME,       /* params.name */
         ROUTE_PATH_META_VERSION,      /* params._meta["io.modelcontextprotocol/protocolVersion"] */
         ROUTE_PATH_META_CAPABILITIES, /* params._meta["io.modelcontextprotocol/clientCapabilities"] */
         ROUTE_PATH_META_CLIENT_INFO,  /* params._meta["io.modelcontextprotocol/clientInfo"] */
         ROUTE_PATH_META_LOG_LEVEL,    /* params._meta["io.modelcontextprotocol/logLevel"] */
+        ROUTE_PATH_RESULT,            /* result */
+        ROUTE_PATH_RESULT_TYPE,       /* result.resultType */
+        ROUTE_PATH_ERROR,             /* error */
         _ROUTE_PATH_MAX,
 } RoutePath;
 

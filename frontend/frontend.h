@@ -69,6 +69,8 @@ struct Session {
         Hashmap *pending;   /* id key -> Pending */
         Hashmap *upstreams; /* backend name -> Upstream, created on first use */
         Upstream *last_upstream; /* the one session_upstream() gave last */
+        char *route_tool;        /* the last tool the prepared answers routed... */
+        const char *route_backend; /* ...and its backend (points into answers) */
         Hashmap *upcalls;   /* id given to the client -> Upcall */
         uint64_t next_upcall;
         uint64_t next_own_id;   /* our own requests to backends: each id used once */
@@ -134,6 +136,9 @@ bool modern_intercept(Session *s, Message *m, Batch *batch);
 cJSON *modern_discover_result_new(const Manifest *mf);
 /* Whether the request carries the 2026-07-28 envelope. */
 bool modern_request(const Message *m);
+/* The request's envelope is valid and asks nothing new of the session: modern_intercept() would let it
+ * pass untouched (read from the spans the scan noted, without the tree). */
+bool modern_envelope_settled(const Session *s, const Message *m);
 /* A list answered from the manifest: resultType, ttlMs, cacheScope and serverInfo for a modern request. */
 void modern_list_result(Session *s, const Message *m, cJSON *result);
 /* notifications/cancelled of a listen stream (key: its id's exact text): true if it was one (it ends). */
@@ -149,8 +154,9 @@ void modern_upstream_attached(Session *s, const char *backend);
 /* notifications/resources/updated from a backend: onto the streams that listen to it; true when it
  * must not also go to the client as it is (a modern session). */
 bool modern_resource_updated(Session *s, const Message *m);
-/* The answer to a modern request as the 2026-07-28 era requires it: NULL when it is fine as it is,
- * else the changed answer (a handshake-era backend's, or an input_required asking too much). */
+/* The answer to a modern request as the 2026-07-28 era requires it: NULL when it is fine as it is (or
+ * out of memory), else the changed answer (a handshake-era backend's, or an input_required asking too
+ * much). The tree of answer is built only where the spans the scan noted do not settle it. */
 cJSON *modern_adapt_response(const Pending *p, const Message *answer);
 
 /* upstream.c */

@@ -473,6 +473,35 @@ static void set_log_level(Session *s, const char *level) {
                 upstream_broadcast(s, req);
 }
 
+/* The string at span decodes to exactly text (no NUL, nothing more). */
+static bool route_string_is(const Message *m, Span span, const char *text) {
+        char buf[32];
+        size_t len;
+
+        return message_string(m, span, buf, sizeof buf, &len) == 0 && len == strlen(text) && streq(buf, text);
+}
+
+bool modern_envelope_settled(const Session *s, const Message *m) {
+        const Span *r = m->route;
+        char level[32];
+        size_t len;
+
+        /* What modern_intercept() checks, from the spans the scan noted (params and its _meta are
+         * objects, or none would be noted): a valid 2026-07-28 envelope... */
+        if (!route_string_is(m, r[ROUTE_PATH_META_VERSION], ERA_MODERN_VERSION) ||
+            r[ROUTE_PATH_META_CAPABILITIES].len == 0 || m->text[r[ROUTE_PATH_META_CAPABILITIES].start] != '{' ||
+            (r[ROUTE_PATH_META_CLIENT_INFO].len > 0 && m->text[r[ROUTE_PATH_META_CLIENT_INFO].start] != '{'))
+                return false;
+        /* ... that changes nothing: the backends already speak for this client, and its log level is
+         * the one in force. */
+        if (!s->client_params)
+                return false;
+        if (r[ROUTE_PATH_META_LOG_LEVEL].len == 0)
+                return true;
+        return s->log_level && message_string(m, r[ROUTE_PATH_META_LOG_LEVEL], level, sizeof level, &len) == 0 &&
+               len == strlen(level) && streq(level, s->log_level) && era_log_level_rank(level) >= 0;
+}
+
 bool modern_intercept(Session *s, Message *m, Batch *batch) {
         const char *problem = NULL;
         bool discover = streq(m->method, "server/discover");
@@ -623,33 +652,35 @@ static bool adapted_key(const Message *answer, const Member *mb, bool read) {
  * a handshake-era server gave no hint, so nothing may be kept), in place of any the backend wrote:
  * each key once. Every other byte is the backend's (a dropped member goes with its comma). */
 static int adapt_result(const Pending *p, const Message *answer, char **ret, size_t *ret_len) {
+        static const char complete[] = "{\"resultType\":\"complete\"",
+                          read_complete[] = "{\"resultType\":\"complete\",\"ttlMs\":0,\"cacheScope\":\"private\"";
         bool read = streq(p->request->method, "resources/read");
+        const char *head = read ? read_complete : complete;
         _cleanup_free_ Member *members = NULL;
         _cleanup_free_ char *obj = NULL;
         const char *t = answer->text;
-        size_t n, size = 0, pos;
-        FILE *f;
-        Span s;
+        size_t n, o, pos;
+        Span s = answer->route[ROUTE_PATH_RESULT]; /* the scan noted where the result is */
         int r;
 
-        r = message_find(answer, (const char *const[]){"result", NULL}, &s);
-        if (r >= 0)
-                r = message_members(answer, s, &members, &n);
+        if (s.len == 0 && (r = message_find(answer, (const char *const[]){"result", NULL}, &s)) < 0)
+                return r;
+        r = message_members(answer, s, &members, &n);
         if (r < 0)
                 return r;
-        f = open_memstream(&obj, &size);
-        if (!f)
+        /* The head, then at most each member with a comma, and what follows the last. */
+        obj = malloc(strlen(head) + s.len + n + 1);
+        if (!obj)
                 return -ENOMEM;
-        fputs(read ? "{\"resultType\":\"complete\",\"ttlMs\":0,\"cacheScope\":\"private\""
-                   : "{\"resultType\":\"complete\"",
-              f);
+        o = stpcpy(obj, head) - obj;
         /* pos: after the '{', or after the comma that follows the last member seen */
         pos = s.start + 1;
         for (size_t k = 0; k < n; k++) {
                 const Span mb = members[k].member;
                 if (!adapted_key(answer, &members[k], read)) {
-                        fputc(',', f);
-                        fwrite(t + pos, 1, mb.start + mb.len - pos, f);
+                        obj[o++] = ',';
+                        memcpy(obj + o, t + pos, mb.start + mb.len - pos);
+                        o += mb.start + mb.len - pos;
                 }
                 pos = mb.start + mb.len;
                 while (t[pos] == ' ' || t[pos] == '\t' || t[pos] == '\r' || t[pos] == '\n')
@@ -657,31 +688,41 @@ static int adapt_result(const Pending *p, const Message *answer, char **ret, siz
                 if (t[pos] == ',')
                         pos++;
         }
-        fwrite(t + pos, 1, s.start + s.len - pos, f); /* what is left: whitespace, and the '}' */
-        if (fclose(f) != 0)
-                return -ENOMEM;
-        return message_splice(answer, &(Splice){s, obj, size}, 1, ret, ret_len);
+        memcpy(obj + o, t + pos, s.start + s.len - pos); /* what is left: whitespace, and the '}' */
+        o += s.start + s.len - pos;
+        return message_splice(answer, &(Splice){s, obj, o}, 1, ret, ret_len);
 }
 
-cJSON *modern_adapt_response(const Pending *p, const Message *answer) {
-        const cJSON *result = cJSON_GetObjectItemCaseSensitive(answer->json, "result");
-        const cJSON *error = cJSON_GetObjectItemCaseSensitive(answer->json, "error");
-        const cJSON *code = cJSON_GetObjectItemCaseSensitive(error, "code");
-        const cJSON *resultType = cJSON_GetObjectItemCaseSensitive(result, "resultType");
-        const char *type = cJSON_GetStringValue(resultType);
-        bool not_found = cJSON_IsNumber(code) && code->valuedouble == RESOURCE_NOT_FOUND_LEGACY;
+/* A result with a resultType that is not input_required (cut at a NUL, as the tree has it): a modern
+ * backend's own answer, passed as it is. */
+static bool own_complete_answer(const Message *answer) {
+        char type[32];
+        size_t len;
+
+        return message_string(answer, answer->route[ROUTE_PATH_RESULT_TYPE], type, sizeof type, &len) == 0 &&
+               !streq(type, "input_required");
+}
+
+/* The usual answers, told from the spans the scan noted, without the tree: 1 when it goes on as it
+ * is, 0 when it is a handshake-era result to adapt (adapt_result()), -EAGAIN when the tree decides. */
+static int answer_kind(const Message *answer) {
+        const Span *result = &answer->route[ROUTE_PATH_RESULT];
+
+        if (answer->route[ROUTE_PATH_ERROR].len > 0)
+                return -EAGAIN; /* an error: -32002 is adapted */
+        if (result->len == 0 || answer->text[result->start] != '{')
+                return 1;
+        if (answer->route[ROUTE_PATH_RESULT_TYPE].len == 0 ||
+            answer->text[answer->route[ROUTE_PATH_RESULT_TYPE].start] != '"')
+                return 0;
+        return own_complete_answer(answer) ? 1 : -EAGAIN;
+}
+
+static cJSON *adapted_new(const Pending *p, const Message *answer, bool not_found) {
         _cleanup_free_ char *text = NULL;
         size_t len;
         int r;
 
-        if (type && streq(type, "input_required")) {
-                char why[256];
-                if (input_requests_invalid(p, result, why, sizeof why))
-                        return call_failure_new(p, why);
-                return check_input_capabilities(p, answer, result);
-        }
-        if (!not_found && (!cJSON_IsObject(result) || cJSON_IsString(resultType)))
-                return NULL; /* an error, or a modern backend's own answer: as it is */
         /* A handshake-era answer: the backend's bytes, with only what the era requires spliced in. */
         r = not_found ? adapt_not_found(answer, &text, &len) : adapt_result(p, answer, &text, &len);
         if (r < 0) {
@@ -690,4 +731,31 @@ cJSON *modern_adapt_response(const Pending *p, const Message *answer) {
                 return NULL;
         }
         return cJSON_CreateRaw(text);
+}
+
+cJSON *modern_adapt_response(const Pending *p, const Message *answer) {
+        const cJSON *result, *error, *code, *resultType;
+        const char *type;
+        bool not_found;
+        int k = answer_kind(answer);
+
+        if (k >= 0)
+                return k ? NULL : adapted_new(p, answer, false);
+        if (!message_json(answer))
+                return NULL;
+        result = cJSON_GetObjectItemCaseSensitive(answer->json, "result");
+        error = cJSON_GetObjectItemCaseSensitive(answer->json, "error");
+        code = cJSON_GetObjectItemCaseSensitive(error, "code");
+        resultType = cJSON_GetObjectItemCaseSensitive(result, "resultType");
+        type = cJSON_GetStringValue(resultType);
+        not_found = cJSON_IsNumber(code) && code->valuedouble == RESOURCE_NOT_FOUND_LEGACY;
+        if (type && streq(type, "input_required")) {
+                char why[256];
+                if (input_requests_invalid(p, result, why, sizeof why))
+                        return call_failure_new(p, why);
+                return check_input_capabilities(p, answer, result);
+        }
+        if (!not_found && (!cJSON_IsObject(result) || cJSON_IsString(resultType)))
+                return NULL; /* an error, or a modern backend's own answer: as it is */
+        return adapted_new(p, answer, not_found);
 }

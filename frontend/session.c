@@ -40,6 +40,10 @@ Session *session_new(sd_event *e, Manifest *m, const Options *o) {
 void session_set_answers(Session *s, Answers *a) {
         answers_free(s->answers);
         s->answers = a;
+        /* The remembered route pointed into the old answers. */
+        free(s->route_tool);
+        s->route_tool = NULL;
+        s->route_backend = NULL;
 }
 
 const Manifest *session_manifest(Session *s) {
@@ -111,6 +115,7 @@ Session *session_free(Session *s) {
         sd_event_source_disable_unref(s->watch);
         manifest_free(s->manifest);
         answers_free(s->answers);
+        free(s->route_tool);
         channel_free(s->client);
         cJSON_Delete(s->client_params);
         free(s->protocol_version);
@@ -246,12 +251,17 @@ void session_complete(Session *s, Pending *p, const Message *answer) {
 
         if (p->is_tool_call)
                 track_task(s, p, answer);
-        if (p->modern && message_json(answer)) {
+        if (p->modern) {
                 /* What the 2026-07-28 era requires of a handshake-era backend's answer. */
                 cJSON *adapted = modern_adapt_response(p, answer);
                 if (adapted) {
                         b = pending_forget(s, p);
-                        reply(s, b, adapted);
+                        if (!b && cJSON_IsRaw(adapted)) {
+                                /* The backend's bytes with what the era requires spliced in: as they are. */
+                                session_send_text(s, adapted->valuestring, strlen(adapted->valuestring));
+                                cJSON_Delete(adapted);
+                        } else
+                                reply(s, b, adapted);
                         return batch_member_done(s, b);
                 }
         }
@@ -562,6 +572,21 @@ static void route_to_backend(Session *s, Message *m, size_t backend, Batch *batc
         route_to(s, m, batch, NULL, s->manifest->backends[backend].name);
 }
 
+/* The prepared answers' route of tool (NULL: none): the last one is remembered, calls in a row mostly
+ * name one tool, and reading a route from the answers is a parse. */
+static const char *prepared_route(Session *s, const char *tool) {
+        const char *backend;
+
+        if (s->route_tool && streq(s->route_tool, tool))
+                return s->route_backend;
+        if (!answers_tool_backend(s->answers, tool, &backend))
+                return NULL;
+        free(s->route_tool);
+        s->route_tool = strdup(tool); /* out of memory: not remembered */
+        s->route_backend = backend;
+        return backend;
+}
+
 /* Routed by params.name alone, which the scan noted: the tree is not needed. A tool of a local backend
  * is routed by the prepared answers while the manifest is not read; else by the manifest. */
 static void handle_tools_call(Session *s, Message *m, Batch *batch) {
@@ -584,7 +609,7 @@ static void handle_tools_call(Session *s, Message *m, Batch *batch) {
                 return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
                                    "tools/call needs params with a string name");
         /* A name with a NUL in it names no tool: the backend would read all of it, not what we looked up. */
-        if (len == strlen(name) && !s->manifest && s->answers && answers_tool_backend(s->answers, name, &backend))
+        if (len == strlen(name) && !s->manifest && s->answers && (backend = prepared_route(s, name)))
                 return route_to(s, m, batch, NULL, backend);
         if (!session_manifest(s))
                 return reply_no_manifest(s, batch, m);
@@ -732,11 +757,12 @@ static bool handle_prepared(Session *s, Message *m, Batch *batch) {
         return false;
 }
 
-/* A handshake-era tools/call, the request on every call's path: what routes it (method, id, params.name)
- * came from the scan, and it goes on as the client wrote it, so no tree is built. It takes the same
- * way as below: nothing before handle_tools_call() answers or reads a tools/call without an envelope. */
+/* A tools/call, the request on every call's path: what routes it (method, id, params.name, and a
+ * 2026-07-28 envelope) came from the scan, and it goes on as the client wrote it, so no tree is built.
+ * It takes the same way as below: nothing before handle_tools_call() answers a tools/call without an
+ * envelope, or with one that modern_intercept() lets pass as it is. */
 static bool handle_tools_call_fast(Session *s, Message *m, Batch *batch) {
-        if (!streq(m->method, "tools/call") || message_has_envelope(m))
+        if (!streq(m->method, "tools/call") || (message_has_envelope(m) && !modern_envelope_settled(s, m)))
                 return false;
         handle_tools_call(s, m, batch);
         return true;

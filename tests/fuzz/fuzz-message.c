@@ -197,6 +197,44 @@ static void check_find(const Message *m) {
         }
 }
 
+/* What routing reads without the tree (RoutePath) is where the tree has it, and nowhere else; the
+ * envelope test agrees with era_envelope_parse()'s look into params._meta. */
+static void check_route(const Message *m) {
+        static const char *const paths[_ROUTE_PATH_MAX][4] = {
+                [ROUTE_PATH_PARAMS_NAME] = {"params", "name"},
+                [ROUTE_PATH_META_VERSION] = {"params", "_meta", "io.modelcontextprotocol/protocolVersion"},
+                [ROUTE_PATH_META_CAPABILITIES] = {"params", "_meta", "io.modelcontextprotocol/clientCapabilities"},
+                [ROUTE_PATH_META_CLIENT_INFO] = {"params", "_meta", "io.modelcontextprotocol/clientInfo"},
+                [ROUTE_PATH_META_LOG_LEVEL] = {"params", "_meta", "io.modelcontextprotocol/logLevel"},
+                [ROUTE_PATH_RESULT] = {"result"},
+                [ROUTE_PATH_RESULT_TYPE] = {"result", "resultType"},
+                [ROUTE_PATH_ERROR] = {"error"},
+        };
+        bool any = false;
+
+        for (size_t k = 0; k < _ROUTE_PATH_MAX; k++) {
+                const cJSON *j = m->json;
+                for (size_t l = 0; j && paths[k][l]; l++)
+                        j = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, paths[k][l]) : NULL;
+                any = any || (k >= ROUTE_PATH_META_VERSION && k <= ROUTE_PATH_META_LOG_LEVEL && j);
+                if (m->route[k].len == 0) {
+                        FUZZ_ASSERT(!j);
+                        continue;
+                }
+                _cleanup_json_ cJSON *v = cJSON_ParseWithLength(m->text + m->route[k].start, m->route[k].len);
+                FUZZ_ASSERT(j && v && same_tree(v, j));
+                if (cJSON_IsString(j)) {
+                        char buf[64];
+                        size_t len;
+                        int r = message_string(m, m->route[k], buf, sizeof buf, &len);
+                        FUZZ_ASSERT(r == 0 || (r == -ENOBUFS && m->route[k].len > sizeof buf));
+                        FUZZ_ASSERT(r < 0 || streq(buf, j->valuestring));
+                } else
+                        FUZZ_ASSERT(message_string(m, m->route[k], NULL, 0, NULL) == -EINVAL);
+        }
+        FUZZ_ASSERT(message_has_envelope(m) == any);
+}
+
 static bool same_text(const char *a, const char *b) {
         return (!a && !b) || (a && b && streq(a, b));
 }
@@ -214,6 +252,7 @@ static void check_envelope(const char *text, size_t size, int r, const Message *
         FUZZ_ASSERT(e->kind == m->kind && same_text(e->method, m->method) && same_text(e->id_text, m->id_text));
         FUZZ_ASSERT(same_text(e->problem, m->problem) && !!e->id == !!m->id && !!e->id_json == !!m->id_json);
         FUZZ_ASSERT(memcmp(e->spans, m->spans, sizeof e->spans) == 0);
+        FUZZ_ASSERT(memcmp(e->route, m->route, sizeof e->route) == 0);
         nm = ids_fields(m, fm, ELEMENTSOF(fm));
         ne = ids_fields(e, fe, ELEMENTSOF(fe));
         FUZZ_ASSERT(nm == ne);
@@ -269,6 +308,9 @@ static void check_line(const char *text, size_t size) {
                 FUZZ_ASSERT(back->kind == JSONRPC_RESPONSE && streq(back->id_text, m->id_text));
         }
         check_fields(m);
+        /* With a key twice, the tree has the first and the spans the last: only valid messages are routed. */
+        if (m->kind != JSONRPC_INVALID)
+                check_route(m);
         check_translation(m);
         if (m->kind != JSONRPC_INVALID)
                 check_find(m);

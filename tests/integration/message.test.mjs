@@ -282,6 +282,31 @@ describe("the frontend and its shim", () => {
     assert.deepEqual(JSON.parse(text(seen)), []);
   });
 
+  test("a 2026-07-28 call goes on as it is only while its envelope changes nothing: a new log level still reaches the backend", async () => {
+    const q = new RawPeer(MCP_LAZY, ["--manifest", manifest, "--activation=direct", "--shimd", SHIMD]);
+    const env = (level) => ({
+      "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+      "io.modelcontextprotocol/clientCapabilities": {},
+      ...(level ? { "io.modelcontextprotocol/logLevel": level } : {}),
+    });
+    try {
+      const first = await q.request(call(1, "levels", {}, { _meta: env("info") }));
+      assert.equal(first.result?.resultType, "complete", JSON.stringify(first));
+      const same = await q.request(call(2, "levels", {}, { _meta: env("info") }));
+      assert.deepEqual(JSON.parse(text(same)), ["info"]);
+      let levels = "[]";
+      let id = 3;
+      await waitFor(async () => JSON.parse((levels = text(await q.request(call(id++, "levels", {}, { _meta: env("error") }))))).length >= 2, 20000, 100);
+      assert.deepEqual(JSON.parse(levels), ["info", "error"]);
+      const bad = await q.request(call(90, "levels", {}, { _meta: env("loud") }));
+      assert.equal(bad.error?.code, -32602, JSON.stringify(bad));
+      const old = await q.request(call(91, "levels", {}, { _meta: { ...env(), "io.modelcontextprotocol/protocolVersion": "2025-06-18" } }));
+      assert.equal(old.error?.code, -32022, JSON.stringify(old));
+    } finally {
+      await q.close();
+    }
+  });
+
   test("duplicate keys from the client are refused", async () => {
     p.send('{"jsonrpc":"2.0","id":10,"method":"ping","id":11}');
     const e = await p.next();
