@@ -119,6 +119,7 @@ typedef struct Scanner {
         Span members[_MEMBER_MAX];
         bool has_member[_MEMBER_MAX];
         bool method_escaped;
+        bool nul_key; /* a key decodes to text with a NUL in it */
 } Scanner;
 
 static void scanner_done(Scanner *sc) {
@@ -408,15 +409,18 @@ static bool string_is(const char *s, Span span, const char *name) {
         return string_decode(s, span.start + 1, span.start + span.len - 1, buf) == l && memcmp(buf, name, l) == 0;
 }
 
-static int key_make(const Scanner *sc, size_t a, size_t b, bool escaped, Key *ret) {
+static int key_make(Scanner *sc, size_t a, size_t b, bool escaped, Key *ret) {
         if (!escaped) {
                 *ret = (Key){sc->s + a, b - a, NULL};
                 return 0;
         }
         char *d = malloc(b - a + 1);
+        size_t n;
         if (!d)
                 return -ENOMEM;
-        (void) string_decode(sc->s, a, b, d);
+        n = string_decode(sc->s, a, b, d);
+        /* Cut at a NUL, as cJSON cuts it; the next hop may read the whole key (classify() refuses it). */
+        sc->nul_key = sc->nul_key || n != strlen(d);
         *ret = (Key){d, strlen(d), d};
         return 0;
 }
@@ -785,6 +789,12 @@ static void classify(Message *m, const Scanner *sc) {
         if (sc->has_dup)
                 /* Which of two ids would the next hop read? Neither (dup_id): answer with null. */
                 return set_problem(m, "duplicate key \"%.64s\" in an object", sc->dup);
+        /* We (and cJSON) read such a key up to its NUL, a next hop all of it: "params\u0000" would be params
+         * to us and to cJSON, and neither to the backend nor to message_find(). */
+        if (sc->nul_key) {
+                m->problem = "an object key must not hold a NUL character (\\u0000)";
+                return;
+        }
         if (member_type(m, sc, MEMBER_JSONRPC) != '"' ||
             !string_is(m->text, sc->members[MEMBER_JSONRPC], "2.0")) {
                 m->problem = "\"jsonrpc\" must be \"2.0\"";

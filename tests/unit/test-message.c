@@ -436,6 +436,21 @@ static void test_scan_edges(void) {
               JSONRPC_REQUEST);
         CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":1,\"params\":{\"\\u00e9\":1,\"\xc3\xa9\":2}}") ==
               JSONRPC_INVALID);
+        /* A key with a NUL in it is refused (under the message's id): we and cJSON would read it up to the
+         * NUL, the next hop all of it (found by fuzz-message: "params\u0000" was params to cJSON and not
+         * to message_find()). A NUL in a value is the value's. */
+        {
+                _cleanup_message_ Message *m = NULL;
+                const char *t = "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"ping\",\"params\\u0000\":{\"m\":1}}";
+                CHECK(message_parse_envelope(t, strlen(t), JSONRPC_DEFAULT_MAX_DEPTH, &m) == 0);
+                CHECK(m->kind == JSONRPC_INVALID && streq(m->id_text, "7") && strstr(m->problem, "NUL"));
+        }
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":1,\"params\":{\"_meta\\u0000x\":{}}}") ==
+              JSONRPC_INVALID);
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":1,\"params\":{\"\\u0000\":1}}") == JSONRPC_INVALID);
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"id\\u0000\":1,\"result\":{}}") == JSONRPC_INVALID);
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":1,\"params\":{\"a\":\"x\\u0000y\"}}") ==
+              JSONRPC_REQUEST);
         /* The empty key twice (found by the fuzzer: an empty name counted as none). */
         CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":1,\"\":1,\"\":2}") == JSONRPC_INVALID);
         /* Keys of one object at different depths are not duplicates. */
