@@ -81,6 +81,10 @@ static void chunk_free(OutChunk *o) {
                 free(o);
 }
 
+/* Every channel's out_bytes summed, changed where they change (sendv, flush, drop): a bound for what
+ * any group of channels holds, asked before walking them. */
+static size_t queued_total;
+
 static void channel_update_reading(Channel *c);
 static void channel_mark_closed(Channel *c);
 static void channel_flush(Channel *c);
@@ -142,6 +146,7 @@ static void channel_drop_output(Channel *c) {
                 c->out_head = n;
         }
         c->out_tail = NULL;
+        queued_total -= c->out_bytes;
         c->out_bytes = 0;
 }
 
@@ -279,6 +284,7 @@ static void channel_flush(Channel *c) {
                         return;
                 }
                 c->out_bytes -= (size_t) k;
+                queued_total -= (size_t) k;
                 c->written_total += (uint64_t) k;
                 /* A flushing peer that reads is waited for, however slowly it reads. */
                 if (c->shutting_down && c->stall_source)
@@ -652,6 +658,7 @@ int channel_sendv(Channel *c, const struct iovec *iov, size_t n) {
         }
         o->data[o->len++] = '\n';
         c->out_bytes += len + 1;
+        queued_total += len + 1;
         c->sent_total += len + 1;
         if (c->out_bytes > OUT_HIGH_WATER)
                 c->was_backed_up = true;
@@ -711,6 +718,10 @@ bool channel_backed_up(const Channel *c) {
 
 size_t channel_queued(const Channel *c) {
         return c->out_bytes;
+}
+
+size_t channel_queued_total(void) {
+        return queued_total;
 }
 
 bool channel_write_closed(const Channel *c) {

@@ -69,6 +69,8 @@ void channel_set_backpressure(Channel *c, bool b);
  * it is an answer cut off by a crash, which the crash handling reports better than a parse error. */
 void channel_set_last_line(Channel *c, bool b);
 size_t channel_queued(const Channel *c);
+/* What all of the process's channels hold queued: no group of them holds more. */
+size_t channel_queued_total(void);
 /* More than CHANNEL_HIGH_WATER queued: whoever feeds this channel should pause until CHANNEL_DRAINED. */
 bool channel_backed_up(const Channel *c);
 bool channel_write_closed(const Channel *c);

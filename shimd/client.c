@@ -92,7 +92,9 @@ bool peer_may_start_instance(Shim *s, uid_t uid, char *text, size_t size) {
 /* One user's connections together may leave no more than PEER_MAX_QUEUED unread: past it, the
  * connection that just queued more goes. */
 static void client_check_peer_queued(Client *c) {
-        if (channel_queued(c->ch) == 0 || c->uid == c->shim->own_uid || peer_queued(c->shim, c->uid) <= PEER_MAX_QUEUED)
+        /* Every connection's queue together is the cheap bound: most of the time nothing is walked. */
+        if (channel_queued(c->ch) == 0 || c->uid == c->shim->own_uid || channel_queued_total() <= PEER_MAX_QUEUED ||
+            peer_queued(c->shim, c->uid) <= PEER_MAX_QUEUED)
                 return;
         log_warning("The connections of uid %u have not read %zu bytes of answers; closing connection %llu.",
                     (unsigned) c->uid, peer_queued(c->shim, c->uid), (unsigned long long) c->serial);
@@ -305,8 +307,11 @@ void client_handle_message(Client *c, Message *m) {
                 over_limit_text(c->shim, c, text, sizeof text);
                 return client_fail_request(c, m, text);
         }
+        /* A peer's requests are routes or queued at the instances: all of theirs bound its count, which
+         * is walked only when they reach the limit. */
         if (m->kind == JSONRPC_REQUEST && c->uid != c->shim->own_uid && !streq(m->method, "initialize") &&
-            !streq(m->method, "ping") && peer_pending(c->shim, c->uid) >= PEER_MAX_PENDING) {
+            !streq(m->method, "ping") && shim_in_flight(c->shim) >= PEER_MAX_PENDING &&
+            peer_pending(c->shim, c->uid) >= PEER_MAX_PENDING) {
                 snprintf(text, sizeof text,
                          "uid %u already has %u requests in flight at backend '%s', the most one user may; call again "
                          "when some have been answered",

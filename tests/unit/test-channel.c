@@ -132,7 +132,10 @@ static void test_shutdown_gives_up_on_stalled_peer(void) {
         CHECK(sd_event_new(&e) >= 0);
         CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
         CHECK(channel_new(e, sv[0], sv[0], 1024, handler, &s, &c) >= 0);
+        size_t total = channel_queued_total();
         CHECK(channel_send(c, big, sizeof big) == 0);
+        /* What the socket did not take stays queued, in the channel's count and in the process's. */
+        CHECK(channel_queued(c) > 0 && channel_queued_total() == total + channel_queued(c));
         uint64_t start, end;
         start = now_usec();
         channel_shutdown(c, 50 * 1000ULL);
@@ -142,6 +145,7 @@ static void test_shutdown_gives_up_on_stalled_peer(void) {
         CHECK(s.closed == 1);
         /* Not before the stall time: on a loaded machine it can only be later, never earlier. */
         CHECK(end - start >= 50 * 1000ULL);
+        CHECK(channel_queued(c) == 0 && channel_queued_total() == total); /* dropped */
         channel_free(c);
         close(sv[1]);
         sd_event_unref(e);
