@@ -649,6 +649,19 @@ static void handle_surface_list(Session *s, Message *m, Batch *batch, size_t off
         reply(s, batch, jsonrpc_result_new(m->id_json, r));
 }
 
+/* Whether the string params[key] holds a NUL: the tree's value (what is looked up) ends there, the
+ * backend reads all of it, so it names nothing here (as a tool's name in handle_tools_call()). */
+static bool param_has_nul(const Message *m, const char *key) {
+        _cleanup_free_ char *buf = NULL;
+        size_t len;
+        Span s;
+
+        if (message_find(m, (const char *const[]){"params", key, NULL}, &s) < 0 || s.len < 2)
+                return false;
+        buf = malloc(s.len);
+        return !buf || (message_string(m, s, buf, s.len, &len) == 0 && len != strlen(buf));
+}
+
 static void route_by(Session *s, Message *m, Batch *batch, const Backend *b, const char *what, const char *name) {
         if (!b)
                 return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS, "Unknown %s: '%.200s'", what,
@@ -802,11 +815,13 @@ static void handle_request(Session *s, Message *m, Batch *batch) {
                 return handle_surface_list(s, m, batch, offsetof(Backend, prompts), "prompts");
         if (streq(m->method, "resources/read") || streq(m->method, "resources/subscribe") ||
             streq(m->method, "resources/unsubscribe"))
-                return route_by(s, m, batch, uri ? manifest_find_resource_backend(s->manifest, uri) : NULL, "resource",
-                                uri);
+                return route_by(s, m, batch,
+                                uri && !param_has_nul(m, "uri") ? manifest_find_resource_backend(s->manifest, uri) : NULL,
+                                "resource", uri);
         if (streq(m->method, "prompts/get"))
-                return route_by(s, m, batch, name ? manifest_find_prompt_backend(s->manifest, name) : NULL, "prompt",
-                                name);
+                return route_by(s, m, batch,
+                                name && !param_has_nul(m, "name") ? manifest_find_prompt_backend(s->manifest, name) : NULL,
+                                "prompt", name);
         if (streq(m->method, "completion/complete"))
                 return handle_completion(s, m, batch);
         if (strncmp(m->method, "tasks/", 6) == 0)

@@ -277,6 +277,11 @@ describe("the frontend and its shim", () => {
       assert.equal(e.error?.code, -32602, params);
       assert.match(e.error.message, /tools\/call needs params with a string name/, params);
     }
+    // A resource's URI likewise: cut at the NUL it would be echo://one, which the backend would not read.
+    p.send('{"jsonrpc":"2.0","id":24,"method":"resources/read","params":{"uri":"echo://one\\u0000x","marker":"nul"}}');
+    const uri = JSON.parse(await nextRaw(p));
+    assert.equal(uri.id, 24);
+    assert.deepEqual(uri.error, { code: -32602, message: "Unknown resource: 'echo://one'" }, JSON.stringify(uri));
     // What was refused never reached the backend.
     const seen = await p.request(call(23, "seen", { marker: "nul" }));
     assert.deepEqual(JSON.parse(text(seen)), []);
