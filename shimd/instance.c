@@ -141,6 +141,7 @@ int instance_get(Shim *s, Client *c, Instance **ret) {
                         i->roots = cJSON_Duplicate(c->roots, true);
                         log_info("Backend '%s' (pid %d), started ahead, serves its first session.", iname(i),
                                  (int) i->pid);
+                        shim_update(s); /* resident and sharing: session: the next session's starts now */
                         *ret = i;
                         return 0;
                 }
