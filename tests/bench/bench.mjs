@@ -544,23 +544,30 @@ function boxManifest() {
   ].join("\n");
 }
 
+// The box's binds: the repository, and the build directory when it lies outside it.
+function boxBinds() {
+  return relative(ROOT, BUILD).startsWith("..") ? [ROOT, BUILD] : [ROOT];
+}
+
+// mcp-lazy installed in a box with boxManifest() checked in /etc/mcp-lazy, and these backends' sockets listening.
+async function installInBox(box, names) {
+  await boxOk(box, "make", ["-C", ROOT, "-o", "all", "install", "DESTDIR=", "PREFIX=/usr/local", `B=${BUILD}`, "SYSTEMUNITDIR=/etc/systemd/system"], { cwd: ROOT });
+  await boxOk(box, "systemd-sysusers", []);
+  await boxOk(box, "mkdir", ["-p", "/etc/mcp-lazy"]);
+  await boxOk(box, "tee", ["/etc/mcp-lazy/manifest.yaml"], { input: boxManifest() });
+  await boxOk(box, "/usr/local/bin/mcp-lazy", ["check", "/etc/mcp-lazy/manifest.yaml"]);
+  await boxOk(box, "systemctl", ["daemon-reload"]);
+  await boxOk(box, "systemctl", ["enable", "--now", ...names.map((n) => `mcp-lazy@${n}.socket`)]);
+}
+
 async function fleetPooled() {
-  const binds = [ROOT];
-  if (relative(ROOT, BUILD).startsWith("..")) binds.push(BUILD);
   let stage = "booting the box";
-  const box = await startBox({ bind: binds });
+  const box = await startBox({ bind: boxBinds() });
   const entries = [];
   try {
-    stage = "make install in the box";
-    await boxOk(box, "make", ["-C", ROOT, "-o", "all", "install", "DESTDIR=", "PREFIX=/usr/local", `B=${BUILD}`, "SYSTEMUNITDIR=/etc/systemd/system"], { cwd: ROOT });
-    stage = "setting up units";
-    await boxOk(box, "systemd-sysusers", []);
-    await boxOk(box, "mkdir", ["-p", "/etc/mcp-lazy"]);
-    await boxOk(box, "tee", ["/etc/mcp-lazy/manifest.yaml"], { input: boxManifest() });
-    await boxOk(box, "/usr/local/bin/mcp-lazy", ["check", "/etc/mcp-lazy/manifest.yaml"]);
-    await boxOk(box, "systemctl", ["daemon-reload"]);
+    stage = "installing mcp-lazy and its units in the box";
     const names = Object.keys(BACKENDS);
-    await boxOk(box, "systemctl", ["enable", "--now", ...names.map((n) => `mcp-lazy@${n}.socket`)]);
+    await installInBox(box, names);
 
     stage = "sessions";
     const [nsenter, ...prefix] = box.nsenterArgs();
@@ -825,16 +832,9 @@ function boxWarmRows(warm) {
 // memory backend's units, then the warm calls.
 async function sectionBoxWarm() {
   heading("4b. Warm calls through the systemd socket (alone)");
-  const binds = [ROOT];
-  if (relative(ROOT, BUILD).startsWith("..")) binds.push(BUILD);
-  const box = await startBox({ bind: binds });
+  const box = await startBox({ bind: boxBinds() });
   try {
-    await boxOk(box, "make", ["-C", ROOT, "-o", "all", "install", "DESTDIR=", "PREFIX=/usr/local", `B=${BUILD}`, "SYSTEMUNITDIR=/etc/systemd/system"], { cwd: ROOT });
-    await boxOk(box, "systemd-sysusers", []);
-    await boxOk(box, "mkdir", ["-p", "/etc/mcp-lazy"]);
-    await boxOk(box, "tee", ["/etc/mcp-lazy/manifest.yaml"], { input: boxManifest() });
-    await boxOk(box, "systemctl", ["daemon-reload"]);
-    await boxOk(box, "systemctl", ["enable", "--now", "mcp-lazy@memory.socket"]);
+    await installInBox(box, ["memory"]);
     let warm;
     try {
       warm = await boxWarm(box);
@@ -851,17 +851,10 @@ async function sectionBoxWarm() {
 
 async function sectionRemote() {
   heading("6. Warm call to a backend on another host: mcp-lazy through ssh vs a plain `ssh HOST socat` relay");
-  const binds = [ROOT];
-  if (relative(ROOT, BUILD).startsWith("..")) binds.push(BUILD);
-  const box = await startBox({ bind: binds });
+  const box = await startBox({ bind: boxBinds() });
   const peers = [];
   try {
-    await boxOk(box, "make", ["-C", ROOT, "-o", "all", "install", "DESTDIR=", "PREFIX=/usr/local", `B=${BUILD}`, "SYSTEMUNITDIR=/etc/systemd/system"], { cwd: ROOT });
-    await boxOk(box, "systemd-sysusers", []);
-    await boxOk(box, "mkdir", ["-p", "/etc/mcp-lazy"]);
-    await boxOk(box, "tee", ["/etc/mcp-lazy/manifest.yaml"], { input: boxManifest() });
-    await boxOk(box, "systemctl", ["daemon-reload"]);
-    await boxOk(box, "systemctl", ["enable", "--now", "mcp-lazy@memory.socket"]);
+    await installInBox(box, ["memory"]);
     await addFarHost({ sh: (script) => boxOk(box, "bash", ["-c", script]) });
     const [tool, args] = BACKENDS.memory.call;
     await boxOk(box, "tee", ["/etc/mcp-lazy/near.yaml"], {
