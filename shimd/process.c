@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -51,25 +52,35 @@ static char **child_env_new(const Backend *b) {
 }
 
 /* The file execvp() would run for command under env's PATH (the backend's own PATH when b->env sets
- * one), or NULL to let posix_spawnp() search ours. */
-static char *command_path(const char *command, char **env) {
-        const char *path = NULL;
+ * one), searched as the child would after its chdir(): a relative entry (or an empty one, ".") is
+ * taken from b->cwd. *ret NULL: posix_spawnp() searches ours, in the child. -ENOENT: nothing found. */
+static int command_path(const Backend *b, char **env, char **ret) {
+        const char *command = b->command[0], *path = NULL, *cwd = b->cwd ?: ".";
 
+        *ret = NULL;
         if (strchr(command, '/'))
-                return strdup(command);
+                return (*ret = strdup(command)) ? 0 : -ENOMEM;
         for (char **v = env; *v; v++)
                 if (strncmp(*v, "PATH=", 5) == 0)
                         path = *v + 5;
         if (!path || streq(path, getenv("PATH") ?: ""))
-                return NULL;
+                return 0;
         for (const char *p = path, *end;; p = end + 1) {
                 _cleanup_free_ char *f = NULL;
+                int len;
+                struct stat st;
+
                 end = strchrnul(p, ':');
-                if (asprintf(&f, "%.*s%s%s", (int) (end - p), p, end > p ? "/" : "", command) >= 0 &&
-                    access(f, X_OK) == 0)
-                        return TAKE_PTR(f);
+                len = (int) (end - p);
+                if (p[0] == '/' ? asprintf(&f, "%.*s/%s", len, p, command) < 0
+                                : asprintf(&f, "%s/%.*s%s%s", cwd, len, p, len ? "/" : "", command) < 0)
+                        return -ENOMEM;
+                if (stat(f, &st) == 0 && S_ISREG(st.st_mode) && access(f, X_OK) == 0) {
+                        *ret = TAKE_PTR(f);
+                        return 0;
+                }
                 if (!*end)
-                        return strdup(command); /* not found: the spawn says so */
+                        return -ENOENT;
         }
 }
 
@@ -100,13 +111,16 @@ static int spawn_setup(const Backend *b, int in, int out, posix_spawn_file_actio
  * fails says why at once. The child takes the soft RLIMIT_NOFILE the shim was started with: ours is
  * lowered for the moment it is made (new descriptors only are bound by it). */
 static int spawn(const Backend *b, int in, int out, char **env, pid_t *ret_pid) {
-        _cleanup_free_ char *file = command_path(b->command[0], env);
+        _cleanup_free_ char *file = NULL;
         posix_spawn_file_actions_t fa;
         posix_spawnattr_t attr;
         struct rlimit rl = {};
         bool lowered = false;
         int r;
 
+        r = command_path(b, env, &file);
+        if (r < 0)
+                return -r;
         r = posix_spawn_file_actions_init(&fa);
         if (r != 0)
                 return r;

@@ -80,3 +80,20 @@ test("a backend starts in its own session, cwd and env, with no signal blocked a
   const [pid, , pgid, , sid] = f.pid.split(" ");
   assert.ok(pid && pid === pgid && pid === sid, `its own session and group: ${f.pid}`);
 });
+
+test("a relative entry of the manifest's PATH is searched from the backend's cwd, as execvp() in that cwd would", async () => {
+  const rel = join(dir, "rel.yaml");
+  writeFileSync(rel, readFileSync(manifest, "utf8").replace(`PATH: "${join(dir, "bin")}:`, 'PATH: "../bin:'));
+  rmSync(facts, { force: true });
+  const p = new RawPeer(MCP_LAZY, ["--manifest", rel, "--activation=direct", "--shimd", SHIMD], {
+    env: { ...process.env, MCP_LAZY_CACHE_DIR: "" },
+  });
+  try {
+    await p.request(INIT());
+    const r = await p.request({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "started", arguments: {} } }, 30000);
+    assert.equal(r.result?.content?.[0]?.text, "started", JSON.stringify(r));
+  } finally {
+    await p.close();
+  }
+  assert.match(readFileSync(facts, "utf8"), new RegExp(`^cwd ${join(dir, "work")}$`, "m"));
+});
