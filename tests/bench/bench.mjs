@@ -928,9 +928,11 @@ async function sectionFleetScale() {
 
 async function section(title, fn) {
   const t0 = now();
+  const load = () => loadavg().map((x) => x.toFixed(2)).join(" ");
+  const before = load();
   try {
     await fn();
-    console.log(`  [${title}: ${(Math.round(now() - t0) / 1000).toFixed(1)} s, load average ${loadavg().map((x) => x.toFixed(2)).join(" ")}]`);
+    console.log(`  [${title}: ${(Math.round(now() - t0) / 1000).toFixed(1)} s, load average ${before} at its start, ${load()} at its end]`);
   } catch (e) {
     console.log(`  ${title}: FAILED: ${e.stack || e.message}`);
     failures.push(`${title}: ${oneLine(e.message)}`);

@@ -375,6 +375,18 @@ export const median = (v) => quantile(v, 0.5);
 export const p90 = (v) => quantile(v, 0.9);
 export const p99 = (v) => quantile(v, 0.99);
 
+// A quantile q of n samples means something only with n >= 1/(1-q) samples (a p90 of fewer than 10,
+// a p99 of fewer than 100, would be the largest sample): enough() says whether it has them, and
+// honest() gives the quantile, or NaN without them; tooFew(q) is what a table prints instead.
+export const enough = (n, q) => {
+  const tail = 1 - Math.max(q, 1 - q);
+  return n >= 1 && (tail >= 0.5 || n * tail >= 1 - 1e-9);
+};
+export const honest = (values, q) => (enough(values.length, q) ? quantile(values, q) : NaN);
+export const tooFew = (q) => `n<${Math.round(1 / (1 - Math.max(q, 1 - q)))}`;
+// The cell for quantile q of values printed with fmt, or tooFew(q).
+export const qcell = (values, q, fmt) => (enough(values.length, q) ? fmt(quantile(values, q)) : tooFew(q));
+
 export function ms(v, digits) {
   if (!Number.isFinite(v)) return "-";
   digits ??= v < 1 ? 3 : v < 10 ? 2 : v < 100 ? 1 : 0;

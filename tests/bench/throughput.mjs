@@ -6,7 +6,7 @@
 import { connect } from "node:net";
 import { existsSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { Peer, descendants, heading, initialize, initialized, median, now, procCpuMs, quantile, ratio, sleep, table } from "./lib.mjs";
+import { Peer, descendants, enough, heading, honest, initialize, initialized, median, now, procCpuMs, quantile, ratio, sleep, table, tooFew } from "./lib.mjs";
 
 const DEPTH = 64;
 const TOOL = "floor_echo";
@@ -63,26 +63,31 @@ async function handshakeChannel(ch) {
   ch.write(JSON.stringify(initialized) + "\n");
 }
 
-// Keeps DEPTH calls in flight on each channel until `calls` answers in all; returns wall ms.
-async function pump(channels, calls) {
-  const per = Math.ceil(calls / channels.length);
-  const t0 = now();
-  await Promise.all(channels.map((ch) => pumpChannel(ch, per, DEPTH)));
-  return now() - t0;
-}
+// The two sides of a pair take turns in short runs (alternating which goes first), their processes
+// and connections kept between runs, so that what else the machine does (on 2 shared cores the rate
+// moves between regimes lasting 100-200 ms, and a process can wait tens of ms for a CPU) hits both
+// alike. A run keeps its calls in flight for runMs, then stops sending and waits for what is in
+// flight. Its rate is read in windows of WINDOW_MS from SKIP_MS (the pipes filling) to runMs (the
+// last window with every call still in flight), counting answers by when they arrived: each window is
+// one sample, and the rounds' windows pooled give a median, p90 and p99 of the rate.
+const WINDOW_MS = 20, SKIP_MS = 20;
 
-// Keeps `inFlight` calls in flight on ch until `calls` answers; resolves then, rejects on an error answer.
-function pumpChannel(ch, calls, inFlight) {
+// Keeps `inFlight` calls in flight on ch until the time `until`, then waits for the answers still due;
+// resolves to the number of answers, rejects on an error answer. Every chunk read adds [time, answers]
+// to arrivals.
+function pumpChannel(ch, until, inFlight, arrivals) {
   const req = (id) => `{"jsonrpc":"2.0","id":${id},"method":"tools/call","params":{"name":"${TOOL}","arguments":{}}}\n`;
+  ch.nextId ??= 1000;
   return new Promise((resolve, reject) => {
-    let sent = 0, got = 0, nextId = 1000;
+    let sent = 0, got = 0;
     const send = (n) => {
       let text = "";
-      for (let i = 0; i < n && sent < calls; i++, sent++) text += req(nextId++);
+      for (let i = 0; i < n; i++, sent++) text += req(ch.nextId++);
       if (text) ch.write(text);
     };
-    const timer = setTimeout(() => reject(new Error(`stalled after ${got} of ${calls} answers`)), 60000);
+    const timer = setTimeout(() => reject(new Error(`stalled after ${got} of ${sent} answers`)), until - now() + 60000);
     ch.on((d) => {
+      const t = now();
       let n = 0;
       for (let i = d.indexOf(10); i >= 0; i = d.indexOf(10, i + 1)) n++;
       if (d.includes('"error"')) {
@@ -91,14 +96,50 @@ function pumpChannel(ch, calls, inFlight) {
         return;
       }
       got += n;
-      if (got >= calls) {
+      arrivals.push([t, n]);
+      if (t < until) send(n);
+      else if (got >= sent) {
         clearTimeout(timer);
         ch.off();
-        resolve();
-      } else send(n);
+        resolve(got);
+      }
     });
     send(inFlight);
   });
+}
+
+// One run on channels, inFlight calls on each, with the CPU time of pids (by name) over it.
+async function run(channels, inFlight, runMs, pids) {
+  const arrivals = [];
+  const cpu0 = Object.fromEntries(Object.entries(pids).map(([k, v]) => [k, cpuOf(v)]));
+  const t0 = now();
+  const counts = await Promise.all(channels.map((ch) => pumpChannel(ch, t0 + runMs, inFlight, arrivals)));
+  const cpu = Object.fromEntries(Object.entries(pids).map(([k, v]) => [k, cpuOf(v) - cpu0[k]]));
+  return { t0, calls: counts.reduce((a, n) => a + n, 0), arrivals, cpu, runMs };
+}
+const cpuOf = (pids) => pids.map(procCpuMs).reduce((a, v) => a + (v ?? 0), 0);
+
+// The rate (calls/s) in each window of a run.
+function windowRates({ t0, arrivals, runMs }) {
+  const counts = new Array(Math.floor((runMs - SKIP_MS) / WINDOW_MS)).fill(0);
+  for (const [t, k] of arrivals) {
+    const w = Math.floor((t - t0 - SKIP_MS) / WINDOW_MS);
+    if (w >= 0 && w < counts.length) counts[w] += k;
+  }
+  return counts.map((c) => (c * 1000) / WINDOW_MS);
+}
+// A run's rate over all its windows.
+const runRate = (r) => {
+  const w = windowRates(r);
+  return w.reduce((a, v) => a + v, 0) / w.length;
+};
+
+// Median, p90 and p99 of the windows' rates, the slow side: p90 is the rate that 90% of the windows
+// reached or beat (the 90th percentile of the time per call), as a latency's p90 is its slow side.
+// A quantile q takes 1/(1-q) samples at least (a p99 of fewer would be the slowest window): NaN.
+function rateQuantiles(rates) {
+  const perCall = rates.map((r) => (r > 0 ? 1 / r : Infinity));
+  return [0.5, 0.9, 0.99].map((q) => 1 / honest(perCall, q));
 }
 
 export async function sectionThroughput({ floor, shimd, mcpLazy, work, quick, socketActivate = "/usr/bin/systemd-socket-activate" }) {
@@ -108,96 +149,89 @@ export async function sectionThroughput({ floor, shimd, mcpLazy, work, quick, so
   const manifest = join(work, "throughput.yaml");
   writeFileSync(manifest, floorManifest(floor, sock, "    sharing: pooled"));
   const shim = new Peer(socketActivate, ["-l", sock, shimd, "--manifest", manifest, "cfloor"], { stderr: true });
-  const reps = quick ? 1 : 3;
-  const calls = quick ? 20000 : 60000;
+  // Rounds of a run on each side: 12 x 9 windows of 20 ms, enough for a p99 (QUICK: too few).
+  const rounds = quick ? 3 : 12;
+  const runMs = quick ? 120 : 200;
+  const opened = [];
   try {
     for (let i = 0; !existsSync(sock); i++) {
       if (i > 200) throw new Error(`systemd-socket-activate did not listen on ${sock}${shim.stderrHint()}`);
       await sleep(10);
     }
-    const rows = [];
-    const verdicts = [];
+    // Each side: opened once, then run(ms) as many times as there are rounds.
+    const aloneSide = async (sessions) => {
+      const p = new Peer(floor, ["backend"]);
+      opened.push(() => p.close());
+      const ch = peerChannel(p);
+      await handshakeChannel(ch);
+      return (ms) => run([ch], sessions * DEPTH, ms, { backend: [p.pid] });
+    };
     const shimSide = async (sessions) => {
       const chs = await Promise.all(Array.from({ length: sessions }, () => socketChannel(sock)));
-      try {
-        await Promise.all(chs.map(handshakeChannel));
-        const backends = descendants(shim.pid);
-        const cpu0 = procCpuMs(shim.pid), b0 = backends.map(procCpuMs);
-        const t = await pump(chs, calls);
-        const shimCpu = procCpuMs(shim.pid) - cpu0;
-        const backendCpu = backends.map(procCpuMs).reduce((a, v, i) => a + v - b0[i], 0);
-        return { t, calls, shimCpu, backendCpu, backends: backends.length };
-      } finally {
-        for (const c of chs) c.end();
-      }
+      opened.push(() => chs.forEach((c) => c.end()));
+      await Promise.all(chs.map(handshakeChannel));
+      const backends = descendants(shim.pid);
+      return (ms) => run(chs, DEPTH, ms, { shim: [shim.pid], backend: backends });
     };
     const frontSide = async () => {
       const env = { ...process.env };
       delete env.MCP_LAZY_LOG_LEVEL;
       const p = new Peer(mcpLazy, ["--manifest", manifest], { env, stderr: true });
-      try {
-        const ch = peerChannel(p);
-        await handshakeChannel(ch);
-        const cpu0 = procCpuMs(p.pid), s0 = procCpuMs(shim.pid);
-        const t = await pump([ch], calls);
-        return { t, calls, frontCpu: procCpuMs(p.pid) - cpu0, shimCpu: procCpuMs(shim.pid) - s0 };
-      } finally {
-        await p.close();
-      }
+      opened.push(() => p.close());
+      const ch = peerChannel(p);
+      await handshakeChannel(ch);
+      const backends = descendants(shim.pid);
+      return (ms) => run([ch], DEPTH, ms, { front: [p.pid], shim: [shim.pid], backend: backends });
     };
-    const rate = (r) => (r.calls / r.t) * 1000;
-    const fmtRate = (v) => `${Math.round(v).toLocaleString("en-US")}/s`;
-    const usPer = (cpuMs, n) => `${((cpuMs * 1000) / n).toFixed(2)} µs`;
+    const closeOpened = async () => {
+      for (const f of opened.splice(0)) await f();
+    };
+    const fmtRate = (v, q) => (Number.isFinite(v) ? `${Math.round(v).toLocaleString("en-US")}/s` : tooFew(q));
+    const Q = [0.5, 0.9, 0.99];
+    const usPer = (runs, k) => {
+      const calls = runs.reduce((a, r) => a + r.calls, 0);
+      return `${((runs.reduce((a, r) => a + r.cpu[k], 0) * 1000) / calls).toFixed(2)} µs`;
+    };
     const subjects = [
-      ...[1, 10, 100].map((s) => ({ label: `one pooled shim, ${s} session${s > 1 ? "s" : ""}`, sessions: s, run: () => shimSide(s) })),
-      { label: "frontend + shim, 1 session", sessions: 1, run: frontSide, front: true },
+      ...[1, 10, 100].map((s) => ({ label: `one pooled shim, ${s} session${s > 1 ? "s" : ""}`, sessions: s, open: () => shimSide(s) })),
+      { label: "frontend + shim, 1 session", sessions: 1, open: frontSide, front: true },
     ];
-    await shimSide(1); // the shim's first connection starts the backend: not measured
+    await (await shimSide(1))(50); // the shim's first connection starts the backend: not measured
+    await closeOpened();
+    const rows = [];
+    const verdicts = [];
     for (const subj of subjects) {
+      const alone = await aloneSide(subj.sessions), through = await subj.open();
+      await alone(50); // warm-up, not measured
+      await through(50);
       const A = [], S = [];
-      for (let i = 0; i < reps; i++) {
-        if (i % 2) {
-          S.push(await subj.run());
-          A.push(await aloneDeep(floor, subj.sessions, calls));
-        } else {
-          A.push(await aloneDeep(floor, subj.sessions, calls));
-          S.push(await subj.run());
-        }
+      for (let i = 0; i < rounds; i++) {
+        if (i % 2) (S.push(await through(runMs)), A.push(await alone(runMs)));
+        else (A.push(await alone(runMs)), S.push(await through(runMs)));
       }
-      const a = A.map(rate), s = S.map(rate);
-      const n = S[0].calls * S.length;
-      const shimCpu = S.reduce((x, r) => x + r.shimCpu, 0);
-      const r = median(s) / median(a);
-      rows.push([`backend alone, ${subj.sessions * DEPTH} in flight`, reps, fmtRate(median(a)), fmtRate(quantile(a, 0)), fmtRate(quantile(a, 1)), "", "", ""]);
-      rows.push([`${subj.label}`, reps, fmtRate(median(s)), fmtRate(quantile(s, 0)), fmtRate(quantile(s, 1)), ratio(median(s), median(a)),
-        usPer(shimCpu, n), subj.front ? usPer(S.reduce((x, q) => x + q.frontCpu, 0), n) : ""]);
+      await closeOpened();
+      const aw = A.flatMap(windowRates), sw = S.flatMap(windowRates);
+      const a = rateQuantiles(aw), s = rateQuantiles(sw);
+      const paired = S.map((r, i) => runRate(r) / runRate(A[i]));
+      rows.push([`backend alone, ${subj.sessions * DEPTH} in flight`, aw.length, ...a.map((v, k) => fmtRate(v, Q[k])), "", "", "", usPer(A, "backend"), ""]);
+      const spread = enough(paired.length, 0.9) ? ` (${ratio(quantile(paired, 0.1), 1)}-${ratio(quantile(paired, 0.9), 1)})` : ` (${tooFew(0.9)})`;
+      rows.push([`${subj.label}`, sw.length, ...s.map((v, k) => fmtRate(v, Q[k])), s.map((v, k) => ratio(v, a[k])).join(" / "),
+        `${ratio(median(paired), 1)}${spread}`,
+        usPer(S, "shim"), usPer(S, "backend"), subj.front ? usPer(S, "front") : ""]);
+      const r = s[0] / a[0];
       verdicts.push(`${subj.label}: ${r.toFixed(2)}x ${r >= 0.5 ? "met" : "NOT met"}`);
     }
-    table(["path", "runs", "median", "min", "max", "ratio", "shim CPU/call", "frontend CPU/call"], rows);
-    console.log(`  (${calls} calls a run, each pair interleaved; a session is a raw JSON-RPC client on the shim's socket;`);
-    console.log("   CPU/call = /proc/PID/schedstat time over the run / calls; the backend is tests/bench/floor.c)");
-    console.log(`  target: >= 0.5x the backend alone -> ${verdicts.join("; ")}`);
+    table(["path", "windows", "median", "p90", "p99", "ratio med / p90 / p99", "per round (p10-p90)", "shim CPU/call", "backend CPU/call",
+      "frontend CPU/call"], rows);
+    console.log(`  (${rounds} rounds of a ${runMs} ms run on each side, the sides' processes and connections kept, the order alternating;`);
+    console.log(`   the rate is read in windows of ${WINDOW_MS} ms after the first ${SKIP_MS} ms of a run (the pipes filling), one sample a`);
+    console.log("   window; p90 and p99 are the slow side: the rate 90% and 99% of the windows reached (n<100: too few windows for a p99);");
+    console.log(`   per round = each round's rate over its windows / the backend alone's in the same round, median (p10-p90) of the ${rounds};`);
+    console.log("   a session is a raw JSON-RPC client on the shim's socket; CPU/call = /proc/PID/schedstat time over the runs / calls;");
+    console.log("   the backend is tests/bench/floor.c)");
+    console.log(`  target: >= 0.5x the backend alone (the medians) -> ${verdicts.join("; ")}`);
   } finally {
+    for (const f of opened.splice(0)) await f();
     await shim.close(3000);
   }
-}
-
-// The backend alone with sessions x DEPTH calls in flight on its one pipe.
-async function aloneDeep(floor, sessions, calls) {
-  const p = new Peer(floor, ["backend"]);
-  try {
-    const ch = peerChannel(p);
-    await handshakeChannel(ch);
-    const t = await pumpShared(ch, sessions, calls);
-    return { t, calls };
-  } finally {
-    await p.close();
-  }
-}
-
-// pump() for one pipe with k x DEPTH calls in flight.
-async function pumpShared(ch, k, calls) {
-  const t0 = now();
-  await pumpChannel(ch, calls, k * DEPTH);
-  return now() - t0;
 }
