@@ -218,13 +218,25 @@ static void reply_error(Session *s, Batch *batch, const cJSON *id, int code, con
         reply(s, batch, jsonrpc_error_new(id, code, text));
 }
 
+/* Whether the string at s decodes to one with a NUL in it: the tree's value ends there, a peer reads
+ * all of it, so it names nothing here (a tool, resource, prompt, task). */
+static bool span_has_nul(const Message *m, Span s) {
+        _cleanup_free_ char *buf = NULL;
+        size_t len;
+
+        if (s.len < 2)
+                return false;
+        buf = malloc(s.len);
+        return !buf || (message_string(m, s, buf, s.len, &len) == 0 && len != strlen(buf));
+}
+
 /* A task-augmented call's answer names a task: later tasks calls for it go to the same backend. */
 static void track_task(Session *s, const Pending *p, const Message *answer) {
         const Span *t = &answer->spans[ID_PATH_RESULT_TASK_ID]; /* the scan noted where it is */
         _cleanup_json_ cJSON *v = t->len ? cJSON_ParseWithLength(answer->text + t->start, t->len) : NULL;
         const char *id = cJSON_GetStringValue(v);
 
-        if (id && hashmap_size(s->tasks) < 65536)
+        if (id && !span_has_nul(answer, *t) && hashmap_size(s->tasks) < 65536)
                 (void) hashmap_put(s->tasks, id, p->upstream);
 }
 
@@ -649,17 +661,21 @@ static void handle_surface_list(Session *s, Message *m, Batch *batch, size_t off
         reply(s, batch, jsonrpc_result_new(m->id_json, r));
 }
 
-/* Whether the string params[key] holds a NUL: the tree's value (what is looked up) ends there, the
- * backend reads all of it, so it names nothing here (as a tool's name in handle_tools_call()). */
-static bool param_has_nul(const Message *m, const char *key) {
-        _cleanup_free_ char *buf = NULL;
-        size_t len;
+/* Whether the string params[key] (or params.ref[key]) holds a NUL: the tree's value (what is looked up)
+ * ends there, the backend reads all of it, so it names nothing here (as a tool's name in
+ * handle_tools_call()). */
+static bool path_has_nul(const Message *m, const char *const *path) {
         Span s;
 
-        if (message_find(m, (const char *const[]){"params", key, NULL}, &s) < 0 || s.len < 2)
-                return false;
-        buf = malloc(s.len);
-        return !buf || (message_string(m, s, buf, s.len, &len) == 0 && len != strlen(buf));
+        return message_find(m, path, &s) >= 0 && span_has_nul(m, s);
+}
+
+static bool param_has_nul(const Message *m, const char *key) {
+        return path_has_nul(m, (const char *const[]){"params", key, NULL});
+}
+
+static bool ref_has_nul(const Message *m, const char *key) {
+        return path_has_nul(m, (const char *const[]){"params", "ref", key, NULL});
 }
 
 static void route_by(Session *s, Message *m, Batch *batch, const Backend *b, const char *what, const char *name) {
@@ -676,9 +692,13 @@ static void handle_completion(Session *s, Message *m, Batch *batch) {
         const char *uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ref, "uri"));
 
         if (streq(type, "ref/prompt") && name)
-                return route_by(s, m, batch, manifest_find_prompt_backend(s->manifest, name), "prompt", name);
+                return route_by(s, m, batch,
+                                !ref_has_nul(m, "name") ? manifest_find_prompt_backend(s->manifest, name) : NULL,
+                                "prompt", name);
         if (streq(type, "ref/resource") && uri)
-                return route_by(s, m, batch, manifest_find_resource_backend(s->manifest, uri), "resource", uri);
+                return route_by(s, m, batch,
+                                !ref_has_nul(m, "uri") ? manifest_find_resource_backend(s->manifest, uri) : NULL,
+                                "resource", uri);
         reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
                     "completion/complete needs a ref/prompt or ref/resource");
 }
@@ -686,7 +706,7 @@ static void handle_completion(Session *s, Message *m, Batch *batch) {
 /* Task methods: the backend that answered the call that created the task. */
 static void handle_task(Session *s, Message *m, Batch *batch) {
         const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "taskId"));
-        Upstream *u = id ? hashmap_get(s->tasks, id) : NULL;
+        Upstream *u = id && !param_has_nul(m, "taskId") ? hashmap_get(s->tasks, id) : NULL;
 
         if (!routable(s, m, batch))
                 return;

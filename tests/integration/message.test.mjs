@@ -25,6 +25,7 @@ writeFileSync(
     command: [${process.execPath}, ${ECHO}]
     socket: ${dir}/absent.sock
     resources: [{uri: "echo://one", name: one}]
+    prompts: [{name: pr}]
 tools:
 ${tools.map((t) => `  - {name: ${t}, backend: echo, input_schema: {type: object}}`).join("\n")}
 `,
@@ -282,6 +283,28 @@ describe("the frontend and its shim", () => {
     const uri = JSON.parse(await nextRaw(p));
     assert.equal(uri.id, 24);
     assert.deepEqual(uri.error, { code: -32602, message: "Unknown resource: 'echo://one'" }, JSON.stringify(uri));
+    // A completion's ref.name or ref.uri likewise (they choose its backend as a prompt's name and a URI do).
+    for (const [id, ref, what] of [
+      [25, '{"type":"ref/prompt","name":"pr\\u0000x"}', "prompt: 'pr'"],
+      [26, '{"type":"ref/resource","uri":"echo://one\\u0000x"}', "resource: 'echo://one'"],
+    ]) {
+      p.send(`{"jsonrpc":"2.0","id":${id},"method":"completion/complete","params":{"ref":${ref},"argument":{"name":"a","value":""},"marker":"nul"}}`);
+      const c = JSON.parse(await nextRaw(p));
+      assert.equal(c.id, id);
+      assert.deepEqual(c.error, { code: -32602, message: `Unknown ${what}` }, JSON.stringify(c));
+    }
+    // And a task id: cut at the NUL it would be this session's task-N, at the backend that made it.
+    const made = await p.request(call(27, "task"));
+    const taskId = made.result?.task?.taskId;
+    assert.match(taskId ?? "", /^task-\d+$/, JSON.stringify(made));
+    const [status] = await p.next();
+    assert.equal(status.params?.taskId, taskId, JSON.stringify(status));
+    p.send(`{"jsonrpc":"2.0","id":28,"method":"tasks/get","params":{"taskId":"${taskId}\\u0000x","marker":"nul"}}`);
+    const task = JSON.parse(await nextRaw(p));
+    assert.equal(task.id, 28);
+    assert.deepEqual(task.error, { code: -32602, message: `Unknown task: '${taskId}'` }, JSON.stringify(task));
+    const got = await p.request({ jsonrpc: "2.0", id: 29, method: "tasks/get", params: { taskId } });
+    assert.equal(got.result?.taskId, taskId, JSON.stringify(got));
     // What was refused never reached the backend.
     const seen = await p.request(call(23, "seen", { marker: "nul" }));
     assert.deepEqual(JSON.parse(text(seen)), []);
