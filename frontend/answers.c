@@ -62,6 +62,10 @@ struct Answers {
         const Seg *pages;
         struct stat st;
         Surfaces surfaces;
+        /* The routes by tool name (keys: the names in buf), made when a second tool is looked up:
+         * each tool's local backend name, or route_refused. */
+        Hashmap *route_index;
+        bool route_walked, route_index_tried;
 };
 
 #define ALIGN8(x) (((x) + 7U) & ~(size_t) 7U)
@@ -412,6 +416,7 @@ int answers_load(const char *file, const char *key, const struct stat *st, Answe
 Answers *answers_free(Answers *a) {
         if (!a)
                 return NULL;
+        hashmap_free(a->route_index);
         free(a->buf);
         free(a);
         return NULL;
@@ -523,19 +528,75 @@ static bool routes_backend(const Answers *a, size_t index, const char *name, con
         return false;
 }
 
-bool answers_tool_backend(const Answers *a, const char *tool, const char **ret_backend) {
+/* Where the index says a tool's route failed its checks (that call goes to the manifest). */
+static const char route_refused[] = "";
+
+/* Every tool's route, checked once, in one walk of the routes: what walking them for each tool would
+ * find (the first entry of a name; a route that fails its check is refused). */
+static Hashmap *route_index_new(const Answers *a) {
         const Header *h = (const Header *) a->buf;
         Fields f = {a->buf + h->routes.off, a->buf + h->routes.off + h->routes.len};
-        const char *t, *socket;
-        size_t n, index;
+        _cleanup_free_ const char **backends = NULL;
+        Hashmap *index = hashmap_new_borrowed();
+        const char *t;
+        size_t n;
 
+        if (!index)
+                return NULL;
+        if (!field_index(field_next(&f), 65536, &n))
+                return index; /* no routes: every tool is refused */
+        backends = calloc(n ?: 1, sizeof *backends);
+        if (!backends)
+                return hashmap_free(index);
+        for (size_t i = 0; i < n; i++) {
+                const char *kind = field_next(&f), *bname = field_next(&f), *socket = field_next(&f);
+
+                if (!kind || !bname || !socket)
+                        return index;
+                backends[i] = streq(kind, "L") && backend_name_valid(bname) && (!*socket || *socket == '/')
+                                      ? bname
+                                      : route_refused;
+        }
+        while ((t = field_next(&f))) {
+                const char *b = field_next(&f);
+                size_t i;
+                int r = hashmap_put(index, t, (void *) (field_index(b, n, &i) ? backends[i] : route_refused));
+
+                if (r < 0 && r != -EEXIST)
+                        return hashmap_free(index);
+        }
+        return index;
+}
+
+bool answers_tool_backend(Answers *a, const char *tool, const char **ret_backend) {
+        const Header *h = (const Header *) a->buf;
+        const char *t, *socket, *b;
+        size_t n, index;
+        Fields f;
+
+        /* A session that calls one tool walks the routes once; from a second tool on, they are indexed
+         * (out of memory: walked on each look-up, as before). */
+        if (a->route_walked && !a->route_index_tried) {
+                a->route_index_tried = true;
+                if (!(a->route_index = route_index_new(a)))
+                        log_oom();
+        }
+        a->route_walked = true;
+        if (a->route_index) {
+                b = hashmap_get(a->route_index, tool);
+                if (!b || b == route_refused)
+                        return false;
+                *ret_backend = b;
+                return true;
+        }
+        f = (Fields){a->buf + h->routes.off, a->buf + h->routes.off + h->routes.len};
         if (!field_index(field_next(&f), 65536, &n))
                 return false;
         for (size_t i = 0; i < 3 * n; i++)
                 if (!field_next(&f))
                         return false;
         while ((t = field_next(&f))) {
-                const char *b = field_next(&f);
+                b = field_next(&f);
                 if (!streq(t, tool))
                         continue;
                 return field_index(b, n, &index) && routes_backend(a, index, NULL, ret_backend, &socket);

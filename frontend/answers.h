@@ -50,7 +50,7 @@ size_t answers_n_tools(const Answers *a);
 bool answers_tools_page(const Answers *a, size_t offset, size_t *ret_page);
 /* The routes (local backends only; false for anything else, or a route that fails its checks): the
  * backend that serves tool, and a backend's socket path (NULL: the default). Both point into a. */
-bool answers_tool_backend(const Answers *a, const char *tool, const char **ret_backend);
+bool answers_tool_backend(Answers *a, const char *tool, const char **ret_backend);
 bool answers_backend_socket(const Answers *a, const char *backend, const char **ret_socket);
 /* The manifest version the answers stand for. */
 const struct stat *answers_stat(const Answers *a);

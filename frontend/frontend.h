@@ -48,14 +48,16 @@ typedef struct Batch {
 } Batch;
 
 /* A client request that went to a backend and awaits its response. */
-typedef struct Pending {
+typedef struct Pending Pending;
+struct Pending {
         Message *request; /* as the client sent it: what goes to the backend; its id_text is the key */
         Batch *batch;
         UpConn *conn;
         Upstream *upstream;
         bool is_tool_call;
         bool modern; /* the request carried the 2026-07-28 envelope */
-} Pending;
+        Pending *spare_next; /* kept for the next call (Session.spare_pending) */
+};
 
 struct Session {
         sd_event *event;
@@ -67,9 +69,12 @@ struct Session {
         char *protocol_version; /* negotiated */
         bool batches_allowed;
         Hashmap *pending;   /* id key -> Pending */
+        Pending *spare_pending; /* answered ones kept for the next calls (session.c) */
+        unsigned n_spare_pending;
         Hashmap *upstreams; /* backend name -> Upstream, created on first use */
         Upstream *last_upstream; /* the one session_upstream() gave last */
         char *route_tool;        /* the last tool the prepared answers routed... */
+        size_t route_tool_len;
         const char *route_backend; /* ...and its backend (points into answers) */
         Hashmap *upcalls;   /* id given to the client -> Upcall */
         uint64_t next_upcall;

@@ -27,7 +27,8 @@ Session *session_new(sd_event *e, Manifest *m, const Options *o) {
         s->event = sd_event_ref(e);
         s->manifest = m;
         s->options = o;
-        s->pending = hashmap_new();
+        /* Keyed by each Pending's request->id_text, which lives as long as the entry. */
+        s->pending = hashmap_new_borrowed();
         s->upcalls = hashmap_new();
         s->tasks = hashmap_new();
         s->upstreams = hashmap_new();
@@ -43,6 +44,7 @@ void session_set_answers(Session *s, Answers *a) {
         /* The remembered route pointed into the old answers. */
         free(s->route_tool);
         s->route_tool = NULL;
+        s->route_tool_len = 0;
         s->route_backend = NULL;
 }
 
@@ -84,6 +86,32 @@ static Pending *pending_free(Pending *p) {
         return NULL;
 }
 
+/* Calls in flight come and go by the dozen: their Pendings are kept for the next ones, up to a
+ * window's worth, rather than handed back to malloc() one by one. */
+#define PENDING_SPARE_MAX 64U
+
+static void pending_recycle(Session *s, Pending *p) {
+        message_unref(p->request);
+        if (s->n_spare_pending >= PENDING_SPARE_MAX) {
+                free(p);
+                return;
+        }
+        p->spare_next = s->spare_pending;
+        s->spare_pending = p;
+        s->n_spare_pending++;
+}
+
+static Pending *pending_alloc(Session *s) {
+        Pending *p = s->spare_pending;
+
+        if (!p)
+                return calloc(1, sizeof *p);
+        s->spare_pending = p->spare_next;
+        s->n_spare_pending--;
+        *p = (Pending){};
+        return p;
+}
+
 Session *session_free(Session *s) {
         const char *key;
         void *v;
@@ -105,6 +133,11 @@ Session *session_free(Session *s) {
                         cJSON_Delete(b->responses);
                         free(b);
                 }
+        }
+        while (s->spare_pending) {
+                Pending *p = s->spare_pending;
+                s->spare_pending = p->spare_next;
+                free(p);
         }
         upstream_free_upcalls(s);
         modern_free(s);
@@ -247,7 +280,7 @@ static Batch *pending_forget(Session *s, Pending *p) {
         hashmap_remove(s->pending, p->request->id_text);
         if (p->conn)
                 upconn_release(p->conn);
-        pending_free(p);
+        pending_recycle(s, p);
         return b;
 }
 
@@ -520,14 +553,16 @@ Upstream *session_upstream(Session *s, const char *name) {
 }
 
 static int pending_new(Session *s, Message *m, Batch *batch, Pending **ret) {
-        _cleanup_free_ Pending *p = calloc(1, sizeof *p);
+        Pending *p = pending_alloc(s);
         int r;
 
         if (!p)
                 return -ENOMEM;
         r = hashmap_put(s->pending, m->id_text, p);
-        if (r < 0)
+        if (r < 0) {
+                free(p);
                 return r;
+        }
         p->request = message_ref(m);
         p->upstream = NULL;
         p->batch = batch;
@@ -535,7 +570,7 @@ static int pending_new(Session *s, Message *m, Batch *batch, Pending **ret) {
         p->modern = modern_request(m);
         if (batch)
                 batch->outstanding++;
-        *ret = TAKE_PTR(p);
+        *ret = p;
         return 0;
 }
 
@@ -595,8 +630,18 @@ static const char *prepared_route(Session *s, const char *tool) {
                 return NULL;
         free(s->route_tool);
         s->route_tool = strdup(tool); /* out of memory: not remembered */
+        s->route_tool_len = s->route_tool ? strlen(tool) : 0;
         s->route_backend = backend;
         return backend;
+}
+
+/* Whether the string at span is the remembered tool's name as it is written, without an escape:
+ * then it decodes to that name, and there is nothing to decode. */
+static bool prepared_route_same(const Session *s, const Message *m, const Span *span) {
+        const char *t = m->text + span->start + 1;
+
+        return s->route_tool && span->len == s->route_tool_len + 2 && m->text[span->start] == '"' &&
+               memcmp(t, s->route_tool, s->route_tool_len) == 0 && !memchr(t, '\\', s->route_tool_len);
 }
 
 /* Routed by params.name alone, which the scan noted: the tree is not needed. A tool of a local backend
@@ -610,6 +655,9 @@ static void handle_tools_call(Session *s, Message *m, Batch *batch) {
         const Tool *t;
         int r;
 
+        /* Calls in a row mostly name one tool: its name as written is compared, not decoded. */
+        if (!s->manifest && s->answers && prepared_route_same(s, m, span))
+                return route_to(s, m, batch, NULL, s->route_backend);
         r = message_string(m, *span, small, sizeof small, &len);
         if (r == -ENOBUFS) {
                 name = big = malloc(span->len);

@@ -60,7 +60,7 @@ static void check(const char *text, size_t len, bool object) {
 }
 
 /* A route the answers give: a valid backend name of this host, and where its socket is. */
-static void check_route(const Answers *a, const char *tool, const char *want, const char *want_socket, bool untouched) {
+static void check_route(Answers *a, const char *tool, const char *want, const char *want_socket, bool untouched) {
         const char *backend = NULL, *socket = NULL;
         bool found = answers_tool_backend(a, tool, &backend);
 
@@ -77,6 +77,8 @@ static void check_route(const Answers *a, const char *tool, const char *want, co
                 FUZZ_ASSERT(want_socket ? socket && streq(socket, want_socket) : !socket);
         }
 }
+
+static const char *const tools[] = {"t1", "t2", "t3", "t4", "t5", "nope", "", "b", "1"};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         _cleanup_free_ char *buf = NULL;
@@ -115,6 +117,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         check_route(a, "t4", "c", "/run/c.sock", size <= 1);
         check_route(a, "t5", NULL, NULL, size <= 1);
         check_route(a, "nope", NULL, NULL, size <= 1);
+        /* By now a's routes are indexed: each tool's route is the one a walk of them finds (the first
+         * look-up of fresh answers). */
+        for (size_t i = 0; i < ELEMENTSOF(tools); i++) {
+                Answers *w = NULL;
+                const char *indexed = NULL, *walked = NULL;
+
+                FUZZ_ASSERT(answers_load(path, KEY, &st, &w) >= 0);
+                FUZZ_ASSERT(answers_tool_backend(w, tools[i], &walked) == answers_tool_backend(a, tools[i], &indexed));
+                FUZZ_ASSERT(!walked == !indexed && (!walked || streq(walked, indexed)));
+                answers_free(w);
+        }
         /* Untouched, it is taken as it was made. */
         if (size <= 1)
                 FUZZ_ASSERT(answers_get(a, ANSWER_TOOLS, 2, NULL, NULL) && answers_n_tools(a) == 5);

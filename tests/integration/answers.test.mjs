@@ -282,6 +282,24 @@ test("prepared answers route a call to a local backend: the manifest is not read
   assert.doesNotMatch(r.err, /^mcp-lazy: Reading the manifest/m);
   assert.equal(r.answer.id, 7);
   assert.match(JSON.stringify(r.answer.result), /Echo: routed/);
+  // Several tools in one session: each goes by the routes (indexed from the second tool on), none reads the manifest.
+  const p = new RawPeer(MCP_LAZY, args, { env: { ...process.env, MCP_LAZY_CACHE_DIR: CACHE, MCP_LAZY_LOG_LEVEL: "debug" } });
+  const answers = [];
+  try {
+    await p.request(req(0, "initialize", { protocolVersion: "2025-06-18", capabilities: {}, clientInfo: { name: "answers-test", version: "1" } }));
+    p.send({ jsonrpc: "2.0", method: "notifications/initialized" });
+    for (const [id, name, a] of [[1, "echo", { message: "one" }], [2, "get-sum", { a: 1, b: 2 }], [3, "echo", { message: "two" }], [4, "get-sum", { a: 3, b: 4 }]])
+      answers.push(await p.request(req(id, "tools/call", { name, arguments: a }), 60000));
+  } finally {
+    await p.close();
+  }
+  await Promise.race([p.stderrEnded, new Promise((r) => setTimeout(r, 20000).unref())]);
+  assert.doesNotMatch(p.stderr, /^mcp-lazy: Reading the manifest/m);
+  assert.deepEqual(answers.map((a) => a.id), [1, 2, 3, 4]);
+  assert.match(JSON.stringify(answers[0].result), /Echo: one/);
+  assert.match(JSON.stringify(answers[1].result), /\b3\b/);
+  assert.match(JSON.stringify(answers[2].result), /Echo: two/);
+  assert.match(JSON.stringify(answers[3].result), /\b7\b/);
   // A tool the routes do not know is the manifest's to refuse; a damaged route table sends the call there too.
   const unknown = await callOnce(args, 8, "nope");
   assert.match(unknown.err, /^mcp-lazy: Reading the manifest for a request/m);
