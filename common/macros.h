@@ -71,3 +71,8 @@ static inline void strv_freep(char ***l) {
 
 #define _fallthrough_ __attribute__((fallthrough))
 #define _noreturn_    __attribute__((noreturn))
+
+/* Set ("1") by mcp-lazy for a shim it starts itself, in a session of its own: the shim starts its
+ * backends in that session (each in a process group of its own), so that mcp-lazy can end whatever is
+ * left in it when the shim ends, killed or not. Never passed on to a backend. */
+#define SHIMD_SESSION_ENV "MCP_LAZY_SHIMD_SESSION"

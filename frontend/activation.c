@@ -1,5 +1,6 @@
 /* Activation: reach a backend's shim through its socket, or say exactly why not, or start it directly. */
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
@@ -140,11 +141,61 @@ static char *systemd_diagnosis(const Backend *b, const char *path, int connect_e
         return r < 0 ? NULL : text;
 }
 
+/* SIGKILLs every process of session sid but its leader (a zombie, which pins the id), and scans again
+ * while one turns up that was not signalled yet (made by a fork that was under way): a process with a
+ * SIGKILL pending makes no more. */
+static void kill_session(pid_t sid) {
+        pid_t killed[256];
+        size_t n_killed = 0;
+        bool found = true;
+
+        for (unsigned round = 0; found && round < 8; round++) {
+                DIR *d = opendir("/proc");
+                struct dirent *de;
+
+                found = false;
+                while (d && (de = readdir(d))) {
+                        char path[64], stat[512], *p, state;
+                        int pid = atoi(de->d_name), ppid, pgrp, session;
+                        _cleanup_close_ int fd = -EBADF;
+                        ssize_t len;
+                        bool seen = false;
+
+                        if (pid <= 0 || pid == sid)
+                                continue;
+                        snprintf(path, sizeof path, "/proc/%d/stat", pid);
+                        fd = open(path, O_RDONLY | O_CLOEXEC);
+                        len = fd < 0 ? -1 : read(fd, stat, sizeof stat - 1);
+                        if (len <= 0)
+                                continue;
+                        stat[len] = 0;
+                        /* After the command's name, which may hold anything: state ppid pgrp session. */
+                        p = strrchr(stat, ')');
+                        if (!p || sscanf(p + 1, " %c %d %d %d", &state, &ppid, &pgrp, &session) != 4 ||
+                            session != sid || state == 'Z')
+                                continue;
+                        for (size_t k = 0; k < n_killed && !seen; k++)
+                                seen = killed[k] == pid;
+                        if (seen)
+                                continue;
+                        (void) kill(pid, SIGKILL);
+                        if (n_killed < ELEMENTSOF(killed))
+                                killed[n_killed++] = pid;
+                        found = true;
+                }
+                if (d)
+                        closedir(d);
+        }
+}
+
 static int on_shim_exit(sd_event_source *s, const siginfo_t *si, void *userdata) {
         (void) userdata;
         if (si->si_code != CLD_EXITED || si->si_status != 0)
                 log_debug("mcp-lazy-shimd (pid %d) ended abnormally (code %d, status %d).", (int) si->si_pid,
                           si->si_code, si->si_status);
+        /* Its backends were in its session: whatever is left there goes with it, however it ended (sd-event
+         * reaps it only after this returns). */
+        kill_session(si->si_pid);
         sd_event_source_unref(s);
         return 0;
 }
@@ -197,6 +248,10 @@ static int direct_spawn(const Options *o, const Backend *b, sd_event *e, int *re
                 /* Our stdout is the client's protocol stream: the shim must never write there. */
                 if (dup2(null_fd, STDIN_FILENO) < 0 || dup2(null_fd, STDOUT_FILENO) < 0 || dup2(theirs, 3) < 0)
                         _exit(127);
+                /* A session for it and its backends, which on_shim_exit() ends. */
+                if (setsid() < 0)
+                        _exit(127);
+                setenv(SHIMD_SESSION_ENV, "1", 1);
                 snprintf(pidbuf, sizeof pidbuf, "%d", (int) getpid());
                 setenv("LISTEN_FDS", "1", 1);
                 setenv("LISTEN_PID", pidbuf, 1);

@@ -19,8 +19,8 @@ void process_set_child_nofile(rlim_t soft) {
         child_nofile = soft;
 }
 
-static const char *const unset_vars[] = {
-        "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "NOTIFY_SOCKET", "WATCHDOG_PID", "WATCHDOG_USEC", NULL};
+static const char *const unset_vars[] = {"LISTEN_FDS",   "LISTEN_PID",   "LISTEN_FDNAMES", "NOTIFY_SOCKET",
+                                         "WATCHDOG_PID", "WATCHDOG_USEC", SHIMD_SESSION_ENV, NULL};
 
 /* The environment the backend gets: ours without the variables that were meant for the shim, with
  * b->env set over it (a KEY= of b->env replaces ours). The strings are borrowed. */
@@ -84,9 +84,12 @@ static int command_path(const Backend *b, char **env, char **ret) {
         }
 }
 
-/* What the child is made with: the pipes as stdin and stdout, b->cwd, its own session, no signal
+/* What the child is made with: the pipes as stdin and stdout, b->cwd, its own session (or, when the
+ * frontend started the shim in a session for it and its backends, SHIMD_SESSION_ENV, its own process
+ * group in ours: when the shim is killed, the frontend ends what is left in that session), no signal
  * blocked, SIGPIPE at its default. 0 or a positive errno, as posix_spawn() does it. */
 static int spawn_setup(const Backend *b, int in, int out, posix_spawn_file_actions_t *fa, posix_spawnattr_t *attr) {
+        short group = streq(getenv(SHIMD_SESSION_ENV) ?: "", "1") ? POSIX_SPAWN_SETPGROUP : POSIX_SPAWN_SETSID;
         sigset_t none, pipe_only;
         int r;
 
@@ -99,7 +102,9 @@ static int spawn_setup(const Backend *b, int in, int out, posix_spawn_file_actio
         if (r == 0 && b->cwd)
                 r = posix_spawn_file_actions_addchdir_np(fa, b->cwd);
         if (r == 0)
-                r = posix_spawnattr_setflags(attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+                r = posix_spawnattr_setflags(attr, group | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+        if (r == 0)
+                r = posix_spawnattr_setpgroup(attr, 0); /* with SETPGROUP: a group of its own */
         if (r == 0)
                 r = posix_spawnattr_setsigmask(attr, &none);
         if (r == 0)

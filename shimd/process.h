@@ -8,7 +8,8 @@
 
 #include "manifest.h"
 
-/* Starts b->command (posix_spawn) in a session and process group of its own, with b->env and b->cwd.
+/* Starts b->command (posix_spawn) in a session and process group of its own (a group in the shim's
+ * session when mcp-lazy started the shim: SHIMD_SESSION_ENV), with b->env and b->cwd.
  * stdin and stdout are pipes handed back; stderr is ours (the journal, under systemd). A command that
  * cannot be executed fails here, with the reason in err. */
 int process_spawn(const Backend *b, pid_t *ret_pid, int *ret_stdin, int *ret_stdout, char *err, size_t errlen);

@@ -1,5 +1,5 @@
-// How the shim starts a backend (direct activation: no systemd needed): in a session and process
-// group of its own, in its cwd, with the manifest's env over the shim's (its PATH finds the command),
+// How the shim starts a backend (direct activation: no systemd needed): in a process group of its own,
+// in the session the frontend gave the shim (which the frontend ends when the shim dies), in its cwd, with the manifest's env over the shim's (its PATH finds the command),
 // without the LISTEN_* variables meant for the shim, with no signal blocked and SIGPIPE at its
 // default, and with the soft descriptor limit the shim was started with (the shim raises its own).
 import { after, test } from "node:test";
@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { INIT, MCP_LAZY, RawPeer, SHIMD, cleanupPeers } from "./lib/env.mjs";
+import { INIT, MCP_LAZY, RawPeer, SHIMD, cleanupPeers, waitFor } from "./lib/env.mjs";
 
 after(cleanupPeers);
 const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-spawn-"));
@@ -21,6 +21,8 @@ writeFileSync(
   join(dir, "serve.mjs"),
   `import readline from "node:readline";
 const out = (m) => process.stdout.write(JSON.stringify(m) + "\\n");
+// "linger": it outlives its stdin's EOF, as an MCP server may (the spec has its client signal it then).
+if (process.argv[2] === "linger") setInterval(() => {}, 1000);
 readline.createInterface({ input: process.stdin }).on("line", (l) => {
   const m = JSON.parse(l);
   if (m.id === undefined) return;
@@ -37,8 +39,19 @@ grep -E '^(SigBlk|SigIgn):' /proc/self/status > ${facts}
 echo "soft $(ulimit -Sn)" >> ${facts}
 echo "cwd $PWD" >> ${facts}
 echo "foo \${FOO-unset} listen \${LISTEN_FDS-unset} \${LISTEN_PID-unset} \${LISTEN_FDNAMES-unset}" >> ${facts}
-echo "pid $$ pgid $(ps -o pgid= -p $$ | tr -d ' ') sid $(ps -o sid= -p $$ | tr -d ' ')" >> ${facts}
+echo "pid $$ pgid $(ps -o pgid= -p $$ | tr -d ' ') sid $(ps -o sid= -p $$ | tr -d ' ') ppid $PPID" >> ${facts}
 exec node ${join(dir, "serve.mjs")}
+`,
+  { mode: 0o755 },
+);
+// A backend that leaves a process of its own behind (in its group), and outlives its stdin's EOF.
+const lingerPids = join(dir, "linger-pids");
+writeFileSync(
+  join(dir, "bin", "lingering-server"),
+  `#!/bin/sh
+sleep 1000 &
+echo "$! $$" > ${lingerPids}
+exec node ${join(dir, "serve.mjs")} linger
 `,
   { mode: 0o755 },
 );
@@ -51,12 +64,16 @@ writeFileSync(
     cwd: ${join(dir, "work")}
     env: {FOO: from-the-manifest, PATH: "${join(dir, "bin")}:/usr/local/bin:/usr/bin:/bin"}
     socket: ${join(dir, "absent.sock")}
+  linger:
+    command: [${join(dir, "bin", "lingering-server")}]
+    socket: ${join(dir, "absent-linger.sock")}
 tools:
   - {name: started, backend: facts, input_schema: {type: object}}
+  - {name: lingering, backend: linger, input_schema: {type: object}}
 `,
 );
 
-test("a backend starts in its own session, cwd and env, with no signal blocked and the shim's first descriptor limit", async () => {
+test("a backend starts in its own process group in its shim's session, cwd and env, with no signal blocked and the shim's first descriptor limit", async () => {
   // The frontend (and so the shim) starts with a soft limit of 512; the shim raises its own.
   const p = new RawPeer("sh", ["-c", `ulimit -Sn 512 && exec "$0" "$@"`, MCP_LAZY, "--manifest", manifest, "--activation=direct", "--shimd", SHIMD], {
     env: { ...process.env, MCP_LAZY_CACHE_DIR: "", FOO: "from-the-client" },
@@ -77,8 +94,42 @@ test("a backend starts in its own session, cwd and env, with no signal blocked a
   assert.equal(f.soft, "512");
   assert.equal(f.cwd, join(dir, "work"));
   assert.equal(f.foo, "from-the-manifest listen unset unset unset");
-  const [pid, , pgid, , sid] = f.pid.split(" ");
-  assert.ok(pid && pid === pgid && pid === sid, `its own session and group: ${f.pid}`);
+  const [pid, , pgid, , sid, , ppid] = f.pid.split(" ");
+  assert.ok(pid && pid === pgid && sid === ppid && sid !== pid, `its own group, in its shim's session: ${f.pid}`);
+});
+
+// A process that is gone, or dead and waiting to be reaped.
+function gone(pid) {
+  try {
+    return readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1].startsWith("Z");
+  } catch {
+    return true;
+  }
+}
+
+test("a shim killed with SIGKILL outside systemd takes its backend with it, and what the backend started", async () => {
+  rmSync(lingerPids, { force: true });
+  const p = new RawPeer(MCP_LAZY, ["--manifest", manifest, "--activation=direct", "--shimd", SHIMD], {
+    env: { ...process.env, MCP_LAZY_CACHE_DIR: "" },
+  });
+  let pids = [];
+  try {
+    await p.request(INIT());
+    const r = await p.request({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "lingering", arguments: {} } }, 30000);
+    assert.equal(r.result?.content?.[0]?.text, "started", JSON.stringify(r));
+    pids = readFileSync(lingerPids, "utf8").trim().split(" ").map(Number); // sleep, the server
+    const shim = Number(readFileSync(`/proc/${pids[1]}/stat`, "utf8").split(") ")[1].split(" ")[1]);
+    assert.match(readFileSync(`/proc/${shim}/cmdline`, "utf8"), /mcp-lazy-shimd/);
+    process.kill(shim, "SIGKILL");
+    assert.ok(await waitFor(() => pids.every(gone)), `left running: ${pids.filter((q) => !gone(q))}`);
+  } finally {
+    for (const q of pids) {
+      try {
+        process.kill(q, "SIGKILL");
+      } catch {}
+    }
+    await p.close();
+  }
 });
 
 test("a relative entry of the manifest's PATH is searched from the backend's cwd, as execvp() in that cwd would", async () => {
