@@ -264,7 +264,7 @@ static void fail_reached(Instance *i, uint64_t delivered, const char *text) {
 
         while (idmap_iterate(i->routes, &state, NULL, &v)) {
                 Route *r = v;
-                if (r->sent && r->sent_end > delivered) {
+                if (r->resend || (r->sent && r->sent_end > delivered)) {
                         r->resend = true;
                         held++;
                         continue;
@@ -307,12 +307,10 @@ static void resend_routes(Instance *i) {
         for (size_t k = 0; k < n; k++) {
                 Route *r = list[k];
                 r->resend = false;
-                if (instance_send_text(i, r->sent, r->sent_len) < 0) {
-                        reply_failure(r->client, r->client_id, r->is_tool_call, "the backend's stdin is closed");
+                if (route_send(i, r) < 0) {
+                        reply_failure(r->client, r->client_id, r->is_tool_call, "out of memory");
                         route_remove(i, r);
-                        continue;
                 }
-                r->sent_end = channel_sent_bytes(i->ch);
         }
 }
 
@@ -375,10 +373,20 @@ int instance_send_text(Instance *i, const char *text, size_t len) {
         return i->ch ? channel_send(i->ch, text, len) : -ENOTCONN;
 }
 
-/* resources/updated goes to the connections that subscribed to the URI. */
+static void instance_terminate(Instance *i, bool close_stdin);
+
+/* A send the channel refuses whole (-EPIPE: the backend's stdin is closed, whether it died or not;
+ * -ENOTCONN) never reached it: the route waits for the next process, as a call that arrives once the
+ * backend is stopping does (instance_submit()), and counts as sent. */
 int route_send(Instance *i, Route *r) {
         int k = instance_send_text(i, r->sent, r->sent_len);
 
+        if ((k == -EPIPE || k == -ENOTCONN) && i->state != INSTANCE_DOWN) {
+                r->resend = true;
+                i->broken = true;
+                instance_terminate(i, false);
+                return 0;
+        }
         if (k >= 0)
                 r->sent_end = channel_sent_bytes(i->ch);
         return k;
@@ -548,16 +556,14 @@ static void forward_request(Instance *i, Client *c, const Message *m) {
         if (k >= 0)
                 k = bridge_prepare_request(i, c, r, m);
         if (k >= 0)
-                k = instance_send_text(i, r->sent, r->sent_len);
+                k = route_send(i, r);
         if (k < 0) {
                 client_fail_request(c, m,
                                     k == -ENOENT   ? "unknown task: no call of this session created it"
                                     : k == -ENOMEM ? "out of memory"
                                                    : "the backend's stdin is closed");
                 route_remove(i, r);
-                return;
         }
-        r->sent_end = channel_sent_bytes(i->ch);
 }
 
 static void reply_initialize(Instance *i, Client *c, const Message *m) {

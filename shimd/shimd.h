@@ -378,7 +378,8 @@ int instance_send(Instance *i, const cJSON *m);
 Route *instance_route(Instance *i, int64_t backend_id);
 /* A route under a new backend id (a retry is a new request). */
 int route_retarget(Instance *i, Route *r);
-/* Sends r->sent (again: a retry), and notes where it ends in the backend's stdin. */
+/* Sends r->sent (again: a retry), and notes where it ends in the backend's stdin; when that stdin is
+ * closed, nothing of it reached the backend: it waits for the next process. */
 int route_send(Instance *i, Route *r);
 /* Answers the route's client with a failure, and forgets the route. */
 void route_fail(Instance *i, Route *r, const char *text);

@@ -330,6 +330,62 @@ test("a backend's death is handled while other sessions keep the shim busy; call
   b.sock.destroy();
 });
 
+// A 2026-07-28 backend that closes its stdin as it asks for input (input_required), and lives on: the
+// shim learns it only from a write that fails. Lines are read synchronously, so that fd 0 is ours to close.
+const closer = join(dir, "closer.mjs");
+writeFileSync(
+  closer,
+  `import { closeSync, readSync } from "node:fs";
+const out = (m) => process.stdout.write(JSON.stringify(m) + "\\n");
+const META = { "io.modelcontextprotocol/serverInfo": { name: "closer", version: "1" } };
+const done = (id, t) => out({ jsonrpc: "2.0", id, result: { content: [{ type: "text", text: t + " " + process.pid }], resultType: "complete", _meta: META } });
+const buf = Buffer.alloc(65536);
+let text = "";
+for (;;) {
+  let nl;
+  while ((nl = text.indexOf("\\n")) < 0) {
+    const n = readSync(0, buf);
+    if (n === 0) process.exit(0);
+    text += buf.toString("utf8", 0, n);
+  }
+  const m = JSON.parse(text.slice(0, nl));
+  text = text.slice(nl + 1);
+  if (m.id === undefined) continue;
+  if (m.method === "server/discover") out({ jsonrpc: "2.0", id: m.id, result: { supportedVersions: ["2026-07-28"], capabilities: { tools: {} }, resultType: "complete", _meta: META } });
+  else if (m.method === "tools/list") out({ jsonrpc: "2.0", id: m.id, result: { tools: [], resultType: "complete" } });
+  else if (m.method === "tools/call" && m.params.name === "ask" && m.params.inputResponses) done(m.id, "answered " + m.params.inputResponses.q.content.n);
+  else if (m.method === "tools/call" && m.params.name === "ask") {
+    closeSync(0);
+    out({ jsonrpc: "2.0", id: m.id, result: { resultType: "input_required", inputRequests: { q: { method: "elicitation/create", params: { message: "n?", requestedSchema: { type: "object", properties: { n: { type: "integer" } } } } } }, requestState: "s" } });
+    setInterval(() => {}, 1000);
+    break;
+  } else if (m.method === "tools/call") done(m.id, "echo");
+  else out({ jsonrpc: "2.0", id: m.id, error: { code: -32601, message: "Method not found" } });
+}
+`,
+);
+
+test("a retry the backend never got, because its stdin had closed, goes to the next one", async () => {
+  const m = join(dir, "closer.yaml");
+  writeFileSync(m, `backends:\n  closer: {command: [node, ${closer}], idle_timeout: 0}\ntools:\n  - {name: ask, backend: closer, input_schema: {type: object}}\n  - {name: echo, backend: closer, input_schema: {type: object}}\n`);
+  const p = new RawPeer(MCP_LAZY, ["--manifest", m, "--activation=direct", "--shimd", SHIMD]);
+  assert.ok((await p.request(INIT("2025-06-18", { elicitation: {} }))).result);
+  // A handshake-era client: the backend's input_required reaches it as an elicitation.
+  p.send(call("ask", {}, 1));
+  const [ask] = await p.next(1, 30000);
+  assert.equal(ask.method, "elicitation/create", JSON.stringify(ask));
+  // A call sent now is the write that fails: the shim learns that the backend's stdin is closed.
+  p.send(call("echo"));
+  assert.ok(await waitFor(() => /Backend 'closer' \(pid \d+\) closed its stdin/.test(p.stderr)), p.stderr);
+  // The client's answer makes the retry, which that backend can never read: the next one gets it.
+  p.send({ jsonrpc: "2.0", id: ask.id, result: { action: "accept", content: { n: 7 } } });
+  const msgs = await p.next(2, 30000);
+  const byId = new Map(msgs.map((x) => [x.id, x]));
+  assert.match(textOf(byId.get(1)), /^answered 7 \d+$/, `${JSON.stringify(msgs)}\n${p.stderr}`);
+  assert.match(textOf(byId.get(nextId)), /^echo \d+$/, JSON.stringify(msgs));
+  await p.close();
+});
+
 test("a backend killed again and again under pipelined calls: every call answered once, none run twice", async () => {
   writeFileSync(noteFile, "");
   const p = frontend();
