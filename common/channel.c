@@ -22,6 +22,9 @@
 typedef struct OutChunk {
         struct OutChunk *next;
         size_t len, done, size;
+        const char *ref;              /* a part the caller lent (channel_sendv_borrow()): its bytes, not data */
+        void (*release)(void *owner); /* what gives it back, once written or dropped */
+        void *owner;
         char data[];
 } OutChunk;
 
@@ -75,6 +78,8 @@ static OutChunk *chunk_new(size_t size) {
 }
 
 static void chunk_free(OutChunk *o) {
+        if (o && o->release)
+                o->release(o->owner);
         if (o && o->size == OUT_CHUNK_SIZE && n_chunk_cache < CHUNK_CACHE)
                 chunk_cache[n_chunk_cache++] = o;
         else
@@ -273,7 +278,7 @@ static void channel_flush(Channel *c) {
                 ssize_t k;
 
                 for (OutChunk *o = c->out_head; o && n < (int) ELEMENTSOF(iov); o = o->next, n++)
-                        iov[n] = (struct iovec){o->data + o->done, o->len - o->done};
+                        iov[n] = (struct iovec){(char *) (o->ref ?: o->data) + o->done, o->len - o->done};
                 k = writev(c->out_fd, iov, n);
                 if (k < 0) {
                         if (errno == EINTR)
@@ -632,34 +637,11 @@ int channel_send(Channel *c, const char *data, size_t len) {
         return channel_sendv(c, &(const struct iovec){(void *) data, len}, 1);
 }
 
-int channel_sendv(Channel *c, const struct iovec *iov, size_t n) {
-        OutChunk *o = c->out_tail;
-        bool was_empty = !c->out_head;
-        size_t len = 0;
-
-        if (c->write_closed || c->close_write_pending)
-                return -EPIPE;
-        for (size_t i = 0; i < n; i++)
-                len += iov[i].iov_len;
-        if (!o || o->size - o->len < len + 1) {
-                size_t size = len + 1 > OUT_CHUNK_SIZE ? len + 1 : OUT_CHUNK_SIZE;
-                o = chunk_new(size);
-                if (!o)
-                        return -ENOMEM;
-                if (c->out_tail)
-                        c->out_tail->next = o;
-                else
-                        c->out_head = o;
-                c->out_tail = o;
-        }
-        for (size_t i = 0; i < n; i++) {
-                memcpy(o->data + o->len, iov[i].iov_base, iov[i].iov_len);
-                o->len += iov[i].iov_len;
-        }
-        o->data[o->len++] = '\n';
-        c->out_bytes += len + 1;
-        queued_total += len + 1;
-        c->sent_total += len + 1;
+/* What every send does once its bytes are queued (len of them, the newline included). */
+static inline int out_queued(Channel *c, size_t len, bool was_empty) {
+        c->out_bytes += len;
+        queued_total += len;
+        c->sent_total += len;
         if (c->out_bytes > OUT_HIGH_WATER)
                 c->was_backed_up = true;
 
@@ -680,6 +662,79 @@ int channel_sendv(Channel *c, const struct iovec *iov, size_t n) {
         if (c->out_bytes > OUT_HIGH_WATER)
                 channel_update_reading(c);
         return 0;
+}
+
+static void out_link(Channel *c, OutChunk *o) {
+        if (c->out_tail)
+                c->out_tail->next = o;
+        else
+                c->out_head = o;
+        c->out_tail = o;
+}
+
+static void out_copy(OutChunk *o, const struct iovec *iov, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                memcpy(o->data + o->len, iov[i].iov_base, iov[i].iov_len);
+                o->len += iov[i].iov_len;
+        }
+}
+
+int channel_sendv(Channel *c, const struct iovec *iov, size_t n) {
+        OutChunk *o = c->out_tail;
+        bool was_empty = !c->out_head;
+        size_t len = 0;
+
+        if (c->write_closed || c->close_write_pending)
+                return -EPIPE;
+        for (size_t i = 0; i < n; i++)
+                len += iov[i].iov_len;
+        if (!o || o->ref || o->size - o->len < len + 1) {
+                size_t size = len + 1 > OUT_CHUNK_SIZE ? len + 1 : OUT_CHUNK_SIZE;
+                o = chunk_new(size);
+                if (!o)
+                        return -ENOMEM;
+                out_link(c, o);
+        }
+        out_copy(o, iov, n);
+        o->data[o->len++] = '\n';
+        return out_queued(c, len + 1, was_empty);
+}
+
+int channel_sendv_borrow(Channel *c, const struct iovec *iov, size_t n, size_t borrow, void (*release)(void *owner),
+                         void *owner) {
+        OutChunk *o = c->out_tail, *fresh = NULL, *lent, *after;
+        bool was_empty = !c->out_head;
+        size_t len = 0, before = 0, rest;
+
+        if (borrow >= n)
+                return channel_sendv(c, iov, n);
+        if (c->write_closed || c->close_write_pending)
+                return -EPIPE;
+        for (size_t i = 0; i < n; i++) {
+                len += iov[i].iov_len;
+                before += i < borrow ? iov[i].iov_len : 0;
+        }
+        rest = len - before - iov[borrow].iov_len + 1;
+        /* Everything is taken before anything is queued: a message goes in whole or not at all. */
+        if (!o || o->ref || o->size - o->len < before)
+                o = fresh = chunk_new(before > OUT_CHUNK_SIZE ? before : OUT_CHUNK_SIZE);
+        lent = malloc(sizeof *lent);
+        after = chunk_new(rest > OUT_CHUNK_SIZE ? rest : OUT_CHUNK_SIZE);
+        if (!o || !lent || !after) {
+                chunk_free(fresh);
+                free(lent);
+                chunk_free(after);
+                return -ENOMEM;
+        }
+        if (fresh)
+                out_link(c, fresh);
+        out_copy(o, iov, borrow);
+        *lent = (OutChunk){.len = iov[borrow].iov_len, .ref = iov[borrow].iov_base, .release = release, .owner = owner};
+        out_link(c, lent);
+        out_link(c, after);
+        out_copy(after, iov + borrow + 1, n - borrow - 1);
+        after->data[after->len++] = '\n';
+        return out_queued(c, len + 1, was_empty);
 }
 
 int channel_send_json(Channel *c, const cJSON *message) {

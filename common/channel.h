@@ -48,6 +48,11 @@ Channel *channel_free(Channel *c);
 int channel_send(Channel *c, const char *data, size_t len);
 /* The same for one message in parts (iov), joined. */
 int channel_sendv(Channel *c, const struct iovec *iov, size_t n);
+/* The same with iov[borrow] not copied but queued as it is: its bytes must stay unchanged until the
+ * channel calls release(owner), once, when it is done with them (written, dropped, or the channel
+ * freed). On failure release is not called. borrow >= n: nothing is borrowed (channel_sendv()). */
+int channel_sendv_borrow(Channel *c, const struct iovec *iov, size_t n, size_t borrow, void (*release)(void *owner),
+                         void *owner);
 int channel_send_json(Channel *c, const cJSON *message);
 /* After everything queued is written, half-close (sockets) or close (pipes) the sending side. */
 void channel_close_write(Channel *c);

@@ -57,7 +57,8 @@ typedef struct Header {
 } Header;
 
 struct Answers {
-        char *buf; /* the file's bytes: a Header first */
+        unsigned n_ref; /* the session's, and one for each answer a channel still holds */
+        char *buf;      /* the file's bytes: a Header first */
         size_t len;
         const Seg *pages;
         struct stat st;
@@ -272,6 +273,7 @@ static Answers *answers_new(char *buf, size_t len, const struct stat *st) {
 
         if (!a)
                 return NULL;
+        a->n_ref = 1;
         a->buf = buf;
         a->len = len;
         a->pages = (const Seg *) (buf + ALIGN8(sizeof *h + h->key_len));
@@ -413,8 +415,13 @@ int answers_load(const char *file, const char *key, const struct stat *st, Answe
         return 0;
 }
 
+Answers *answers_ref(Answers *a) {
+        a->n_ref++;
+        return a;
+}
+
 Answers *answers_free(Answers *a) {
-        if (!a)
+        if (!a || --a->n_ref > 0)
                 return NULL;
         hashmap_free(a->route_index);
         free(a->buf);
@@ -663,6 +670,12 @@ char *answers_key(const char *path, const struct stat *st, const char *backend) 
 
 /* ---- what a frontend serves ---- */
 
+#define ANSWER_LEND_MIN (4U * 1024U)
+
+static void answers_release(void *a) {
+        answers_free(a);
+}
+
 bool session_reply_answer(Session *s, Batch *batch, const Message *m, AnswerKind kind, size_t index) {
         static const char head[] = "{\"jsonrpc\":\"2.0\",\"id\":", mid[] = ",\"result\":";
         const char *result, *tail = NULL;
@@ -708,7 +721,14 @@ bool session_reply_answer(Session *s, Batch *batch, const Message *m, AnswerKind
                 }
                 return true;
         }
-        r = channel_sendv(s->client, iov, n);
+        /* A large answer (a page of many tools) is written from the answers themselves, not copied
+         * into the channel's queue: they stay until it is written, a reload notwithstanding. */
+        if (len >= ANSWER_LEND_MIN) {
+                r = channel_sendv_borrow(s->client, iov, n, 3, answers_release, answers_ref(s->answers));
+                if (r < 0)
+                        answers_free(s->answers);
+        } else
+                r = channel_sendv(s->client, iov, n);
         if (r < 0 && r != -EPIPE)
                 log_warning_errno(r, "Failed to queue a message for the client, dropping it: %m");
         if (channel_backed_up(s->client))

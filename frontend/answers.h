@@ -38,6 +38,9 @@ int answers_load(const char *file, const char *key, const struct stat *st, Answe
 void answers_seal(char *buf, size_t len);
 /* Best effort: replaces file atomically. */
 int answers_save(const Answers *a, const char *file);
+/* Answers are counted references: the session holds one, and each answer a channel still writes from them. */
+Answers *answers_ref(Answers *a);
+/* Drops a reference; the last one frees them. */
 Answers *answers_free(Answers *a);
 static inline void answers_freep(Answers **a) {
         answers_free(*a);

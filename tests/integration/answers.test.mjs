@@ -221,6 +221,47 @@ test("prepared answers follow the manifest: a changed file is prepared again, a 
   assert.match(after.out, /zz_added_tool/);
 });
 
+test("a large prepared answer is written from the answers themselves: one the client has not read yet survives a reload whole", async () => {
+  const path = join(dir, "large.yaml");
+  const text = (tag) =>
+    demoText({
+      pageSize: 0,
+      extraTool: Array.from({ length: 200 }, (_, i) => `  - {name: big_${tag}_${i}, backend: memory, description: "${tag.repeat(2000)}", input_schema: {type: object}}\n`).join(""),
+    });
+  writeFileSync(path, text("a"));
+  const old = await run(["--manifest", path], [req(1, "tools/list")], { cache: "" });
+  assert.ok(old.out.length > 400000, `one page of ${old.out.length} bytes`);
+  rmSync(CACHE, { recursive: true, force: true });
+  await run(["--manifest", path], [req(1, "tools/list")]); // prepares the answers
+  const child = spawn(MCP_LAZY, ["--manifest", path], {
+    env: { ...process.env, MCP_LAZY_CACHE_DIR: CACHE, MCP_LAZY_LOG_LEVEL: "debug" },
+    stdio: ["pipe", "pipe", "pipe"],
+  });
+  const exited = new Promise((resolve) => child.on("exit", resolve));
+  let err = "";
+  child.stderr.setEncoding("utf8").on("data", (d) => (err += d));
+  child.stdout.pause();
+  try {
+    child.stdin.write(`${JSON.stringify(req(1, "tools/list"))}\n`);
+    // The pipe and this side's buffer hold a part of the page; the rest waits in the frontend's queue.
+    assert.ok(await waitFor(() => child.stdout.readableLength > 8192), `no answer; stderr: ${err}`);
+    assert.match(err, /Serving prepared answers/);
+    writeFileSync(path + ".new", text("b"));
+    renameSync(path + ".new", path);
+    assert.ok(await waitFor(() => /Reloaded/.test(err)), `no reload; stderr: ${err}`);
+    child.stdin.end(`${JSON.stringify(req(2, "tools/list"))}\n`);
+    let out = "";
+    child.stdout.setEncoding("utf8").on("data", (d) => (out += d));
+    child.stdout.resume();
+    await exited;
+    const [first, second] = out.split("\n");
+    assert.equal(`${first}\n`, old.out);
+    assert.match(second, /^\{"jsonrpc":"2.0","id":2,"result":\{"tools":\[.*"big_b_199"/);
+  } finally {
+    child.kill("SIGKILL");
+  }
+});
+
 // ---- damaged and hostile cache files ----
 
 const M64 = (1n << 64n) - 1n;

@@ -372,6 +372,61 @@ static void test_connect_under_way(void) {
         sd_event_unref(e);
 }
 
+static void count_release(void *owner) {
+        (*(unsigned *) owner)++;
+}
+
+/* A lent part is written as it is, in order with what was copied around it, and given back once:
+ * when written, or when the channel drops it unwritten. */
+static void test_borrow(void) {
+        sd_event *e = NULL;
+        Channel *c = NULL;
+        Seen s = {};
+        static char big[1000000], want[2 * sizeof big + 64];
+        char *got = malloc(sizeof want);
+        unsigned released = 0;
+        size_t have = 0, w = 0;
+        ssize_t n;
+        int sv[2];
+
+        for (size_t i = 0; i < sizeof big; i++)
+                big[i] = (char) ('a' + i % 26);
+        CHECK(got != NULL);
+        CHECK(sd_event_new(&e) >= 0);
+        CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+        CHECK(channel_new(e, sv[0], sv[0], 1024, handler, &s, &c) >= 0);
+        CHECK(channel_send(c, "before", 6) == 0);
+        CHECK(channel_sendv_borrow(c,
+                                   (const struct iovec[]){{(char *) "[", 1}, {big, sizeof big}, {(char *) "]", 1}}, 3, 1,
+                                   count_release, &released) == 0);
+        CHECK(channel_sendv_borrow(c, (const struct iovec[]){{big, sizeof big}}, 1, 0, count_release, &released) == 0);
+        CHECK(channel_send(c, "after", 5) == 0);
+        CHECK(released == 0); /* the socket took only part of it */
+        w += (size_t) sprintf(want, "before\n[");
+        memcpy(want + w, big, sizeof big), w += sizeof big;
+        memcpy(want + w, "]\n", 2), w += 2;
+        memcpy(want + w, big, sizeof big), w += sizeof big;
+        memcpy(want + w, "\nafter\n", 7), w += 7;
+        (void) fcntl(sv[1], F_SETFL, O_NONBLOCK);
+        for (int k = 0; k < 2000 && have < w; k++) {
+                while (have < sizeof want && (n = read(sv[1], got + have, sizeof want - have)) > 0)
+                        have += (size_t) n;
+                (void) sd_event_run(e, 1000);
+        }
+        CHECK(have == w && memcmp(got, want, w) == 0);
+        CHECK(released == 2 && channel_queued(c) == 0);
+
+        /* Freed with the part unwritten: given back all the same. */
+        CHECK(channel_sendv_borrow(c, (const struct iovec[]){{big, sizeof big}}, 1, 0, count_release, &released) == 0);
+        CHECK(channel_sendv_borrow(c, (const struct iovec[]){{big, sizeof big}}, 1, 0, count_release, &released) == 0);
+        CHECK(released == 2 && channel_queued(c) > 0);
+        channel_free(c);
+        CHECK(released == 4);
+        close(sv[1]);
+        free(got);
+        sd_event_unref(e);
+}
+
 int main(void) {
         test_burst_one_write();
         test_last_line_without_newline();
@@ -381,5 +436,6 @@ int main(void) {
         test_delivered_bytes();
         test_oversize_prefix();
         test_connect_under_way();
+        test_borrow();
         return tests_finish("test-channel");
 }
