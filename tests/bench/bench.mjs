@@ -10,19 +10,23 @@
 // 2. warm call latency: straight to a server vs two socat relays vs through mcp-lazy (direct
 //    activation), for the C backend of floor.c and server-memory; 4b the same through systemd's socket
 //    (part of section 4; `bench.mjs 4b` runs it alone);
-// 3. the first call from cold, split into mcp-lazy's own phases, vs the server's own start (cold.mjs);
+// 3. the first call from cold, split into mcp-lazy's own phases, vs the server's own start and (the C
+//    backend) two socat relays started from nothing (cold.mjs);
 // 4. processes and memory of 10 sessions x 3 backends: every session starting its own servers
 //    vs mcp-lazy with pooled backends behind systemd sockets (in a throwaway systemd box);
 // 5. a frontend per backend vs one for the fleet, and 500 frontends of one user, inotify vs the
 //    stat() timer (frontends.mjs; `node bench/frontends.mjs 1000` for a thousand);
 // 6. a warm call to a backend on another host (a network namespace with sshd in the box) through
 //    mcp-lazy and ssh, beside the same call through a plain `ssh HOST socat` relay (the floor);
-// 7. throughput to floor.c's backend alone vs through one pooled shim and the frontend (throughput.mjs);
+// 7. throughput to floor.c's backend alone vs through one pooled shim and the frontend, and for one
+//    session through socat and systemd-socket-proxyd relays (throughput.mjs);
 // 8. a fleet on one pooled shim: 1 vs 1000 open sessions, the shim's RSS and descriptors, a call
 //    from every session at once, and one session's call latency while the others stay open.
 // 9. both eras: the cost of the 2026-07-28 envelope per call, beside the handshake-era path.
 //
-// Targets are printed beside the figures; missing one never fails the run. A section that cannot
+// Every timing is printed with its number of samples, median, p90 and p99 (a quantile without enough
+// samples for it reads n<10 / n<100), beside its floor or rival from the same run, interleaved, with
+// ratios. Targets are printed beside the figures; missing one never fails the run. A section that cannot
 // run prints FAILED with the reason, and the run then exits 1. Nothing is left running.
 
 import { execFileSync } from "node:child_process";
@@ -40,9 +44,9 @@ import { sectionStartup } from "./startup.mjs";
 import { sectionCold } from "./cold.mjs";
 import { SESSIONS as SESSIONS_SCRIPT, recorderBox } from "../integration/lib/recorder-box.mjs";
 import {
-  CLIENT_INFO, Peer, alive, cmdline, descendants, leftovers, demoTools, generateManifest, heading, initialize, initialized, killAllTracked, median,
+  CLIENT_INFO, Peer, alive, cmdline, descendants, enough, leftovers, demoTools, generateManifest, heading, initialize, initialized, killAllTracked, median,
   mib, ms, now, p90, p99, procCpuMs, procPss, procStatus, processesMatching, ratio, reapTree, table, toolsCall, toolsList,
-  trackPid, untrackPid, us,
+  tooFew, trackPid, untrackPid, us,
 } from "./lib.mjs";
 
 const TESTS = resolve(dirname(fileURLToPath(import.meta.url)), "..");
@@ -66,7 +70,7 @@ const BACKENDS = {
 
 const QUICK = process.env.BENCH_QUICK === "1"; // fewer runs, for working on the bench itself
 const RUNS = {
-  startupLazy: QUICK ? 8 : 20,
+  startupLazy: QUICK ? 10 : 100, // rounds of section 1: 100 for a p99 at 100 and 1000 tools (30 at 1 and 10)
   startupNode: QUICK ? 2 : 5, // server-memory's start: one row, 60x the others
   warmCalls: QUICK ? 200 : 1000,
   warmUp: QUICK ? 50 : 200,
@@ -78,7 +82,9 @@ const RUNS = {
     floor: { rounds: QUICK ? 300 : 2000, epochs: 1 },
     memory: { rounds: QUICK ? 100 : 400, epochs: QUICK ? 2 : 3, warmUp: QUICK ? 50 : 100 },
   },
-  cold: { floor: QUICK ? 8 : 20, node: QUICK ? 1 : 5 }, // rounds: the C backend, each node server
+  // Rounds of section 3: the C backend (100, for a p99: 3-4 s), each node server and the pooled shim
+  // with and without roots (a round of those takes 0.5-1.5 s: 5, so their p90 and p99 read n<10, n<100).
+  cold: { floor: QUICK ? 10 : 100, node: QUICK ? 1 : 5, roots: QUICK ? 1 : 5 },
   sessions: 10,
 };
 const DEADLINE_MS = 330_000;
@@ -398,8 +404,8 @@ async function sectionEras(directManifest) {
   }
   const [md, mm, , el, em] = entries.map((e) => e.times);
   const row = (e, base) => [e.label, e.times.length, us(median(e.times)), us(p90(e.times)), us(p99(e.times)),
-    base ? ratio(median(e.times), median(base)) : "", base ? `${us(median(e.times) - median(base))}` : ""];
-  table(["path", "calls", "median", "p90", "p99", "ratio med", "added med"], [
+    base ? [median, p90, p99].map((f) => ratio(f(e.times), f(base))).join(" / ") : "", base ? `${us(median(e.times) - median(base))}` : ""];
+  table(["path", "calls", "median", "p90", "p99", "ratio med / p90 / p99", "added med"], [
     row(entries[0]),
     row(entries[1], md),
     row(entries[2], mm),
@@ -756,7 +762,8 @@ function fleetPerBackendRows(eager, pb) {
   ]);
   const r = eager.pss / total.pss;
   console.log(`  ratio eager / --backend per entry: processes ${ratio(eager.n, total.n)}, RSS ${ratio(eager.rss, total.rss)}, ` +
-    `PSS ${ratio(eager.pss, total.pss)}; a frontend's PSS ${mib(pb.frontends.pss / pb.frontends.n)}`);
+    `PSS ${ratio(eager.pss, total.pss)}, sessions ready ${ratio(eager.tReady, pb.tReady)}, + first calls ${ratio(eager.tCalled, pb.tCalled)}; ` +
+    `a frontend's PSS ${mib(pb.frontends.pss / pb.frontends.n)}${pb.floors?.error ? "" : ` (${ratio(pb.frontends.pss, pb.floors.pss)} its floor's)`}`);
   const bound = eager.pss / pb.backends.pss, own = pb.frontends.pss + pb.shims.pss, room = eager.pss / 8 - pb.backends.pss;
   console.log(`  target: at least 8x less total PSS than eager with one frontend per backend per session -> ${r.toFixed(1)}x ${r >= 8 ? "met" : "NOT met"}` +
     `; the bound with frontends and shims of no size at all (eager / the ${pb.backends.n} pooled backends alone): ${bound.toFixed(1)}x; ` +
@@ -798,11 +805,13 @@ async function sectionFleet() {
     rows.push([`  shims (mcp-lazy-shimd)`, pooled.shims.n, mib(pooled.shims.rss), mib(pooled.shims.pss), "", ""]);
     rows.push([`  backends (node)`, pooled.backends.n, mib(pooled.backends.rss), mib(pooled.backends.pss), "", ""]);
     table(["setup", "processes", "sum RSS", "sum PSS", "sessions ready", "+ first calls"], rows);
-    console.log(`  ratio eager / pooled: processes ${ratio(eager.n, total.n)}, RSS ${ratio(eager.rss, total.rss)}, PSS ${ratio(eager.pss, total.pss)}`);
+    console.log(`  ratio eager / pooled: processes ${ratio(eager.n, total.n)}, RSS ${ratio(eager.rss, total.rss)}, PSS ${ratio(eager.pss, total.pss)}, ` +
+      `sessions ready ${ratio(eager.tReady, pooled.tReady)}, + first calls ${ratio(eager.tCalled, pooled.tCalled)}`);
     fleetPerBackendRows(eager, pooled.perBackend);
     console.log(`  backend processes per unit cgroup: ${Object.entries(pooled.perUnit).map(([k, v]) => `${k} ${v - 1}`).join(", ")}`);
     console.log("  (RSS counts shared pages once per process; PSS splits them. Times: wall clock from the first spawn, " +
-      "all sessions at once; the pooled sessions go through nsenter into the box, not counted above)");
+      "all sessions at once; the pooled sessions go through nsenter into the box, not counted above.");
+    console.log("   One run of each setup, one after the other (n=1: no p90 or p99; memory is read once the calls are answered))");
     boxWarmRows(pooled.warm);
   } else {
     table(["setup", "processes", "sum RSS", "sum PSS", "sessions ready", "+ first calls"], rows);
@@ -876,9 +885,9 @@ tools:
     await handshake(lazy);
     const { floor: d, lazy: l } = await interleavedCalls({ floor, lazy }, tool, args);
     const q = (v) => [median(v), p90(v), p99(v)].map(us);
-    table(["path", "calls", "median", "p90", "p99", "ratio med", "ratio p99"], [
-      ["memory read_graph, ssh + socat", d.length, ...q(d), "", ""],
-      ["memory read_graph, via mcp-lazy + connect", l.length, ...q(l), ratio(median(l), median(d)), ratio(p99(l), p99(d))],
+    table(["path", "calls", "median", "p90", "p99", "ratio med / p90 / p99"], [
+      ["memory read_graph, ssh + socat", d.length, ...q(d), ""],
+      ["memory read_graph, via mcp-lazy + connect", l.length, ...q(l), [median, p90, p99].map((f) => ratio(f(l), f(d))).join(" / ")],
     ]);
     console.log("  (both over ssh to a network namespace of the same machine, so the network costs nothing: the figures are");
     console.log("   the relays' own cost; mcp-lazy's path: frontend -> ssh mux client -> ControlMaster -> sshd -> mcp-lazy connect)");
@@ -907,20 +916,24 @@ async function sectionFleetScale() {
       if (r.code !== 0) throw new Error(`${n} sessions: ${r.stderr.slice(-800)}`);
       const f = JSON.parse(r.stdout);
       if (f.answered !== f.calls || f.errors || f.misrouted || f.unknown) throw new Error(`${n} sessions: ${r.stdout}`);
-      rows.push([`${n} session${n === 1 ? "" : "s"}`, `${(f.shim.rss_kib / 1024).toFixed(1)} MiB`, String(f.shim.fds),
-        `${f.latency_ms.p50} / ${f.latency_ms.p99} ms`, `${f.probe_ms.p50} / ${f.probe_ms.p90} / ${f.probe_ms.p99} ms`]);
-      rows.at(-1).rss = f.shim.rss_kib;
-      rows.at(-1).probe = f.probe_ms.p50;
+      rows.push({ n, rss: f.shim.rss_kib, fds: f.shim.fds, all: f.latency_ms, probe: f.probe_ms });
       // The next round starts from a fresh shim.
       await rb.sh("systemctl stop mcp-lazy@rec.service; rm -f /srv/load/record.log");
     }
   } finally {
     await rb.box.stop();
   }
-  table(["open sessions", "shim RSS", "shim fds", "all call at once p50 / p99", `one session, ${RUNS.warmCalls} calls p50 / p90 / p99`], rows);
+  // sessions.mjs gives quantiles and their n: a quantile without the samples for it reads n<10 / n<100.
+  const Q = [["p50", 0.5], ["p90", 0.9], ["p99", 0.99]];
+  const qv = (x, [k, q]) => (enough(x.n, q) ? x[k] : NaN);
+  const cell = (x) => `${x.n}: ${Q.map(([k, q]) => (enough(x.n, q) ? `${x[k]}` : tooFew(q))).join(" / ")} ms`;
   const [one, many] = rows;
-  console.log(`  1000 sessions cost ${((many.rss - one.rss) / 1000).toFixed(1)} KiB of shim RSS each; one session's call ` +
-    `${ratio(many.probe, one.probe)} the latency with 1 session open (target: <1.5x)`);
+  const vs = (k) => Q.map((p) => ratio(qv(many[k], p), qv(one[k], p))).join(" / ");
+  table(["open sessions", "shim RSS", "shim fds", "all call at once, calls: p50 / p90 / p99", "one session's calls, the rest open: p50 / p90 / p99"],
+    rows.map((r) => [`${r.n} session${r.n === 1 ? "" : "s"}`, `${(r.rss / 1024).toFixed(1)} MiB`, String(r.fds), cell(r.all), cell(r.probe)]));
+  console.log(`  1000 sessions / 1: shim RSS ${ratio(many.rss, one.rss)} (${((many.rss - one.rss) / 1000).toFixed(1)} KiB each), fds ${ratio(many.fds, one.fds)}; ` +
+    `all at once p50 / p90 / p99 ${vs("all")}; one session's call ${vs("probe")} ` +
+    `(target: p50 <1.5x -> ${many.probe.p50 / one.probe.p50 < 1.5 ? "met" : "NOT met"})`);
   console.log("  (raw JSON-RPC clients on the shim's socket inside the box, each holding its connection; RSS = VmRSS of the shim)");
 }
 
@@ -988,7 +1001,7 @@ async function main() {
   // BENCH_QUICK=1 leaves out what takes longest (unless asked for by number), to stay under 30 s.
   const quickSkip = (n, why) => QUICK && only.size === 0 && (console.log(`\n${n}. skipped with BENCH_QUICK=1 (${why}): node bench/bench.mjs ${n}`), true);
   if (!quickSkip(5, "frontends: 500 processes and their idle CPU") && want(5))
-    await section("section 5", () => sectionFrontends({ mcpLazy: MCP_LAZY, work: WORK, runs: QUICK ? 3 : 10, n: QUICK ? 200 : 500 }));
+    await section("section 5", () => sectionFrontends({ mcpLazy: MCP_LAZY, work: WORK, runs: QUICK ? 10 : 100, n: QUICK ? 200 : 500 }));
   if (!quickSkip(6, "a backend on another host: a second box") && want(6)) await section("section 6", sectionRemote);
   if (!quickSkip(8, "1000 sessions in a box") && want(8)) await section("section 8", sectionFleetScale);
   if (want(9)) await section("section 9", () => sectionEras(direct));

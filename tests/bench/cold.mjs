@@ -4,7 +4,8 @@
 // Backends: the C backend of floor.c (it starts and answers in microseconds, so what is left is
 // mcp-lazy's), then server-memory and server-everything (node: their own start varies by tens of ms
 // from run to run, which is why mcp-lazy's share is never taken as a difference of two such runs).
-// Each round runs mcp-lazy's first call and the backend alone back to back, the order alternating.
+// Each round runs mcp-lazy's first call and the backend alone back to back (the C backend: also the
+// same through two socat relays started from nothing, the floor of two hops), the order rotating.
 //
 // Phase boundaries are the times the frontend and the shim wrote their debug lines to stderr
 // (MCP_LAZY_LOG_LEVEL=debug, MCP_LAZY_LOG_TIME=monotonic: each line ends with CLOCK_MONOTONIC, the
@@ -27,7 +28,7 @@
 // server/discover probe, and the warm-up run (the first) shows what the probe costs.
 import { existsSync, mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { Peer, heading, median, ms, now, p90, quantile, ratio, sleep, table } from "./lib.mjs";
+import { Peer, heading, honest, median, ms, now, qcell, ratio, sleep, table } from "./lib.mjs";
 
 // CLOCK_MONOTONIC in ms, as the log lines' stamps are.
 const mono = () => Number(process.hrtime.bigint()) / 1e6;
@@ -105,8 +106,8 @@ async function coldLazy(ctx, b) {
   }
 }
 
-async function coldAlone(ctx, b) {
-  const p = b.alone();
+async function coldAlone(ctx, b, start = b.alone) {
+  const p = start();
   try {
     p.write(ctx.initialize(0));
     const init = await p.response(0, 30000);
@@ -121,6 +122,8 @@ async function coldAlone(ctx, b) {
 }
 
 const signed = (v) => (v < 0 ? `-${ms(-v)}` : `+${ms(v)}`);
+// "median / p90 / p99" of values in ms; a quantile without the samples for it says so (n<10, n<100).
+const mp9 = (v) => [0.5, 0.9, 0.99].map((q) => qcell(v, q, ms)).join(" / ");
 
 // A client that declares roots (Claude Code and VS Code do) at a pooled backend (a listening socket,
 // Accept=no, as the shipped units): before its first call goes on, the shim asks it for roots/list
@@ -176,14 +179,15 @@ async function sectionColdRoots(ctx) {
   mkdirSync(ctx.pooledStateDir, { recursive: true });
   await coldPooled(ctx, "memory", false); // warm-up: the era probe, the page cache
   const R = [], N = [];
-  for (let i = 0; i < ctx.runs.node; i++) {
+  for (let i = 0; i < ctx.runs.roots; i++) {
     if (i % 2) (N.push(await coldPooled(ctx, "memory", false)), R.push(await coldPooled(ctx, "memory", true)));
     else (R.push(await coldPooled(ctx, "memory", true)), N.push(await coldPooled(ctx, "memory", false)));
   }
-  const q = (arr, k) => `${ms(median(arr.map((x) => x[k])))} / ${ms(p90(arr.map((x) => x[k])))}`;
-  const extra = (k) => signed(median(R.map((x) => x[k])) - median(N.map((x) => x[k])));
-  console.log(`\n  memory (${ctx.backends.memory.call[0]}) at a pooled shim (its socket listening, the shim started), ${ctx.runs.node} rounds, median / p90:`);
-  table(["phase", "no roots", "client declares roots", "extra"], [
+  const q = (arr, k) => mp9(arr.map((x) => x[k]));
+  const m = (arr, k) => median(arr.map((x) => x[k]));
+  const extra = (k) => `${signed(m(R, k) - m(N, k))}, ${ratio(m(R, k), m(N, k))}`;
+  console.log(`\n  memory (${ctx.backends.memory.call[0]}) at a pooled shim (its socket listening, the shim started), ${ctx.runs.roots} rounds, median / p90 / p99:`);
+  table(["phase", "no roots", "client declares roots", "extra, ratio (medians)"], [
     ["tools/call written -> the shim's roots/list at the client", "", q(R, "asked"), ""],
     ["tools/call written -> the shim spawns the backend", q(N, "spawned"), q(R, "spawned"), extra("spawned")],
     ["tools/call written -> result", q(N, "call"), q(R, "call"), extra("call")],
@@ -194,11 +198,17 @@ async function sectionColdRoots(ctx) {
 }
 
 export async function sectionCold(ctx) {
-  heading("3. First call from cold: mcp-lazy (direct activation) vs the backend alone, by phase");
+  heading("3. First call from cold: mcp-lazy (direct activation) vs the backend alone (and two socat relays), by phase");
   ctx = { ...ctx, stateDir: join(ctx.work, "shim-state") };
   mkdirSync(ctx.stateDir, { recursive: true });
   const subjects = [
-    { name: "C backend", tool: "floor_echo", args: {}, runs: ctx.runs.floor, alone: () => new Peer(ctx.floor, ["backend"], { stderr: true }) },
+    {
+      name: "C backend", tool: "floor_echo", args: {}, runs: ctx.runs.floor, alone: () => new Peer(ctx.floor, ["backend"], { stderr: true }),
+      // The floor of two hops started from nothing: socat -> socat -> the backend over socketpairs, as
+      // the frontend forks the shim over one (socat starts all three at once; mcp-lazy starts the shim
+      // and the backend at the first call).
+      relay: () => new Peer("socat", ["STDIO", `EXEC:'socat STDIO "EXEC:${ctx.floor} backend"'`], { stderr: true }),
+    },
     // BENCH_QUICK=1 (one round of each): server-memory stands for both node servers.
     ...(ctx.runs.node > 1 ? ["memory", "everything"] : ["memory"]).map((name) => ({
       name, tool: ctx.backends[name].call[0], args: ctx.backends[name].call[1], runs: ctx.runs.node,
@@ -210,35 +220,37 @@ export async function sectionCold(ctx) {
     // Warm-up: the page cache (the backend's files too), the prepared answers, and the first
     // activation, which probes the era.
     const first = await coldLazy(ctx, b);
-    const L = [], A = [];
-    for (let i = 0; i < b.runs; i++) {
-      if (i % 2) {
-        A.push(await coldAlone(ctx, b));
-        L.push(await coldLazy(ctx, b));
-      } else {
-        L.push(await coldLazy(ctx, b));
-        A.push(await coldAlone(ctx, b));
+    const L = [], A = [], R = [];
+    // Each round runs every side once, the order rotating.
+    const sides = [() => coldLazy(ctx, b), () => coldAlone(ctx, b), ...(b.relay ? [() => coldAlone(ctx, b, b.relay)] : [])];
+    const out = [L, A, R];
+    for (let i = 0; i < b.runs; i++)
+      for (let k = 0; k < sides.length; k++) {
+        const j = (i + k) % sides.length;
+        out[j].push(await sides[j]());
       }
-    }
     const col = (arr, k) => arr.map((x) => x[k]);
-    const q = (arr, k) => `${ms(median(col(arr, k)))} / ${ms(p90(col(arr, k)))}`;
+    const q = (arr, k) => mp9(col(arr, k));
+    const vs = (k, alone) => ratio(median(col(L, k)), median(col(A, alone)));
     const own = col(L, "own");
     // Every round's first result with mcp-lazy minus the backend alone's of the same round.
     const paired = L.map((x, i) => x.total - A[i].total);
-    console.log(`\n  ${b.name} (${b.tool}), ${b.runs} rounds, median / p90:`);
-    table(["phase", "mcp-lazy", "backend alone", "whose"], [
-      ["(a) process start -> initialize answered", q(L, "init"), q(A, "init"), ""],
-      ["(b) tools/call written -> result", q(L, "call"), q(A, "call"), ""],
-      ...PHASES.map((x) => [`    ${x.label}`, q(L, x.key), x.alone ? q(A, x.alone) : "", x.own ? "mcp-lazy" : "backend"]),
-      ["    mcp-lazy's own share: (b) minus the backend's rows", q(L, "own"), "", "mcp-lazy"],
-      ["process start -> first result", q(L, "total"), q(A, "total"), ""],
+    console.log(`\n  ${b.name} (${b.tool}), ${b.runs} rounds, median / p90 / p99:`);
+    table(["phase", "mcp-lazy", "backend alone", "ratio (medians)", "whose"], [
+      ["(a) process start -> initialize answered", q(L, "init"), q(A, "init"), vs("init", "init"), ""],
+      ["(b) tools/call written -> result", q(L, "call"), q(A, "call"), vs("call", "call"), ""],
+      ...PHASES.map((x) => [`    ${x.label}`, q(L, x.key), x.alone ? q(A, x.alone) : "", x.alone ? vs(x.key, x.alone) : "", x.own ? "mcp-lazy" : "backend"]),
+      ["    mcp-lazy's own share: (b) minus the backend's rows", q(L, "own"), "", "", "mcp-lazy"],
+      ["process start -> first result", q(L, "total"), q(A, "total"), vs("total", "total"), ""],
+      ...(R.length ? [["  the same through two socat relays (floor)", q(R, "total"), "", ratio(median(col(R, "total")), median(col(A, "total"))), ""],
+        ["  mcp-lazy / two socat relays", [0.5, 0.9, 0.99].map((x) => ratio(honest(col(L, "total"), x), honest(col(R, "total"), x))).join(" / "), "", "", ""]] : []),
     ]);
     const probeCost = first.probed ? first.handshake : NaN;
     const phaseSum = PHASES.filter((x) => x.own).reduce((a, x) => a + median(col(L, x.key)), 0);
-    console.log(`  mcp-lazy's own share ${ms(median(own))} (p90 ${ms(p90(own))}; its phases' medians add up to ${ms(phaseSum)}: ` +
+    console.log(`  mcp-lazy's own share ${ms(median(own))} (p90 ${qcell(own, 0.9, ms)}, p99 ${qcell(own, 0.99, ms)}, ${own.length} rounds; its phases' medians add up to ${ms(phaseSum)}: ` +
       `a wait for a CPU in any one phase counts in its run); the backend's start under the shim ` +
       `${ratio(median(col(L, "backendStart")), median(col(A, "init")))} its start alone; first result with mcp-lazy minus ` +
-      `alone, paired per round: ${signed(median(paired))} (p10 ${signed(quantile(paired, 0.1))}, p90 ${signed(p90(paired))})` +
+      `alone, paired per round: ${signed(median(paired))} (p10 ${qcell(paired, 0.1, signed)}, p90 ${qcell(paired, 0.9, signed)}, p99 ${qcell(paired, 0.99, signed)})` +
       (first.probed ? `; the first activation's era probe: +${ms(probeCost)}` : ""));
     verdicts.push(`${b.name} ${ms(median(own))}`);
     b.ownMedian = median(own);

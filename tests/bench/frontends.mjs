@@ -11,7 +11,7 @@ import { chmodSync, mkdtempSync, readdirSync, readlinkSync, renameSync, rmSync, 
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { Peer, heading, initialize, median, mib, ms, now, p90, procCpuMs, procPss, procStatus, ratio, sleep, table, toolsList } from "./lib.mjs";
+import { Peer, heading, honest, initialize, median, mib, ms, now, procCpuMs, procPss, procStatus, qcell, ratio, sleep, table, toolsList } from "./lib.mjs";
 
 const TESTS = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const DEMO = resolve(TESTS, "../manifests/demo.yaml");
@@ -43,7 +43,13 @@ async function oneFrontend(mcpLazy, args, env) {
   return out;
 }
 
-export async function sectionFrontends({ mcpLazy, work, runs = 10, n = 1000 }) {
+const Q = [0.5, 0.9, 0.99];
+// "median / p90 / p99" of values formatted with fmt (n<10 / n<100 where there are too few), and
+// the ratios of values' median, p90 and p99 to base's.
+const mp9 = (values, fmt) => Q.map((q) => qcell(values, q, fmt)).join(" / ");
+const rq = (values, base) => Q.map((q) => ratio(honest(values, q), honest(base, q))).join(" / ");
+
+export async function sectionFrontends({ mcpLazy, work, runs = 100, n = 1000 }) {
   heading("5. frontends: one per backend, and a thousand of one user");
   const env = { ...process.env, MCP_LAZY_CACHE_DIR: join(work, "cache") };
   const subjects = [
@@ -54,17 +60,23 @@ export async function sectionFrontends({ mcpLazy, work, runs = 10, n = 1000 }) {
   ];
   const res = subjects.map(() => []);
   await oneFrontend(mcpLazy, subjects[0][1], env); // fills the manifest cache
-  for (let i = 0; i < runs; i++) for (let k = 0; k < subjects.length; k++) res[k].push(await oneFrontend(mcpLazy, subjects[k][1], env));
-  const base = res[0];
-  table(
-    ["5a. frontend", "start->tools/list", "peak RSS", "RssAnon", "fds", "inotify", "vs fleet"],
-    subjects.map(([label], k) => {
-      const r = res[k];
-      const m = (key) => median(r.map((x) => x[key]));
-      return [label, ms(m("ms")), mib(m("hwm")), mib(m("anon")), String(m("fds")), String(m("inotify")),
-        k === 0 ? "" : `time ${ratio(m("ms"), median(base.map((x) => x.ms)))}, RSS ${ratio(m("hwm"), median(base.map((x) => x.hwm)))}`];
-    }),
-  );
+  // Round robin, the order rotating, so that no subject always follows another.
+  for (let i = 0; i < runs; i++)
+    for (let j = 0; j < subjects.length; j++) {
+      const k = (i + j) % subjects.length;
+      res[k].push(await oneFrontend(mcpLazy, subjects[k][1], env));
+    }
+  const col = (k, key) => res[k].map((x) => x[key]);
+  const rows = [];
+  subjects.forEach(([label], k) => {
+    const vs = (key) => (k === 0 ? "" : rq(col(k, key), col(0, key)));
+    rows.push([label, res[k].length, "start->tools/list", mp9(col(k, "ms"), ms), vs("ms")]);
+    rows.push(["", "", "peak RSS", mp9(col(k, "hwm"), mib), vs("hwm")]);
+    rows.push(["", "", "RssAnon", mp9(col(k, "anon"), mib), vs("anon")]);
+    rows.push(["", "", "fds, inotify", `${median(col(k, "fds"))}, ${median(col(k, "inotify"))} (median)`, ""]);
+  });
+  table(["5a. frontend", "runs", "what", "median / p90 / p99", "ratio to fleet, med / p90 / p99"], rows);
+  console.log("  (the subjects in rounds, the order rotating; peak RSS = VmHWM, after tools/list)");
 
   // 5b: one user's frontends, past the 128 inotify instances Linux gives a user.
   const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-bench-frontends-"));
@@ -87,15 +99,13 @@ export async function sectionFrontends({ mcpLazy, work, runs = 10, n = 1000 }) {
     const started = now() - t0;
     const f = peers.map((p) => fds(p.pid));
     const inotify = f.filter((x) => x.inotify > 0).length;
-    let pss = 0, rss = 0;
-    for (const p of peers) {
-      pss += procPss(p.pid) ?? 0;
-      rss += procStatus(p.pid)?.VmRSS ?? 0;
-    }
+    const pssEach = peers.map((p) => procPss(p.pid) ?? NaN), rssEach = peers.map((p) => procStatus(p.pid)?.VmRSS ?? NaN);
+    const pss = pssEach.reduce((a, v) => a + (v || 0), 0), rss = rssEach.reduce((a, v) => a + (v || 0), 0);
     const cpu0 = peers.map((p) => procCpuMs(p.pid) ?? 0);
     const IDLE = 4000; // two periods of the stat() timer: enough for a per-second figure
     await sleep(IDLE);
-    const cpu = peers.reduce((s, p, i) => s + ((procCpuMs(p.pid) ?? 0) - cpu0[i]), 0);
+    const cpuEach = peers.map((p, i) => (procCpuMs(p.pid) ?? 0) - cpu0[i]);
+    const cpu = cpuEach.reduce((a, v) => a + v, 0);
     writeFileSync(path + ".new", text(["t1", "t2"]), { mode: 0o644 });
     const tw = now();
     renameSync(path + ".new", path);
@@ -113,15 +123,22 @@ export async function sectionFrontends({ mcpLazy, work, runs = 10, n = 1000 }) {
     const missed = lat.filter((x) => Number.isNaN(x)).length;
     console.log(`  5b. ${n} frontends of uid ${process.getuid() === 0 ? 65534 : process.getuid()}: all initialized in ${ms(started)}; ` +
       `${inotify} watch with inotify, ${n - inotify} with the stat() timer`);
+    const usPerS = (v) => `${((v / (IDLE / 1000)) * 1000).toFixed(1)} µs/s`;
     console.log(`  memory: sum PSS ${mib(pss)} (${mib(pss / n)} each), sum RSS ${mib(rss)}; idle CPU: ${ms(cpu)} in ${IDLE / 1000} s for all ` +
       `(${((cpu / n / (IDLE / 1000)) * 1000).toFixed(1)} us per frontend per second)`);
-    table(
-      ["manifest renamed over -> list_changed", "frontends", "median", "p90", "max"],
-      [
-        ["inotify", String(inotify), ms(median(by((x) => x.inotify > 0))), ms(p90(by((x) => x.inotify > 0))), ms(Math.max(...by((x) => x.inotify > 0)))],
-        ["stat() every 2 s", String(n - inotify), ms(median(by((x) => !x.inotify))), ms(p90(by((x) => !x.inotify))), ms(Math.max(...by((x) => !x.inotify)))],
-      ],
-    );
+    const ino = (x) => x.inotify > 0;
+    const part = (v, pred) => v.filter((_, i) => pred(f[i]));
+    const per = [
+      ["PSS", pssEach, mib],
+      ["idle CPU", cpuEach, usPerS],
+      ["manifest renamed over -> list_changed", lat, ms],
+    ];
+    table(["5b. per frontend", "inotify: n", "median / p90 / p99", "stat() every 2 s: n", "median / p90 / p99", "ratio stat() / inotify, med / p90 / p99"],
+      per.map(([what, v, fmt]) => {
+        const a = part(v, ino), b = part(v, (x) => !ino(x));
+        return [what, a.length, mp9(a, fmt), b.length, mp9(b, fmt), rq(b, a)];
+      }));
+    console.log(`  (max: inotify ${ms(Math.max(...by(ino)))}, stat() ${ms(Math.max(...by((x) => !ino(x))))}; PSS at the start, idle CPU over ${IDLE / 1000} s)`);
     console.log(`  target: every frontend announces the change -> ${missed === 0 ? "met" : `NOT met (${missed} never did)`}`);
     if (missed) throw new Error(`${missed} of ${n} frontends never announced the changed manifest`);
   } finally {

@@ -1,8 +1,9 @@
 // throughput.mjs — bench section 7: pipelined tools/call throughput to a C backend that answers at
 // once (floor.c), alone on its stdio pipe vs through one pooled mcp-lazy-shimd (listening socket
 // from systemd-socket-activate, as systemd's mcp-lazy@.socket would pass it) with 1, 10 and 100
-// sessions, and through the frontend and the shim for one session. The same number of calls is in
-// flight on both sides of each comparison (DEPTH per session), and the runs are interleaved.
+// sessions, and through the frontend and the shim for one session; for one session also through the
+// floors a relay could cost (socat, systemd-socket-proxyd, two socats). The same number of calls is in
+// flight on every side of a comparison (DEPTH per session), and the runs are interleaved.
 import { connect } from "node:net";
 import { existsSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -10,6 +11,7 @@ import { Peer, descendants, enough, heading, honest, initialize, initialized, me
 
 const DEPTH = 64;
 const TOOL = "floor_echo";
+const SOCKET_PROXYD = "/usr/lib/systemd/systemd-socket-proxyd";
 
 // A manifest with one backend, the C floor, behind a socket where the shim listens.
 export function floorManifest(floor, socket, extra = "") {
@@ -183,8 +185,53 @@ export async function sectionThroughput({ floor, shimd, mcpLazy, work, quick, so
       const backends = descendants(shim.pid);
       return (ms) => run([ch], DEPTH, ms, { front: [p.pid], shim: [shim.pid], backend: backends });
     };
+    // The floors a hop could cost, for one session: the backend behind one relay on the socket the
+    // client connects to (socat, or systemd's own socket-activated systemd-socket-proxyd in front of
+    // the backend listening on a socket: floor.c listen), and behind two socat relays from stdio (the
+    // frontend and the shim's hops). The backends in a session of their own, as the shim's are.
+    const waitFor = async (paths, who) => {
+      for (let i = 0; !paths.every(existsSync); i++) {
+        if (i > 300) throw new Error(`${paths.join(", ")} did not appear${who.map((p) => p.stderrHint()).join("")}`);
+        await sleep(10);
+      }
+    };
+    let relays = 0;
+    const socatServer = async () => {
+      const path = join(work, `relay-${relays++}.sock`);
+      const p = new Peer("socat", [`UNIX-LISTEN:${path}`, `EXEC:${floor} backend,setsid`], { stderr: true });
+      opened.push(() => p.close(3000));
+      await waitFor([path], [p]);
+      return { path, pids: () => [p.pid], backends: () => descendants(p.pid) };
+    };
+    const socatSide = async () => {
+      const server = await socatServer();
+      const ch = await socketChannel(server.path);
+      opened.push(() => ch.end());
+      await handshakeChannel(ch);
+      return (ms) => run([ch], DEPTH, ms, { shim: server.pids(), backend: server.backends() });
+    };
+    const proxydSide = async () => {
+      const a = join(work, `relay-${relays++}.sock`), b = join(work, `relay-${relays++}.sock`);
+      const backend = new Peer("setsid", [floor, "listen", b], { stderr: true });
+      const proxy = new Peer(socketActivate, ["-l", a, SOCKET_PROXYD, b], { stderr: true });
+      opened.push(() => backend.killTree(), () => proxy.killTree());
+      await waitFor([a, b], [proxy, backend]);
+      const ch = await socketChannel(a);
+      opened.push(() => ch.end());
+      await handshakeChannel(ch);
+      const proxyd = descendants(proxy.pid).concat(proxy.pid);
+      return (ms) => run([ch], DEPTH, ms, { shim: proxyd, backend: [backend.pid, ...descendants(backend.pid)] });
+    };
+    const twoSocatSide = async () => {
+      const server = await socatServer();
+      const client = new Peer("socat", ["STDIO", `UNIX-CONNECT:${server.path}`], { stderr: true });
+      opened.push(() => client.close(3000));
+      const ch = peerChannel(client);
+      await handshakeChannel(ch);
+      return (ms) => run([ch], DEPTH, ms, { front: [client.pid], shim: server.pids(), backend: server.backends() });
+    };
     const closeOpened = async () => {
-      for (const f of opened.splice(0)) await f();
+      for (const f of opened.splice(0).reverse()) await f(); // the last opened first
     };
     const fmtRate = (v, q) => (Number.isFinite(v) ? `${Math.round(v).toLocaleString("en-US")}/s` : tooFew(q));
     const Q = [0.5, 0.9, 0.99];
@@ -193,37 +240,52 @@ export async function sectionThroughput({ floor, shimd, mcpLazy, work, quick, so
       return `${((runs.reduce((a, r) => a + r.cpu[k], 0) * 1000) / calls).toFixed(2)} µs`;
     };
     const subjects = [
-      ...[1, 10, 100].map((s) => ({ label: `one pooled shim, ${s} session${s > 1 ? "s" : ""}`, sessions: s, open: () => shimSide(s) })),
-      { label: "frontend + shim, 1 session", sessions: 1, open: frontSide, front: true },
+      { label: "one pooled shim, 1 session", sessions: 1, open: () => shimSide(1),
+        floors: [["socat relay (socket -> socat -> backend), 1 session", socatSide],
+          ["systemd-socket-proxyd (socket -> proxyd -> backend's socket), 1 session", proxydSide]] },
+      ...[10, 100].map((s) => ({ label: `one pooled shim, ${s} sessions`, sessions: s, open: () => shimSide(s), floors: [] })),
+      { label: "frontend + shim, 1 session", sessions: 1, open: frontSide, front: true,
+        floors: [["two socat relays (stdio -> socat -> socat -> backend), 1 session", twoSocatSide]] },
     ];
     await (await shimSide(1))(50); // the shim's first connection starts the backend: not measured
     await closeOpened();
     const rows = [];
     const verdicts = [];
     for (const subj of subjects) {
-      const alone = await aloneSide(subj.sessions), through = await subj.open();
-      await alone(50); // warm-up, not measured
-      await through(50);
-      const A = [], S = [];
-      for (let i = 0; i < rounds; i++) {
-        if (i % 2) (S.push(await through(runMs)), A.push(await alone(runMs)));
-        else (A.push(await alone(runMs)), S.push(await through(runMs)));
+      // The sides of this pair (or more, with floors): each opened, warmed up, then one run per round,
+      // the order rotating round by round.
+      const sides = [{ label: `backend alone, ${subj.sessions * DEPTH} in flight`, open: () => aloneSide(subj.sessions) },
+        ...subj.floors.map(([label, open]) => ({ label, open, floor: true })), { label: subj.label, open: subj.open, subject: true }];
+      for (const x of sides) {
+        x.run = await x.open();
+        await x.run(50); // warm-up, not measured
+        x.runs = [];
       }
+      for (let i = 0; i < rounds; i++)
+        for (let k = 0; k < sides.length; k++) {
+          const x = sides[(i + k) % sides.length];
+          x.runs.push(await x.run(runMs));
+        }
       await closeOpened();
-      const aw = A.flatMap(windowRates), sw = S.flatMap(windowRates);
-      const a = rateQuantiles(aw), s = rateQuantiles(sw);
-      const paired = S.map((r, i) => runRate(r) / runRate(A[i]));
-      rows.push([`backend alone, ${subj.sessions * DEPTH} in flight`, aw.length, ...a.map((v, k) => fmtRate(v, Q[k])), "", "", "", usPer(A, "backend"), ""]);
-      const spread = enough(paired.length, 0.9) ? ` (${ratio(quantile(paired, 0.1), 1)}-${ratio(quantile(paired, 0.9), 1)})` : ` (${tooFew(0.9)})`;
-      rows.push([`${subj.label}`, sw.length, ...s.map((v, k) => fmtRate(v, Q[k])), s.map((v, k) => ratio(v, a[k])).join(" / "),
-        `${ratio(median(paired), 1)}${spread}`,
-        usPer(S, "shim"), usPer(S, "backend"), subj.front ? usPer(S, "front") : ""]);
-      const r = s[0] / a[0];
-      verdicts.push(`${subj.label}: ${r.toFixed(2)}x ${r >= 0.5 ? "met" : "NOT met"}`);
+      const [alone] = sides;
+      for (const x of sides) {
+        x.windows = x.runs.flatMap(windowRates);
+        x.q = rateQuantiles(x.windows);
+      }
+      const cpu = (x, k) => (x.runs[0].cpu[k] === undefined ? "" : usPer(x.runs, k));
+      for (const x of sides) {
+        const paired = x.runs.map((r, i) => runRate(r) / runRate(alone.runs[i]));
+        const spread = enough(paired.length, 0.9) ? ` (${ratio(quantile(paired, 0.1), 1)}-${ratio(quantile(paired, 0.9), 1)})` : ` (${tooFew(0.9)})`;
+        rows.push([x.label, x.windows.length, ...x.q.map((v, k) => fmtRate(v, Q[k])), x === alone ? "" : x.q.map((v, k) => ratio(v, alone.q[k])).join(" / "),
+          x === alone ? "" : `${ratio(median(paired), 1)}${spread}`, cpu(x, "shim"), cpu(x, "backend"), cpu(x, "front")]);
+      }
+      const lazy = sides.at(-1), r = lazy.q[0] / alone.q[0];
+      const vsFloors = subj.floors.length ? ` (${sides.filter((x) => x.floor).map((x) => `${ratio(x.q[0], alone.q[0])} through ${x.label.replace(/ \(.*/, "")}`).join(", ")})` : "";
+      verdicts.push(`${subj.label}: ${r.toFixed(2)}x ${r >= 0.5 ? "met" : "NOT met"}${vsFloors}`);
     }
-    table(["path", "windows", "median", "p90", "p99", "ratio med / p90 / p99", "per round (p10-p90)", "shim CPU/call", "backend CPU/call",
-      "frontend CPU/call"], rows);
-    console.log(`  (${rounds} rounds of a ${runMs} ms run on each side, the sides' processes and connections kept, the order alternating;`);
+    table(["path", "windows", "median", "p90", "p99", "ratio med / p90 / p99", "per round (p10-p90)", "shim (relay) CPU/call", "backend CPU/call",
+      "frontend (relay) CPU/call"], rows);
+    console.log(`  (${rounds} rounds of a ${runMs} ms run on each side, the sides' processes and connections kept, the order rotating;`);
     console.log(`   the rate is read in windows of ${WINDOW_MS} ms after the first ${SKIP_MS} ms of a run (the pipes filling), one sample a`);
     console.log("   window; p90 and p99 are the slow side: the rate 90% and 99% of the windows reached (n<100: too few windows for a p99);");
     console.log(`   per round = each round's rate over its windows / the backend alone's in the same round, median (p10-p90) of the ${rounds};`);
@@ -231,7 +293,7 @@ export async function sectionThroughput({ floor, shimd, mcpLazy, work, quick, so
     console.log("   the backend is tests/bench/floor.c)");
     console.log(`  target: >= 0.5x the backend alone (the medians) -> ${verdicts.join("; ")}`);
   } finally {
-    for (const f of opened.splice(0)) await f();
+    for (const f of opened.splice(0).reverse()) await f(); // the last opened first
     await shim.close(3000);
   }
 }

@@ -126,7 +126,7 @@ for (const s of sessions) figures.unknown += s.unknown;
 
 const lat = figures.latencies.sort((a, b) => a - b);
 const q = (p) => (lat.length ? Math.round(lat[Math.min(lat.length - 1, Math.floor(p * lat.length))] * 100) / 100 : null);
-figures.latency_ms = { p50: q(0.5), p90: q(0.9), p99: q(0.99), max: q(1) };
+figures.latency_ms = { n: lat.length, p50: q(0.5), p90: q(0.9), p99: q(0.99), max: q(1) };
 delete figures.latencies;
 // One session's calls one after another while every other session stays open.
 if (o.probe) {
@@ -140,7 +140,7 @@ if (o.probe) {
   }
   t.sort((a, b) => a - b);
   const at = (p) => Math.round(t[Math.min(t.length - 1, Math.floor(p * t.length))] * 1000) / 1000;
-  figures.probe_ms = { p50: at(0.5), p90: at(0.9), p99: at(0.99) };
+  figures.probe_ms = { n: t.length, p50: at(0.5), p90: at(0.9), p99: at(0.99) };
 }
 // The shim with every session still open: its memory and the status line systemd shows.
 if (o.unit) {
