@@ -17,7 +17,9 @@ int event_new(sd_event_signal_handler_t on_terminate, void *userdata, sd_event *
                 return -errno;
         signal(SIGPIPE, SIG_IGN);
 
-        r = sd_event_default(&e);
+        /* Not sd_event_default(): a default loop checks on every iteration that it runs in the thread that
+         * made it, with a gettid() system call (libsystemd 252), twice per message relayed. */
+        r = sd_event_new(&e);
         if (r < 0)
                 return r;
         r = sd_event_add_signal(e, NULL, SIGTERM, on_terminate, userdata);

@@ -269,12 +269,10 @@ static int direct_spawn(const Options *o, const Backend *b, sd_event *e, int *re
                 _exit(127);
         }
         safe_close(null_fd);
-        /* Reap it whenever it exits; it is ours only until then. */
-        {
-                sd_event_source *child = NULL;
-                if (sd_event_add_child(e, &child, pid, WEXITED, on_shim_exit, NULL) < 0)
-                        log_debug("Cannot watch mcp-lazy-shimd (pid %d); it will be reaped at exit.", (int) pid);
-        }
+        /* Reap it whenever it exits; it is ours only until then. A floating source: the loop owns it (one of
+         * ours would hold the loop, which then outlives the program's last reference to it). */
+        if (sd_event_add_child(e, NULL, pid, WEXITED, on_shim_exit, NULL) < 0)
+                log_debug("Cannot watch mcp-lazy-shimd (pid %d); it will be reaped at exit.", (int) pid);
         log_debug("Started mcp-lazy-shimd for '%s' directly as pid %d.", b->name, (int) pid);
         *ret_fd = TAKE_FD(ours);
         return 0;

@@ -214,9 +214,10 @@ void shim_update(Shim *s) {
 void shim_calls_changed(Shim *s, const Client *c) {
         int armed = SD_EVENT_OFF;
 
-        /* A draining shim may exit, a one-connection (inetd) one may start draining, and a half-closed
-         * or overflowing connection may be done: on_update() decides, as for anything else. */
-        if (update_pending || s->draining || s->inetd || !c || c->eof || c->overflow)
+        /* A draining shim may exit, and a half-closed or overflowing connection may be done: on_update()
+         * decides, as for anything else. (A one-connection (inetd) shim starts draining when its
+         * connection goes: client_free() asks for that update.) */
+        if (update_pending || s->draining || !c || c->eof || c->overflow)
                 return shim_update(s);
         /* Otherwise only the counts moved: the idle timer follows them at once (a timer's state, no
          * object of anyone's is touched), and the status line when its timer says (see
