@@ -30,6 +30,7 @@ static bool update_pending; /* update_source is armed: every answer asks for it 
  * landing on whatever runs). mcp-lazy status shows seconds. */
 #define STATUS_MIN_INTERVAL_USEC (1000ULL * 1000ULL)
 static sd_event_source *status_source;
+static bool status_armed; /* status_source is on: we know it, sd-event is not asked per message */
 static uint64_t status_sent_usec;
 
 /* What the status says but its counts: a change of it goes to PID 1 at once. */
@@ -76,6 +77,14 @@ static void last_call_text(const Shim *s, char *buf, size_t size) {
                 (void) strftime(buf, size, ", last call at %Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
+/* The counts' next STATUS= when the interval ends. */
+static void status_arm(void) {
+        if (status_armed || !status_source)
+                return;
+        (void) sd_event_source_set_time(status_source, status_sent_usec + STATUS_MIN_INTERVAL_USEC);
+        status_armed = sd_event_source_set_enabled(status_source, SD_EVENT_ONESHOT) >= 0;
+}
+
 static void shim_notify_status(Shim *s) {
         char status[384], contract[200], last[48];
         size_t off = 0;
@@ -89,15 +98,8 @@ static void shim_notify_status(Shim *s) {
         status_shape(s, &shape);
         (void) sd_event_now(s->event, CLOCK_MONOTONIC, &now);
         if (status_sent_usec && now < status_sent_usec + STATUS_MIN_INTERVAL_USEC && status_source &&
-            memcmp(&shape, &status_sent_shape, sizeof shape) == 0) {
-                int armed = SD_EVENT_OFF;
-                (void) sd_event_source_get_enabled(status_source, &armed);
-                if (armed == SD_EVENT_OFF) {
-                        (void) sd_event_source_set_time(status_source, status_sent_usec + STATUS_MIN_INTERVAL_USEC);
-                        (void) sd_event_source_set_enabled(status_source, SD_EVENT_ONESHOT);
-                }
-                return;
-        }
+            memcmp(&shape, &status_sent_shape, sizeof shape) == 0)
+                return status_arm();
         for (Instance *i = s->instances; i && off < sizeof status / 2; i = i->next)
                 if (i->pid > 0)
                         off += (size_t) snprintf(status + off, sizeof status - off, "%sbackend pid %d (%s)",
@@ -117,11 +119,13 @@ static void shim_notify_status(Shim *s) {
                 status_sent_usec = now;
                 status_sent_shape = shape;
                 (void) sd_event_source_set_enabled(status_source, SD_EVENT_OFF);
+                status_armed = false;
         }
 }
 
 static int on_status(sd_event_source *src, uint64_t usec, void *userdata) {
         (void) src, (void) usec;
+        status_armed = false; /* a oneshot source is off once it fired */
         shim_notify_status(userdata);
         return 0;
 }
@@ -146,19 +150,35 @@ static void begin_drain(Shim *s) {
         (void) sd_event_source_set_enabled(s->drain_source, SD_EVENT_ONESHOT);
 }
 
-/* The idle timer runs while nothing is in flight. */
-static void idle_update(Shim *s, unsigned in_flight) {
-        int enabled = SD_EVENT_OFF;
+/* The shim stops once nothing was in flight for idle_timeout. The idle timer is not re-armed per
+ * message (a shim woken after a slow backend runs cache-cold, and each sd-event call per message is
+ * code and data to fetch again): a call's end notes when the shim went idle, the timer stays armed,
+ * and when it fires early it is set to the end of the idle time noted, or, while calls run, armed
+ * again by the end of the last one. */
+static uint64_t idle_since_usec; /* when in-flight work last went to none */
+static bool idle_armed, idle_busy;
 
-        (void) sd_event_source_get_enabled(s->idle_source, &enabled);
+static uint64_t usec_after(uint64_t t, uint64_t d) {
+        return t > UINT64_MAX - d ? UINT64_MAX : t + d;
+}
+
+static void idle_arm(Shim *s, uint64_t usec) {
+        (void) sd_event_source_set_time(s->idle_source, usec);
+        idle_armed = sd_event_source_set_enabled(s->idle_source, SD_EVENT_ONESHOT) >= 0;
+}
+
+static void idle_update(Shim *s, unsigned in_flight) {
         if (in_flight > 0) {
-                if (enabled != SD_EVENT_OFF)
-                        (void) sd_event_source_set_enabled(s->idle_source, SD_EVENT_OFF);
-        } else if (enabled == SD_EVENT_OFF && s->backend->idle_timeout_usec != USEC_INFINITY &&
-                 s->backend->lifecycle != LIFECYCLE_RESIDENT) {
-                (void) sd_event_source_set_time_relative(s->idle_source, s->backend->idle_timeout_usec);
-                (void) sd_event_source_set_enabled(s->idle_source, SD_EVENT_ONESHOT);
+                idle_busy = true;
+                return;
         }
+        if (idle_busy || !idle_since_usec) {
+                (void) sd_event_now(s->event, CLOCK_MONOTONIC, &idle_since_usec);
+                idle_busy = false;
+        }
+        if (!idle_armed && s->backend->idle_timeout_usec != USEC_INFINITY &&
+            s->backend->lifecycle != LIFECYCLE_RESIDENT)
+                idle_arm(s, usec_after(idle_since_usec, s->backend->idle_timeout_usec));
 }
 
 /* Everything that depends on counts (idle timer, reaping, exit, status) is decided here, once per
@@ -212,8 +232,6 @@ void shim_update(Shim *s) {
 }
 
 void shim_calls_changed(Shim *s, const Client *c) {
-        int armed = SD_EVENT_OFF;
-
         /* A draining shim may exit, and a half-closed or overflowing connection may be done: on_update()
          * decides, as for anything else. (A one-connection (inetd) shim starts draining when its
          * connection goes: client_free() asks for that update.) */
@@ -223,17 +241,23 @@ void shim_calls_changed(Shim *s, const Client *c) {
          * object of anyone's is touched), and the status line when its timer says (see
          * shim_notify_status()). That spares the loop an iteration (an epoll_wait()) per message. */
         idle_update(s, shim_in_flight(s));
-        if (status_source && sd_event_source_get_enabled(status_source, &armed) >= 0 && armed == SD_EVENT_OFF) {
-                (void) sd_event_source_set_time(status_source, status_sent_usec + STATUS_MIN_INTERVAL_USEC);
-                (void) sd_event_source_set_enabled(status_source, SD_EVENT_ONESHOT);
-        }
+        status_arm();
 }
 
 static int on_idle(sd_event_source *src, uint64_t usec, void *userdata) {
         Shim *s = userdata;
+        uint64_t now = 0;
         char d[32];
 
         (void) src, (void) usec;
+        idle_armed = false;
+        if (s->draining || shim_in_flight(s) > 0)
+                return 0; /* the end of the last call arms it again */
+        (void) sd_event_now(s->event, CLOCK_MONOTONIC, &now);
+        if (idle_busy || now < usec_after(idle_since_usec, s->backend->idle_timeout_usec)) {
+                idle_update(s, 0);
+                return 0;
+        }
         log_info("Idle for %s, stopping.", duration_format(s->backend->idle_timeout_usec, d, sizeof d));
         begin_drain(s);
         shim_update(s);
