@@ -42,7 +42,8 @@ static const IdRule id_rules[] = {
 
 bool ids_method_kind_mismatch(JsonRpcKind kind, const char *method) {
         for (size_t i = 0; i < ELEMENTSOF(id_rules); i++)
-                if (id_rules[i].method && id_rules[i].kind != kind && streq(id_rules[i].method, method))
+                if (id_rules[i].method && id_rules[i].kind != kind && id_rules[i].method[0] == method[0] &&
+                    streq(id_rules[i].method, method))
                         return true;
         return false;
 }

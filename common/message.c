@@ -17,10 +17,12 @@
 #include "message.h"
 
 /* A key as the next hop reads it: decoded (escapes), and cut at a decoded NUL as a C string is (and
- * as cJSON's key is). Points into the text when it has no escape. */
+ * as cJSON's key is). Points into the text when it has no escape. head holds its first 8 bytes (zero
+ * past its end): two keys are the same when their lengths and heads are, and the rest of their bytes. */
 typedef struct Key {
         const char *p;
         size_t len;
+        uint64_t head;
         char *owned;
 } Key;
 
@@ -62,47 +64,96 @@ static const char *scan_path_key(unsigned p, unsigned level) {
         return p < _ID_PATH_MAX ? id_paths[p][level] : route_paths[p - _ID_PATH_MAX][level];
 }
 
-/* The paths by level, for one look-up per key on every message's path: each distinct key at a level
- * with the paths it is a step of, and which of those paths end there. Made once from the two tables. */
+/* The first 8 bytes of a key of len bytes at p (zero past its end); limit: how far p may be read. */
+static inline uint64_t key_head(const char *p, size_t len, const char *limit) {
+        uint64_t w = 0;
+
+        if (len >= 8) {
+                memcpy(&w, p, 8);
+                return w;
+        }
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        /* The usual key has a quote, a colon, a value and more behind it: one load, then a mask. */
+        if (limit - p >= 8) {
+                memcpy(&w, p, 8);
+                return w & ((UINT64_C(1) << (8 * len)) - 1);
+        }
+#endif
+        for (size_t i = 0; i < len; i++)
+                ((unsigned char *) &w)[i] = (unsigned char) p[i];
+        return w;
+}
+
+static inline bool key_same(const Key *x, const Key *y) {
+        return x->len == y->len && x->head == y->head && (x->len <= 8 || memcmp(x->p + 8, y->p + 8, x->len - 8) == 0);
+}
+
+/* The keys by level, for one look-up per key on every message's path: each distinct key at a level
+ * with the paths it is a step of, and (at the top) the envelope member it names. Made once from the
+ * tables. */
 typedef struct PathKey {
-        const char *key;
-        size_t len;
+        Key key;
         uint32_t paths;
+        int member;   /* level 0: the EnvelopeMember it names, or -1 */
+        uint8_t next; /* the next key of its bucket (index + 1), or 0 */
 } PathKey;
+
+#define PATH_BUCKETS 64U
 
 static struct {
         bool made;
-        PathKey keys[ID_PATH_DEPTH][SCAN_PATHS];
+        PathKey keys[ID_PATH_DEPTH][SCAN_PATHS + _MEMBER_MAX];
         size_t n_keys[ID_PATH_DEPTH];
-        uint32_t ends[ID_PATH_DEPTH]; /* the paths whose last key is at this level */
+        uint8_t buckets[ID_PATH_DEPTH][PATH_BUCKETS]; /* a key's first PathKey (index + 1), or 0 */
+        uint32_t ends[ID_PATH_DEPTH];                 /* the paths whose last key is at this level */
 } path_index;
+
+static inline unsigned path_bucket(const Key *k) {
+        return (unsigned) (((k->head ^ k->len) * 0x9E3779B97F4A7C15ULL) >> 58);
+}
+
+static PathKey *path_index_key(unsigned level, const char *key) {
+        size_t i = 0, *n = &path_index.n_keys[level], len = strlen(key);
+
+        while (i < *n && !streq(path_index.keys[level][i].key.p, key))
+                i++;
+        if (i == *n) {
+                PathKey *pk = &path_index.keys[level][(*n)++];
+                uint8_t *b;
+                *pk = (PathKey){
+                        .key = {key, len, key_head(key, len, key + len + 1), NULL},
+                        .member = -1,
+                };
+                b = &path_index.buckets[level][path_bucket(&pk->key)];
+                pk->next = *b;
+                *b = (uint8_t) *n;
+        }
+        return &path_index.keys[level][i];
+}
+
+/* The PathKey that k is at this level, or NULL. */
+static inline const PathKey *path_index_find(unsigned level, const Key *k) {
+        for (unsigned i = path_index.buckets[level][path_bucket(k)]; i; i = path_index.keys[level][i - 1].next)
+                if (key_same(k, &path_index.keys[level][i - 1].key))
+                        return &path_index.keys[level][i - 1];
+        return NULL;
+}
 
 static void path_index_make(void) {
         for (unsigned p = 0; p < SCAN_PATHS; p++)
                 for (unsigned l = 0; l < ID_PATH_DEPTH && scan_path_key(p, l); l++) {
-                        const char *key = scan_path_key(p, l);
-                        size_t i = 0, *n = &path_index.n_keys[l];
-
-                        while (i < *n && !streq(path_index.keys[l][i].key, key))
-                                i++;
-                        if (i == *n)
-                                path_index.keys[l][(*n)++] = (PathKey){key, strlen(key), 0};
-                        path_index.keys[l][i].paths |= 1U << p;
+                        path_index_key(l, scan_path_key(p, l))->paths |= 1U << p;
                         if (!scan_path_key(p, l + 1))
                                 path_index.ends[l] |= 1U << p;
                 }
+        for (unsigned mb = 0; mb < _MEMBER_MAX; mb++)
+                path_index_key(0, member_names[mb])->member = (int) mb;
         path_index.made = true;
 }
 
-/* The lengths of member_names. */
-static const uint8_t member_lens[_MEMBER_MAX] = {
-        [MEMBER_JSONRPC] = 7, [MEMBER_ID] = 2,     [MEMBER_METHOD] = 6,
-        [MEMBER_PARAMS] = 6,  [MEMBER_RESULT] = 6, [MEMBER_ERROR] = 5,
-};
-
 typedef struct Scanner {
-        const char *s;
-        size_t pos, len;
+        const uint8_t *s, *end; /* the text */
+        int error;              /* why a scan function returned NULL */
         unsigned depth, max_depth;
         Span *spans;        /* NULL: record nothing */
         bool want_elements; /* a batch: note the spans of the top-level array's elements */
@@ -111,35 +162,54 @@ typedef struct Scanner {
         /* The keys of the objects being scanned, innermost last: duplicates are found as they come.
          * keys_inline: the caller's room for the first KEYS_INLINE (uninitialized), or NULL. */
         Key *keys, *keys_inline;
-        size_t n_keys, max_keys;
+        size_t n_keys, max_keys, n_owned;
+        uint32_t noted; /* the paths whose spans were written */
         bool has_dup;
-        char dup[65];    /* the first duplicate key found (has_dup), cut to 64 bytes */
         bool dup_id;     /* the top-level object has "id" twice */
         bool top_object; /* the text is an object */
-        Span members[_MEMBER_MAX];
         bool has_member[_MEMBER_MAX];
-        bool method_escaped;
         bool nul_key; /* a key decodes to text with a NUL in it */
+        /* Not zeroed by scanner_init(): each is written before it is read. */
+        char dup[65]; /* the first duplicate key found (has_dup), cut to 64 bytes */
+        Span members[_MEMBER_MAX];
 } Scanner;
 
+static void scanner_init(Scanner *sc, const char *text, size_t len, unsigned max_depth) {
+        memset(sc, 0, offsetof(Scanner, dup));
+        sc->s = (const uint8_t *) text;
+        sc->end = sc->s + len;
+        sc->max_depth = max_depth;
+}
+
 static void scanner_done(Scanner *sc) {
-        for (size_t i = 0; i < sc->n_keys; i++)
+        for (size_t i = 0; sc->n_owned > 0 && i < sc->n_keys; i++)
                 free(sc->keys[i].owned);
         if (sc->keys != sc->keys_inline)
                 free(sc->keys);
         sc->keys = NULL;
-        sc->n_keys = sc->max_keys = 0;
+        sc->n_keys = sc->max_keys = sc->n_owned = 0;
 }
 
-static bool is_ws(char c) {
+/* Every scan function returns where it stopped, or NULL with sc->error set. */
+static const uint8_t *scan_fail(Scanner *sc, int r) {
+        sc->error = r;
+        return NULL;
+}
+
+static size_t offset_of(const Scanner *sc, const uint8_t *p) {
+        return (size_t) (p - sc->s);
+}
+
+static bool is_ws(uint8_t c) {
         return c == ' ' || c == '\n' || c == '\r' || c == '\t';
 }
 
-static inline void skip_ws(Scanner *sc) {
+static inline const uint8_t *skip_ws(const uint8_t *p, const uint8_t *e) {
         /* White space and the bytes JSON refuses outside strings are all <= ' ': one compare for the
          * usual byte, which is neither. */
-        while (sc->pos < sc->len && (unsigned char) sc->s[sc->pos] <= ' ' && is_ws(sc->s[sc->pos]))
-                sc->pos++;
+        while (p < e && *p <= ' ' && is_ws(*p))
+                p++;
+        return p;
 }
 
 static int hexval(char c) {
@@ -165,20 +235,25 @@ static const uint8_t string_byte[256] = {
 #define HIGHS 0x8080808080808080ULL
 
 /* Past the plain bytes of a string from p (none of '"', '\\', a control character or a byte >= 0x80),
- * eight at a time where there are eight: a byte is found by the usual tests on words, exact for each
- * byte (no borrow crosses a byte of a word whose high bits are all clear). */
-static inline size_t plain_run(const uint8_t *s, size_t p, size_t n) {
-        while (n - p >= 8) {
-                uint64_t w, quote, slash;
-                memcpy(&w, s + p, 8);
-                quote = w ^ (ONES * '"');
-                slash = w ^ (ONES * '\\');
-                /* A byte below 0x20, or 0 after an XOR; the high bit of w itself for >= 0x80. */
-                if (((w - ONES * 0x20) | (quote - ONES) | (slash - ONES) | w) & HIGHS)
+ * eight at a time where there are eight. In a word, a byte's high bit is set by the usual tests (below
+ * 0x20, or 0 after an XOR with '"' or '\\': a borrow; >= 0x80: its own high bit) for every such byte
+ * and for no plain byte before the first of them, since no borrow comes from a plain byte: the lowest
+ * flagged byte is the first one to stop at. */
+static inline const uint8_t *plain_run(const uint8_t *p, const uint8_t *e) {
+        while (e - p >= 8) {
+                uint64_t w, hits;
+                memcpy(&w, p, 8);
+                hits = ((w - ONES * 0x20) | ((w ^ (ONES * '"')) - ONES) | ((w ^ (ONES * '\\')) - ONES) | w) & HIGHS;
+                if (hits) {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+                        return p + (__builtin_ctzll(hits) >> 3);
+#else
                         break;
+#endif
+                }
                 p += 8;
         }
-        while (p < n && !string_byte[s[p]])
+        while (p < e && !string_byte[*p])
                 p++;
         return p;
 }
@@ -220,102 +295,115 @@ static int hex4(const uint8_t *p) {
         return v;
 }
 
-/* A string token; on success ret_start and ret_end bound its contents (without the quotes), and
- * ret_escaped says whether they hold an escape. Plain runs are skipped through a table: this loop is
- * where a large payload's bytes go by. A \u escape of half a surrogate pair must come with its other
- * half, as cJSON and every other decoder of UTF-16 escapes want. */
-static int scan_string(Scanner *sc, size_t *ret_start, size_t *ret_end, bool *ret_escaped) {
-        const uint8_t *s = (const uint8_t *) sc->s;
-        size_t p = sc->pos, n = sc->len, start;
+/* Past the escape at p (its backslash), or NULL. A \u escape of half a surrogate pair must come with
+ * its other half, as cJSON and every other decoder of UTF-16 escapes want. */
+static const uint8_t *scan_escape(const uint8_t *p, const uint8_t *e) {
+        int v, w;
+
+        if (++p >= e)
+                return NULL;
+        if (*p != 'u')
+                return *p != 0 && strchr("\"\\/bfnrt", *p) ? p + 1 : NULL;
+        if (e - p <= 4 || (v = hex4(p + 1)) < 0 || (v >= 0xDC00 && v <= 0xDFFF))
+                return NULL;
+        p += 5;
+        if (v < 0xD800 || v > 0xDBFF)
+                return p;
+        if (e - p <= 5 || p[0] != '\\' || p[1] != 'u' || (w = hex4(p + 2)) < 0 || w < 0xDC00 || w > 0xDFFF)
+                return NULL;
+        return p + 6;
+}
+
+/* A string token at p; on success *ret_start and *ret_end bound its contents (without the quotes),
+ * and *ret_escaped says whether they hold an escape. Plain runs are skipped a word at a time: this
+ * loop is where a large payload's bytes go by. */
+static const uint8_t *scan_string_slow(Scanner *sc, const uint8_t *p, const uint8_t **ret_start,
+                                       const uint8_t **ret_end, bool *ret_escaped) {
+        const uint8_t *e = sc->end, *start;
         bool escaped = false;
 
-        if (p >= n || s[p] != '"')
-                return -EBADMSG;
+        if (p >= e || *p != '"')
+                return scan_fail(sc, -EBADMSG);
         start = ++p;
         for (;;) {
-                p = plain_run(s, p, n);
-                if (p >= n)
-                        return -EBADMSG;
-                if (s[p] == '"')
+                p = plain_run(p, e);
+                if (p >= e)
+                        return scan_fail(sc, -EBADMSG);
+                if (*p == '"')
                         break;
-                if (s[p] < 0x20)
-                        return -EBADMSG; /* JSON wants control characters escaped; NUL among them */
-                if (s[p] == '\\') {
+                if (*p < 0x20)
+                        return scan_fail(sc, -EBADMSG); /* JSON wants control characters escaped; NUL among them */
+                if (*p == '\\') {
                         escaped = true;
-                        if (++p >= n)
-                                return -EBADMSG;
-                        if (s[p] == 'u') {
-                                int v;
-                                if (p + 4 >= n || (v = hex4(s + p + 1)) < 0 || (v >= 0xDC00 && v <= 0xDFFF))
-                                        return -EBADMSG;
-                                p += 5;
-                                if (v >= 0xD800 && v <= 0xDBFF) {
-                                        int w;
-                                        if (p + 5 >= n || s[p] != '\\' || s[p + 1] != 'u' || (w = hex4(s + p + 2)) < 0 ||
-                                            w < 0xDC00 || w > 0xDFFF)
-                                                return -EBADMSG;
-                                        p += 6;
-                                }
-                        } else if (s[p] != 0 && strchr("\"\\/bfnrt", s[p]))
-                                p++;
-                        else
-                                return -EBADMSG;
+                        p = scan_escape(p, e);
+                        if (!p)
+                                return scan_fail(sc, -EBADMSG);
                         continue;
                 }
-                size_t k = utf8_sequence(s + p, n - p);
+                size_t k = utf8_sequence(p, (size_t) (e - p));
                 if (k == 0)
-                        return -EBADMSG;
+                        return scan_fail(sc, -EBADMSG);
                 p += k;
         }
         *ret_start = start;
         *ret_end = p;
         *ret_escaped = escaped;
-        sc->pos = p + 1;
-        return 0;
+        return p + 1;
+}
+
+/* The same, with the usual string (plain bytes only: no escape, nothing past ASCII) taken inline. */
+static inline const uint8_t *scan_string(Scanner *sc, const uint8_t *p, const uint8_t **ret_start,
+                                         const uint8_t **ret_end, bool *ret_escaped) {
+        if (p < sc->end && *p == '"') {
+                const uint8_t *q = plain_run(p + 1, sc->end);
+                if (q < sc->end && *q == '"') {
+                        *ret_start = p + 1;
+                        *ret_end = q;
+                        *ret_escaped = false;
+                        return q + 1;
+                }
+        }
+        return scan_string_slow(sc, p, ret_start, ret_end, ret_escaped);
 }
 
 static bool is_digit(char c) {
         return c >= '0' && c <= '9';
 }
 
-static int scan_number(Scanner *sc) {
-        const char *s = sc->s;
-        size_t p = sc->pos, n = sc->len;
-
-        if (p < n && s[p] == '-')
+static const uint8_t *skip_digits(const uint8_t *p, const uint8_t *e) {
+        while (p < e && is_digit((char) *p))
                 p++;
-        if (p >= n || !is_digit(s[p]))
-                return -EBADMSG;
-        if (s[p] == '0')
-                p++;
-        else
-                while (p < n && is_digit(s[p]))
-                        p++;
-        if (p < n && s[p] == '.') {
-                if (++p >= n || !is_digit(s[p]))
-                        return -EBADMSG;
-                while (p < n && is_digit(s[p]))
-                        p++;
-        }
-        if (p < n && (s[p] == 'e' || s[p] == 'E')) {
-                p++;
-                if (p < n && (s[p] == '+' || s[p] == '-'))
-                        p++;
-                if (p >= n || !is_digit(s[p]))
-                        return -EBADMSG;
-                while (p < n && is_digit(s[p]))
-                        p++;
-        }
-        sc->pos = p;
-        return 0;
+        return p;
 }
 
-static int scan_literal(Scanner *sc, const char *word) {
-        size_t l = strlen(word);
-        if (sc->len - sc->pos < l || memcmp(sc->s + sc->pos, word, l) != 0)
-                return -EBADMSG;
-        sc->pos += l;
-        return 0;
+static const uint8_t *scan_number(Scanner *sc, const uint8_t *p) {
+        const uint8_t *e = sc->end;
+
+        if (p < e && *p == '-')
+                p++;
+        if (p >= e || !is_digit((char) *p))
+                return scan_fail(sc, -EBADMSG);
+        p = *p == '0' ? p + 1 : skip_digits(p, e);
+        if (p < e && *p == '.') {
+                if (++p >= e || !is_digit((char) *p))
+                        return scan_fail(sc, -EBADMSG);
+                p = skip_digits(p, e);
+        }
+        if (p < e && (*p == 'e' || *p == 'E')) {
+                p++;
+                if (p < e && (*p == '+' || *p == '-'))
+                        p++;
+                if (p >= e || !is_digit((char) *p))
+                        return scan_fail(sc, -EBADMSG);
+                p = skip_digits(p, e);
+        }
+        return p;
+}
+
+static const uint8_t *scan_literal(Scanner *sc, const uint8_t *p, const char *word, size_t l) {
+        if ((size_t) (sc->end - p) < l || memcmp(p, word, l) != 0)
+                return scan_fail(sc, -EBADMSG);
+        return p + l;
 }
 
 static size_t utf8_put(char *out, uint32_t cp) {
@@ -409,30 +497,28 @@ static bool string_is(const char *s, Span span, const char *name) {
         return string_decode(s, span.start + 1, span.start + span.len - 1, buf) == l && memcmp(buf, name, l) == 0;
 }
 
-static int key_make(Scanner *sc, size_t a, size_t b, bool escaped, Key *ret) {
+static int key_make(Scanner *sc, const uint8_t *a, const uint8_t *b, bool escaped, Key *ret) {
+        size_t len = (size_t) (b - a), n;
+        char *d;
+
         if (!escaped) {
-                *ret = (Key){sc->s + a, b - a, NULL};
+                *ret = (Key){(const char *) a, len, key_head((const char *) a, len, (const char *) sc->end), NULL};
                 return 0;
         }
-        char *d = malloc(b - a + 1);
-        size_t n;
+        d = malloc(len + 1);
         if (!d)
                 return -ENOMEM;
-        n = string_decode(sc->s, a, b, d);
+        n = string_decode((const char *) sc->s, offset_of(sc, a), offset_of(sc, b), d);
         /* Cut at a NUL, as cJSON cuts it; the next hop may read the whole key (classify() refuses it). */
-        sc->nul_key = sc->nul_key || n != strlen(d);
-        *ret = (Key){d, strlen(d), d};
+        len = strlen(d);
+        sc->nul_key = sc->nul_key || n != len;
+        *ret = (Key){d, len, key_head(d, len, d + len + 1), d};
         return 0;
 }
 
 static bool key_is(const Key *k, const char *name) {
         /* A key holds no NUL (decoded ones are cut there): strncmp() stops at name's end. */
         return k->len > 0 && k->p[0] == name[0] && strncmp(name, k->p, k->len) == 0 && name[k->len] == 0;
-}
-
-static inline bool key_is_len(const Key *k, const char *name, size_t len) {
-        /* The first byte settles most comparisons without a call. */
-        return k->len == len && (len == 0 || (k->p[0] == name[0] && memcmp(k->p, name, len) == 0));
 }
 
 static int key_compare(const Key *x, const Key *y) {
@@ -470,11 +556,12 @@ static int keys_push(Scanner *sc, size_t base, const Key *k, bool top) {
         }
         if (sc->n_keys - base < KEYS_PAIRWISE)
                 for (size_t i = base; i < sc->n_keys; i++)
-                        if (key_is_len(&sc->keys[i], k->p, k->len)) {
+                        if (key_same(&sc->keys[i], k)) {
                                 note_duplicate(sc, k, top);
                                 break;
                         }
         sc->keys[sc->n_keys++] = *k;
+        sc->n_owned += !!k->owned;
         return 0;
 }
 
@@ -494,163 +581,178 @@ static int keys_pop(Scanner *sc, size_t base, bool top) {
                                 break;
                         }
         }
-        for (size_t i = base; i < sc->n_keys; i++)
-                if (sc->keys[i].owned)
+        for (size_t i = base; sc->n_owned > 0 && i < sc->n_keys; i++)
+                if (sc->keys[i].owned) {
                         free(sc->keys[i].owned);
+                        sc->n_owned--;
+                }
         sc->n_keys = base;
         return 0;
 }
 
-/* mask: the id paths whose first 'level' keys lead here. */
-static int scan_value(Scanner *sc, unsigned level, uint32_t mask, bool top);
+/* mask: the paths whose first 'level' keys lead here. */
+static const uint8_t *scan_value(Scanner *sc, const uint8_t *p, unsigned level, uint32_t mask, bool top);
 
-/* At a container's opening bracket: steps in; 1 if it closes at once. */
-static int scan_open(Scanner *sc, char close) {
+/* At a container's opening bracket: steps in. *ret_closed: it closes at once. */
+static const uint8_t *scan_open(Scanner *sc, const uint8_t *p, char close, bool *ret_closed) {
         if (++sc->depth > sc->max_depth)
-                return -E2BIG;
-        sc->pos++;
-        skip_ws(sc);
-        if (sc->pos < sc->len && sc->s[sc->pos] == close) {
-                sc->pos++;
+                return scan_fail(sc, -E2BIG);
+        p = skip_ws(p + 1, sc->end);
+        *ret_closed = p < sc->end && *p == close;
+        if (*ret_closed) {
                 sc->depth--;
-                return 1;
+                p++;
         }
-        return 0;
+        return p;
 }
 
-/* After a member or an element: 1 past the closing bracket, 0 past a comma (another follows). */
-static int scan_next(Scanner *sc, char close) {
-        skip_ws(sc);
-        if (sc->pos >= sc->len)
-                return -EBADMSG;
-        if (sc->s[sc->pos] == close) {
-                sc->pos++;
+/* After a member or an element: past the closing bracket (*ret_closed) or past a comma. */
+static const uint8_t *scan_next(Scanner *sc, const uint8_t *p, char close, bool *ret_closed) {
+        p = skip_ws(p, sc->end);
+        if (p >= sc->end)
+                return scan_fail(sc, -EBADMSG);
+        *ret_closed = *p == close;
+        if (*ret_closed)
                 sc->depth--;
-                return 1;
-        }
-        if (sc->s[sc->pos] != ',')
-                return -EBADMSG;
-        sc->pos++;
-        return 0;
+        else if (*p != ',')
+                return scan_fail(sc, -EBADMSG);
+        return p + 1;
 }
 
-static int scan_object(Scanner *sc, unsigned level, uint32_t mask) {
+/* One member's key at p, pushed for the duplicate check; *ret_sub: the paths it is a step of,
+ * *ret_member: the envelope member it names (top only), or -1. */
+static const uint8_t *scan_key(Scanner *sc, const uint8_t *p, size_t base, unsigned level, uint32_t mask, bool top,
+                               uint32_t *ret_sub, int *ret_member) {
+        const uint8_t *ka, *kb;
+        bool escaped;
+        Key k;
+        int r;
+
+        p = scan_string(sc, skip_ws(p, sc->end), &ka, &kb, &escaped);
+        if (!p)
+                return NULL;
+        r = key_make(sc, ka, kb, escaped, &k);
+        if (r < 0)
+                return scan_fail(sc, r);
+        r = keys_push(sc, base, &k, top);
+        if (r < 0) {
+                free(k.owned);
+                return scan_fail(sc, r);
+        }
+        *ret_sub = 0;
+        *ret_member = -1;
+        if (mask || top) {
+                const PathKey *pk = path_index_find(level, &k);
+                if (pk) {
+                        *ret_sub = pk->paths & mask;
+                        *ret_member = top ? pk->member : -1;
+                }
+        }
+        p = skip_ws(p, sc->end);
+        if (p >= sc->end || *p != ':')
+                return scan_fail(sc, -EBADMSG);
+        return skip_ws(p + 1, sc->end);
+}
+
+static const uint8_t *scan_object(Scanner *sc, const uint8_t *p, unsigned level, uint32_t mask) {
         size_t base = sc->n_keys;
-        bool top = sc->depth == 0;
-        int r = scan_open(sc, '}');
+        bool top = sc->depth == 0, closed;
+        int r;
 
-        sc->top_object = sc->top_object || (top && r >= 0);
-        while (r == 0) {
-                size_t ka, kb;
-                bool escaped;
-                uint32_t sub = 0;
-                int member = -1;
-                Key k;
+        p = scan_open(sc, p, '}', &closed);
+        if (!p)
+                return NULL;
+        sc->top_object = sc->top_object || top;
+        while (!closed) {
+                const uint8_t *vstart;
+                uint32_t sub, ends;
+                int member;
 
-                skip_ws(sc);
-                r = scan_string(sc, &ka, &kb, &escaped);
-                if (r < 0)
-                        return r;
-                r = key_make(sc, ka, kb, escaped, &k);
-                if (r < 0)
-                        return r;
-                r = keys_push(sc, base, &k, top);
-                if (r < 0) {
-                        free(k.owned);
-                        return r;
+                p = scan_key(sc, p, base, level, mask, top, &sub, &member);
+                if (!p)
+                        return NULL;
+                vstart = p;
+                ends = sub ? sub & path_index.ends[level] : 0;
+                p = scan_value(sc, p, level + 1, sub & ~ends, false);
+                if (!p)
+                        return NULL;
+                if (sc->spans && ends) {
+                        sc->noted |= ends;
+                        for (uint32_t e = ends; e; e &= e - 1)
+                                sc->spans[__builtin_ctz(e)] = (Span){offset_of(sc, vstart), (size_t) (p - vstart)};
                 }
-                for (size_t i = 0; mask && i < path_index.n_keys[level]; i++) {
-                        const PathKey *pk = &path_index.keys[level][i];
-                        if ((pk->paths & mask) && key_is_len(&k, pk->key, pk->len)) {
-                                sub = pk->paths & mask;
-                                break;
-                        }
-                }
-                for (unsigned mb = 0; top && mb < _MEMBER_MAX && member < 0; mb++)
-                        if (key_is_len(&k, member_names[mb], member_lens[mb]))
-                                member = (int) mb;
-                skip_ws(sc);
-                if (sc->pos >= sc->len || sc->s[sc->pos] != ':')
-                        return -EBADMSG;
-                sc->pos++;
-                skip_ws(sc);
-                size_t vstart = sc->pos;
-                uint32_t ends = sub ? sub & path_index.ends[level] : 0;
-                r = scan_value(sc, level + 1, sub & ~ends, false);
-                if (r < 0)
-                        return r;
-                for (uint32_t e = sc->spans ? ends : 0; e; e &= e - 1)
-                        sc->spans[__builtin_ctz(e)] = (Span){vstart, sc->pos - vstart};
                 if (member >= 0 && !sc->has_member[member]) {
                         sc->has_member[member] = true;
-                        sc->members[member] = (Span){vstart, sc->pos - vstart};
+                        sc->members[member] = (Span){offset_of(sc, vstart), (size_t) (p - vstart)};
                 }
-                r = scan_next(sc, '}');
+                p = scan_next(sc, p, '}', &closed);
+                if (!p)
+                        return NULL;
         }
-        if (r < 0)
-                return r;
-        return keys_pop(sc, base, top);
+        r = keys_pop(sc, base, top);
+        return r < 0 ? scan_fail(sc, r) : p;
 }
 
-static int scan_array(Scanner *sc, bool top) {
-        int r = scan_open(sc, ']');
+static const uint8_t *scan_array(Scanner *sc, const uint8_t *p, bool top) {
+        bool closed;
 
-        while (r == 0) {
-                skip_ws(sc);
-                size_t start = sc->pos;
-                r = scan_value(sc, 0, 0, false);
-                if (r < 0)
-                        return r;
+        p = scan_open(sc, p, ']', &closed);
+        while (p && !closed) {
+                const uint8_t *start = p = skip_ws(p, sc->end);
+                p = scan_value(sc, p, 0, 0, false);
+                if (!p)
+                        return NULL;
                 if (top && sc->want_elements) {
                         if (sc->n_elements >= sc->max_elements) {
                                 size_t n = sc->max_elements ? sc->max_elements * 2 : 16;
                                 Span *e = reallocarray(sc->elements, n, sizeof(Span));
                                 if (!e)
-                                        return -ENOMEM;
+                                        return scan_fail(sc, -ENOMEM);
                                 sc->elements = e;
                                 sc->max_elements = n;
                         }
-                        sc->elements[sc->n_elements++] = (Span){start, sc->pos - start};
+                        sc->elements[sc->n_elements++] = (Span){offset_of(sc, start), (size_t) (p - start)};
                 }
-                r = scan_next(sc, ']');
+                p = scan_next(sc, p, ']', &closed);
         }
-        return r < 0 ? r : 0;
+        return p;
 }
 
-static int scan_value(Scanner *sc, unsigned level, uint32_t mask, bool top) {
-        skip_ws(sc);
-        if (sc->pos >= sc->len)
-                return -EBADMSG;
-        switch (sc->s[sc->pos]) {
+static const uint8_t *scan_value(Scanner *sc, const uint8_t *p, unsigned level, uint32_t mask, bool top) {
+        p = skip_ws(p, sc->end);
+        if (p >= sc->end)
+                return scan_fail(sc, -EBADMSG);
+        switch (*p) {
         case '{':
-                return scan_object(sc, level, mask);
+                return scan_object(sc, p, level, mask);
         case '[':
-                return scan_array(sc, top);
+                return scan_array(sc, p, top);
         case '"': {
-                size_t a, b;
+                const uint8_t *a, *b;
                 bool e;
-                return scan_string(sc, &a, &b, &e);
+                return scan_string(sc, p, &a, &b, &e);
         }
         case 't':
-                return scan_literal(sc, "true");
+                return scan_literal(sc, p, "true", 4);
         case 'f':
-                return scan_literal(sc, "false");
+                return scan_literal(sc, p, "false", 5);
         case 'n':
-                return scan_literal(sc, "null");
+                return scan_literal(sc, p, "null", 4);
         default:
-                return scan_number(sc);
+                return scan_number(sc, p);
         }
 }
 
 /* The whole text is one JSON value and white space. Nesting was bounded before this recursion. */
 static int scan_text(Scanner *sc) {
+        const uint8_t *p;
+
         if (!path_index.made)
                 path_index_make();
-        int r = scan_value(sc, 0, sc->spans ? (uint32_t) ((1ULL << SCAN_PATHS) - 1) : 0, true);
-        if (r < 0)
-                return r;
-        skip_ws(sc);
-        return sc->pos == sc->len ? 0 : -EBADMSG;
+        p = scan_value(sc, sc->s, 0, sc->spans ? (uint32_t) ((1ULL << SCAN_PATHS) - 1) : 0, true);
+        if (!p)
+                return sc->error;
+        return skip_ws(p, sc->end) == sc->end ? 0 : -EBADMSG;
 }
 
 static bool integer_text(const char *t, size_t len) {
@@ -694,7 +796,7 @@ static void check_id_lengths(Message *m) {
 
         /* The usual message has no field that long anywhere the table looks: nothing to ask it. */
         for (size_t p = 0; p < _ID_PATH_MAX; p++)
-                any_long = any_long || m->spans[p].len > MESSAGE_MAX_ID_BYTES;
+                any_long |= m->spans[p].len > MESSAGE_MAX_ID_BYTES;
         if (!any_long)
                 return;
         n = ids_fields(m, f, ELEMENTSOF(f));
@@ -780,7 +882,9 @@ static void classify(Message *m, const Scanner *sc) {
                         m->problem = "out of memory";
                         return;
                 }
-                id_ok = json_id_valid(v, m->id_buf, ids->len);
+                /* Of the items made here, strings and integers are valid ids, null and booleans not. */
+                id_ok = v == &m->id_item ? v->type == cJSON_String || v->type == cJSON_Number
+                                         : json_id_valid(v, m->id_buf, ids->len);
                 if (id_ok) {
                         m->id = v;
                         m->id_text = m->id_buf;
@@ -806,9 +910,13 @@ static void classify(Message *m, const Scanner *sc) {
                         m->problem = "\"method\" must be a string";
                         return;
                 }
-                /* A NUL would end the name we read, not the one the next hop reads. */
-                if (string_decode(m->text, ms->start + 1, ms->start + ms->len - 1, m->method_buf) !=
-                    strlen(m->method_buf)) {
+                /* A NUL would end the name we read, not the one the next hop reads. Only an escape can
+                 * make one: a name without one is copied as it is. */
+                if (!memchr(m->text + ms->start + 1, '\\', ms->len - 2)) {
+                        memcpy(m->method_buf, m->text + ms->start + 1, ms->len - 2);
+                        m->method_buf[ms->len - 2] = 0;
+                } else if (string_decode(m->text, ms->start + 1, ms->start + ms->len - 1, m->method_buf) !=
+                           strlen(m->method_buf)) {
                         m->problem = "\"method\" must not hold a NUL character";
                         return;
                 }
@@ -857,24 +965,27 @@ static Message *message_alloc(const char *line, size_t len, const Scanner *sc) {
         m->id_str = m->id_buf + id_len + 1;
         m->method_buf = m->id_str + id_len + 1;
         m->id_buf[0] = m->id_str[0] = m->method_buf[0] = 0;
-        memcpy(m->spans, sc->spans, sizeof m->spans);
-        memcpy(m->route, sc->spans + _ID_PATH_MAX, sizeof m->route);
+        for (uint32_t e = sc->noted; e; e &= e - 1) {
+                unsigned p = (unsigned) __builtin_ctz(e);
+                if (p < _ID_PATH_MAX)
+                        m->spans[p] = sc->spans[p];
+                else
+                        m->route[p - _ID_PATH_MAX] = sc->spans[p];
+        }
         return m;
 }
 
 int message_parse_envelope(const char *line, size_t len, unsigned max_depth, Message **ret) {
-        Span spans[SCAN_PATHS] = {};
+        Span spans[SCAN_PATHS]; /* sc.noted says which are written */
         Key keys[KEYS_INLINE];
-        Scanner sc = {.s = line,
-                      .len = len,
-                      .max_depth = max_depth,
-                      .spans = spans,
-                      .keys = keys,
-                      .keys_inline = keys,
-                      .max_keys = KEYS_INLINE};
+        Scanner sc;
         Message *m;
         int r;
 
+        scanner_init(&sc, line, len, max_depth);
+        sc.spans = spans;
+        sc.keys = sc.keys_inline = keys;
+        sc.max_keys = KEYS_INLINE;
         /* One pass checks it all: grammar, UTF-8 inside strings (outside them JSON is ASCII), no NUL,
          * duplicate keys, and nesting, before cJSON (which recurses) ever sees it. */
         r = scan_text(&sc);
@@ -944,11 +1055,13 @@ bool message_is_batch(const char *line, size_t len) {
 }
 
 int message_split_batch(const char *line, size_t len, unsigned max_depth, Span **ret_spans, size_t *ret_n) {
-        Scanner sc = {.s = line, .len = len, .max_depth = max_depth, .want_elements = true};
+        Scanner sc;
         int r;
 
         if (!message_is_batch(line, len))
                 return -EBADMSG;
+        scanner_init(&sc, line, len, max_depth);
+        sc.want_elements = true;
         r = scan_text(&sc);
         scanner_done(&sc);
         if (r < 0) {
@@ -989,53 +1102,57 @@ int message_splice(const Message *m, const Splice *s, size_t n, char **ret_text,
         return 0;
 }
 
-/* Walks the validated text from the value at sc->pos along path (object keys); at its end, *ret spans
- * that value. */
-static int find_path(Scanner *sc, const char *const *path, Span *ret) {
-        skip_ws(sc);
+/* Walks the validated text from the value at p along path (object keys); at its end, *ret spans that
+ * value. */
+static int find_path(Scanner *sc, const uint8_t *p, const char *const *path, Span *ret) {
+        const uint8_t *e = sc->end;
+
+        p = skip_ws(p, e);
         if (!*path) {
-                size_t start = sc->pos;
-                int r = scan_value(sc, 0, 0, false);
-                if (r < 0)
-                        return r;
-                *ret = (Span){start, sc->pos - start};
+                const uint8_t *end = scan_value(sc, p, 0, 0, false);
+                if (!end)
+                        return sc->error;
+                *ret = (Span){offset_of(sc, p), (size_t) (end - p)};
                 return 0;
         }
-        if (sc->pos >= sc->len || sc->s[sc->pos] != '{')
+        if (p >= e || *p != '{')
                 return -ENOENT;
-        sc->pos++;
-        skip_ws(sc);
-        if (sc->pos < sc->len && sc->s[sc->pos] == '}')
+        p = skip_ws(p + 1, e);
+        if (p < e && *p == '}')
                 return -ENOENT;
         for (;;) {
-                size_t ka, kb;
+                const uint8_t *ka, *kb;
                 bool escaped;
-                int r;
 
-                skip_ws(sc);
-                r = scan_string(sc, &ka, &kb, &escaped);
-                if (r < 0)
-                        return r;
-                skip_ws(sc);
-                if (sc->pos >= sc->len || sc->s[sc->pos] != ':')
+                p = scan_string(sc, skip_ws(p, e), &ka, &kb, &escaped);
+                if (!p)
+                        return sc->error;
+                p = skip_ws(p, e);
+                if (p >= e || *p != ':')
                         return -EBADMSG;
-                sc->pos++;
-                if (key_equals(sc->s, ka, kb, path[0]))
-                        return find_path(sc, path + 1, ret); /* keys are unique: message_parse() saw to it */
-                r = scan_value(sc, 0, 0, false);
-                if (r < 0)
-                        return r;
-                skip_ws(sc);
-                if (sc->pos >= sc->len || sc->s[sc->pos] != ',')
+                p++;
+                if (key_equals((const char *) sc->s, offset_of(sc, ka), offset_of(sc, kb), path[0]))
+                        return find_path(sc, p, path + 1, ret); /* keys are unique: message_parse() saw to it */
+                p = scan_value(sc, p, 0, 0, false);
+                if (!p)
+                        return sc->error;
+                p = skip_ws(p, e);
+                if (p >= e || *p != ',')
                         return -ENOENT;
-                sc->pos++;
+                p++;
         }
 }
 
+static Scanner scanner_of(const Message *m, size_t len) {
+        Scanner sc;
+        scanner_init(&sc, m->text, len, UINT_MAX);
+        return sc;
+}
+
 int message_find(const Message *m, const char *const *path, Span *ret) {
-        _cleanup_(scanner_done) Scanner sc = {.s = m->text, .len = m->len, .max_depth = UINT_MAX};
+        _cleanup_(scanner_done) Scanner sc = scanner_of(m, m->len);
         Span s;
-        int r = find_path(&sc, path, &s);
+        int r = find_path(&sc, sc.s, path, &s);
 
         if (r < 0)
                 return r;
@@ -1044,33 +1161,28 @@ int message_find(const Message *m, const char *const *path, Span *ret) {
 }
 
 int message_members(const Message *m, Span object, Member **ret, size_t *ret_n) {
-        _cleanup_(scanner_done) Scanner sc = {.s = m->text, .len = object.start + object.len, .pos = object.start, .max_depth = UINT_MAX};
+        _cleanup_(scanner_done) Scanner sc = scanner_of(m, object.start + object.len);
         _cleanup_free_ Member *list = NULL;
+        const uint8_t *e = sc.end, *p = skip_ws(sc.s + object.start, e);
         size_t n = 0, size = 0;
 
-        skip_ws(&sc);
-        if (object.len == 0 || sc.pos >= sc.len || sc.s[sc.pos] != '{')
+        if (object.len == 0 || p >= e || *p != '{')
                 return -ENOENT;
-        sc.pos++;
-        skip_ws(&sc);
-        while (sc.pos < sc.len && sc.s[sc.pos] != '}') {
-                size_t ka, kb, vstart;
+        p = skip_ws(p + 1, e);
+        while (p < e && *p != '}') {
+                const uint8_t *ka, *kb, *vstart;
                 bool escaped;
-                int r;
 
-                skip_ws(&sc);
-                r = scan_string(&sc, &ka, &kb, &escaped);
-                if (r < 0)
-                        return r;
-                skip_ws(&sc);
-                if (sc.pos >= sc.len || sc.s[sc.pos] != ':')
+                p = scan_string(&sc, skip_ws(p, e), &ka, &kb, &escaped);
+                if (!p)
+                        return sc.error;
+                p = skip_ws(p, e);
+                if (p >= e || *p != ':')
                         return -EBADMSG;
-                sc.pos++;
-                skip_ws(&sc);
-                vstart = sc.pos;
-                r = scan_value(&sc, 0, 0, false);
-                if (r < 0)
-                        return r;
+                vstart = p = skip_ws(p + 1, e);
+                p = scan_value(&sc, p, 0, 0, false);
+                if (!p)
+                        return sc.error;
                 if (n >= size) {
                         size_t k = size ? size * 2 : 8;
                         Member *l = reallocarray(list, k, sizeof *l);
@@ -1079,14 +1191,14 @@ int message_members(const Message *m, Span object, Member **ret, size_t *ret_n) 
                         list = l, size = k;
                 }
                 list[n++] = (Member){
-                        .key = {ka, kb - ka},
-                        .member = {ka - 1, sc.pos - (ka - 1)},
-                        .value = {vstart, sc.pos - vstart},
+                        .key = {offset_of(&sc, ka), (size_t) (kb - ka)},
+                        .member = {offset_of(&sc, ka) - 1, (size_t) (p - (ka - 1))},
+                        .value = {offset_of(&sc, vstart), (size_t) (p - vstart)},
                 };
-                skip_ws(&sc);
-                if (sc.pos < sc.len && sc.s[sc.pos] == ',')
-                        sc.pos++;
-                skip_ws(&sc);
+                p = skip_ws(p, e);
+                if (p < e && *p == ',')
+                        p++;
+                p = skip_ws(p, e);
         }
         *ret = TAKE_PTR(list);
         *ret_n = n;

@@ -72,6 +72,20 @@ static void test_strict(void) {
         CHECK(parse_result("{\"a\":1} x") == -EBADMSG);
         CHECK(parse_result("{\"a\":tru}") == -EBADMSG);
         CHECK(parse_result("") == -EBADMSG);
+        /* A string's bytes are taken eight at a time: a byte that ends the run at each place in a word. */
+        for (size_t at = 0; at < 17; at++) {
+                char t[64], *p;
+                snprintf(t, sizeof t, "{\"a\":\"%.*s\"}", (int) at, "0123456789abcdefg");
+                CHECK(parse_result(t) == 0);
+                p = t + 6 + at; /* the closing quote */
+                memmove(p + 1, p, strlen(p) + 1);
+                *p = '\t';
+                CHECK(parse_result(t) == -EBADMSG);
+                *p = (char) 0x80;
+                CHECK(parse_result(t) == -EBADMSG);
+                *p = '\\';
+                CHECK(parse_result(t) == -EBADMSG); /* escapes the closing quote */
+        }
         test_string_bytes();
 }
 
@@ -89,6 +103,28 @@ static void test_duplicates(void) {
         CHECK_STREQ(b ? b->id_text : NULL, "\"b\"");
         CHECK(c && c->kind == JSONRPC_INVALID);
         CHECK(d && d->kind == JSONRPC_INVALID && strstr(d->problem, "\"method\""));
+
+        /* Keys are compared by length, first eight bytes, then the rest: each part decides. */
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"progress\":1,\"progressToken\":2}}") ==
+              JSONRPC_NOTIFICATION);
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"abcdefghij\":1,\"abcdefghik\":2}}") ==
+              JSONRPC_NOTIFICATION);
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"abcdefghij\":1,\"abcdefghij\":2}}") ==
+              JSONRPC_INVALID);
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"abcdefgh\":1,\"abcdefgh\":2}}") ==
+              JSONRPC_INVALID);
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"abcdefg\":1,\"abcdefgh\":2}}") ==
+              JSONRPC_NOTIFICATION);
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"ab\":1,\"a\\u0062\":2}}") ==
+              JSONRPC_INVALID);
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"a\\u0062cdefghijk\":1,\"abcdefghijk\":2}}") ==
+              JSONRPC_INVALID);
+        /* Short keys at the very end of the text (fewer than eight bytes left to read). */
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"a\":1,\"a\":2}") == JSONRPC_INVALID);
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"a\":1,\"b\":2}") == JSONRPC_NOTIFICATION);
+        /* An envelope member's name is that name only: a longer key with its first bytes is not. */
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"methods\":\"x\",\"id\":1}") == JSONRPC_INVALID);
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"id\":1,\"paramsX\":{}}") == JSONRPC_REQUEST);
 
         /* Many keys: sorted, not compared pairwise. */
         char big[4096] = "{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{";
