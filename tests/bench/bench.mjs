@@ -7,7 +7,8 @@
 //    each beside a C floor (floor.c) that reads the same manifest and writes the same answer bytes,
 //    the same floor linked with libsystemd (sd_event_default), mcp-lazy without its cache, and what
 //    starting @modelcontextprotocol/server-memory costs a client today (startup.mjs);
-// 2. warm call latency: straight to a server vs two socat relays vs through mcp-lazy (direct
+// 2. warm call latency: straight to a server vs two socat relays (and two relays on sd-event,
+//    sd-relay.c: what the loop mcp-lazy must use costs a relay) vs through mcp-lazy (direct
 //    activation), for the C backend of floor.c and server-memory; 4b the same through systemd's socket
 //    (part of section 4; `bench.mjs 4b` runs it alone);
 // 3. the first call from cold, split into mcp-lazy's own phases, vs the server's own start and (the C
@@ -207,6 +208,17 @@ async function closeRelay(client) {
   }
 }
 
+// The same two hops as two byte relays on sd-event (tests/bench/sd-relay.c, built by sectionWarm()),
+// the loop mcp-lazy must use: what relaying costs a program made as mcp-lazy is made, before it reads
+// anything. The second runs the backend on pipes in a session of its own, as the shim does.
+const SD_RELAY = join(WORK, "sd-relay");
+function sdRelayPair(sock, command, { env = process.env } = {}) {
+  const server = new Peer(SD_RELAY, ["listen", sock, ...command], { env, stderr: true });
+  const client = new Peer(SD_RELAY, ["connect", sock], { env, stderr: true });
+  client.relayServer = server;
+  return client;
+}
+
 // The same two hops with systemd's own byte relay in the shim's place: `socat STDIO UNIX-CONNECT:A`
 // -> systemd-socket-proxyd, socket-activated on A (systemd-socket-activate passes it the listening
 // socket, as a .socket unit would) -> the C backend listening on B (floor.c's `listen`: proxyd
@@ -263,6 +275,10 @@ async function warmEpoch(name, manifest, epoch) {
     }
     peers.relay = relayPair(join(WORK, `relay-${name}-${epoch}.sock`), w.command(), { env: w.env("relay") });
     closers.push(() => closeRelay(peers.relay));
+    if (existsSync(SD_RELAY)) {
+      peers.sdrelay = sdRelayPair(join(WORK, `sd-relay-${name}-${epoch}.sock`), w.command(), { env: w.env("sdrelay") });
+      closers.push(() => closeRelay(peers.sdrelay));
+    }
     if (w.proxyd) {
       peers.proxyd = await proxydPair(WORK);
       closers.push(() => closeRelay(peers.proxyd));
@@ -295,7 +311,8 @@ async function warmPaths(name, manifest) {
 function latencyRows(label, r, lazyLabel) {
   const q = (v) => [median(v), p90(v), p99(v)];
   const paired = (k) => r[k].map((v, i) => v - r.direct[i]);
-  const floors = [["relay", "two socat relays"], ...(r.proxyd ? [["proxyd", "socat + systemd-socket-proxyd"]] : [])];
+  const floors = [["relay", "two socat relays"], ...(r.proxyd ? [["proxyd", "socat + systemd-socket-proxyd"]] : []),
+    ...(r.sdrelay ? [["sdrelay", "two sd-event relays"]] : [])];
   const al = q(paired("lazy"));
   const epochs = r.epochs > 1 ? ` (${r.epochs} x fresh processes)` : "";
   const rows = [[`${label}, direct${epochs}`, r.direct.length, ...q(r.direct).map(us), ""]];
@@ -330,9 +347,14 @@ const warmVerdict = (label, x) => {
 };
 
 async function sectionWarm(manifest) {
-  heading("2. Warm call latency: direct vs two relays (socat; socat + systemd-socket-proxyd) vs mcp-lazy (direct activation)");
+  heading("2. Warm call latency: direct vs two relays (socat; socat + systemd-socket-proxyd; sd-event) vs mcp-lazy (direct activation)");
   const rows = [];
   const verdicts = [];
+  try {
+    execFileSync("cc", ["-O2", "-Wall", "-Wextra", "-D_GNU_SOURCE", "-o", SD_RELAY, join(TESTS, "bench/sd-relay.c"), "-lsystemd"], { stdio: "inherit" });
+  } catch (e) {
+    console.log(`  (no sd-event relays: tests/bench/sd-relay.c did not build: ${e.message.split("\n")[0]})`);
+  }
   for (const name of Object.keys(WARM)) {
     const r = await warmPaths(name, manifest);
     const x = latencyRows(WARM[name].label, r, `mcp-lazy (${r.processes} procs)`);
@@ -345,7 +367,9 @@ async function sectionWarm(manifest) {
   console.log(`   rounds, each with fresh processes on every path, after ${m.warmUp} warm-up calls each), the paths interleaved, every`);
   console.log("   order in turn; 'added' = per round, that path's call minus the direct call of the same round; the relays:");
   console.log("   socat STDIO UNIX-CONNECT -> socat UNIX-LISTEN EXEC, and socat STDIO UNIX-CONNECT -> systemd-socket-proxyd");
-  console.log("   (socket-activated) -> the C backend on a socket (floor.c listen); load average " + loadavg().map((x) => x.toFixed(2)).join(" ") + ")");
+  console.log("   (socket-activated) -> the C backend on a socket (floor.c listen), and two byte relays on sd-event, the loop");
+  console.log("   mcp-lazy must use (tests/bench/sd-relay.c: one io source per direction, read and write); load average " +
+    loadavg().map((x) => x.toFixed(2)).join(" ") + ")");
   console.log(`  target: mcp-lazy's added cost <= 1.15x the floor's, median and p99 -> ${verdicts.join("; ")}`);
 }
 
