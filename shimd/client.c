@@ -272,6 +272,7 @@ static void handle_initialize(Client *c, Message *m) {
         const char *problem = NULL;
         const cJSON *v;
         char text[512];
+        int r;
 
         if (!message_json(m))
                 return reply_error(c, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
@@ -285,11 +286,13 @@ static void handle_initialize(Client *c, Message *m) {
         if (!c->init_params)
                 return reply_error(c, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
         /* The era its frontend says its client speaks (mrtr.c holds the session to it). */
-        if (era_client_era_take(c->init_params, &c->modern, &problem) < 0) {
+        r = era_client_era_take(c->init_params, &c->modern, &problem);
+        if (r < 0) {
                 c->init_params = (cJSON_Delete(c->init_params), NULL);
                 snprintf(text, sizeof text, "Invalid params: %s", problem);
                 return reply_error(c, m->id_json, JSONRPC_INVALID_PARAMS, text);
         }
+        c->era_known = r > 0;
         /* Its roots are asked for first when they are part of its pool key (roots.c). */
         if (roots_pooled(c))
                 return roots_begin(c, m);

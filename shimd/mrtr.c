@@ -117,31 +117,37 @@ bool mrtr_request_refused(Client *c, const Message *m) {
         }
         if (!c->init_params)
                 return false; /* it gets "send initialize first" */
-        /* One era per connection, the one its initialize said: what the shim does for the session (ask
-         * it for roots, pool it by them, send it a backend's requests or input_required) follows from
-         * that, so a session that said one and speaks the other is told so, and nothing more. */
-        if (r != 0 && !c->modern) {
-                log_warning("Connection %llu said in initialize its client speaks the handshake era, then sent a "
-                            "2026-07-28 request; refused it.",
-                            (unsigned long long) c->serial);
-                return refuse(c, m, JSONRPC_INVALID_REQUEST,
-                              "this connection's initialize said its client speaks the handshake era "
-                              "(params._meta." META_CLIENT_ERA " absent or \"" ERA_HANDSHAKE
-                              "\"), but this request carries a 2026-07-28 envelope "
-                              "(params._meta." META_PROTOCOL_VERSION "): a connection speaks one era; open another "
-                              "for the other");
+        /* A peer that said nothing (an mcp-lazy from before the member, or another client) speaks the era
+         * of its first request, unless the shim asked it something first (roots, a backend's request),
+         * which only a handshake-era client is asked: until then nothing the shim did for it depended on
+         * its era (upcalls.c, roots.c settle it). */
+        if (!c->era_known && !own_handshake_request(m->method)) {
+                c->modern = r != 0;
+                c->era_known = true;
         }
-        if (r == 0 && c->modern && !own_handshake_request(m->method)) {
-                log_warning("Connection %llu said in initialize its client speaks 2026-07-28, then sent a request "
-                            "without its envelope; refused it.",
+        /* One era per connection: what the shim does for the session (ask it for roots, pool it by them,
+         * send it a backend's requests or input_required) follows from it, so a session that spoke one
+         * and speaks the other is told so, and nothing more. */
+        if (r != 0 && !c->modern) {
+                log_warning("Connection %llu speaks the handshake era, then sent a 2026-07-28 request; refused it.",
                             (unsigned long long) c->serial);
                 return refuse(
                         c, m, JSONRPC_INVALID_REQUEST,
-                        "this connection's initialize said its client speaks 2026-07-28 (params._meta." META_CLIENT_ERA
-                        " \"" ERA_MODERN_VERSION
-                        "\"), but this request has no 2026-07-28 envelope (params._meta." META_PROTOCOL_VERSION
-                        " and " META_CLIENT_CAPABILITIES "): a connection speaks one era; "
-                        "open another for the other");
+                        "this connection speaks the handshake era (its initialize said so in "
+                        "params._meta." META_CLIENT_ERA
+                        ", or it said nothing and its first request had no 2026-07-28 envelope, or it was asked a "
+                        "request), but this request carries a 2026-07-28 envelope (params._meta." META_PROTOCOL_VERSION
+                        "): a connection speaks one era; open another for the other");
+        }
+        if (r == 0 && c->modern && !own_handshake_request(m->method)) {
+                log_warning("Connection %llu speaks 2026-07-28, then sent a request without its envelope; refused it.",
+                            (unsigned long long) c->serial);
+                return refuse(
+                        c, m, JSONRPC_INVALID_REQUEST,
+                        "this connection speaks 2026-07-28 (its initialize said so in params._meta." META_CLIENT_ERA
+                        ", or it said nothing and its first request had the envelope), but this request has no "
+                        "2026-07-28 envelope (params._meta." META_PROTOCOL_VERSION " and " META_CLIENT_CAPABILITIES
+                        "): a connection speaks one era; open another for the other");
         }
         return false;
 }

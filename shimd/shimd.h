@@ -158,6 +158,7 @@ struct Client {
         size_t partial_seen;  /* its unfinished line's length when last weighed (client.c) */
         bool eof;
         bool modern;       /* a 2026-07-28 client, as its initialize said (mrtr.c): it takes no requests */
+        bool era_known;    /* modern is settled: said, or (said nothing) its first request or our first ask */
         cJSON *mrtr_ended; /* requestState -> what its retry gets: calls that ended while their retry was awaited */
         /* roots.c: a session pooled by its roots is asked for them before it gets a backend */
         HeldItem *held;      /* what it sent meanwhile */

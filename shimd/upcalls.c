@@ -93,6 +93,8 @@ void upcall_forward(Instance *i, const Message *m) {
 
         if (mrtr_upcall(i, c, m))
                 return;
+        if (c)
+                c->era_known = true; /* asked as a handshake-era client: it is one from now on */
         if (!c) {
                 log_warning("Backend '%s' sent %s while %u sessions were calling it; refused it, since mcp-lazy cannot "
                             "tell which session it is for (use sharing: session for this backend).",
@@ -183,6 +185,7 @@ int upcall_roots(Client *c) {
         }
         u->client = c;
         u->roots = true;
+        c->era_known = true; /* asked as a handshake-era client: it is one from now on */
         log_debug("Asking connection %llu for its roots as %s.", (unsigned long long) c->serial, key);
         client_send(c, req);
         return 0;

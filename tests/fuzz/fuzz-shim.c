@@ -159,6 +159,7 @@ static Client *connect_client(Shim *s, Peer *p) {
         c = s->clients;
         c->init_params = cJSON_Parse("{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{}}");
         FUZZ_ASSERT(c->init_params);
+        c->era_known = true; /* a handshake-era session, unless a line "M" says otherwise */
         FUZZ_ASSERT(instance_get(s, c, &c->instance) == 0);
         return c;
 }

@@ -402,6 +402,9 @@ test("no wait after initialize: a handshake-era session is asked for its roots a
       assert.ok(init.result, JSON.stringify(init));
       const r = await p.request({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "roots", arguments: {} } }, 10000);
       assert.equal(r.result.content[0].text, "roots: file:///h");
+      // Asked for its roots, it is a handshake-era session, whatever it says next.
+      const late = await p.request(MREQ(2, "tools/call", { name: "roots", arguments: {} }, { roots: {} }), 10000);
+      assert.equal(late.error?.code, -32600, JSON.stringify(late));
     }
     // Said 2026-07-28: the first thing it hears is its initialize's answer; nothing is held for roots.
     const m = shim.raw();
@@ -418,7 +421,7 @@ test("no wait after initialize: a handshake-era session is asked for its roots a
   }
 });
 
-test("a session that said one era and speaks the other gets -32600 saying so; a bad name -32602 (at the shim's own socket)", async () => {
+test("a session that said one era (or, saying nothing, spoke it first) and speaks the other gets -32600 saying so; a bad name -32602 (at the shim's own socket)", async () => {
   const shim = await askerOnSocket("era-lies.yaml");
   const echo = (id) => ({ jsonrpc: "2.0", id, method: "tools/call", params: { name: "echo", arguments: { message: "hi" } } });
   const modernEcho = (id) => MREQ(id, "tools/call", { name: "echo", arguments: { message: "hi" } }, CAPS);
@@ -435,17 +438,31 @@ test("a session that said one era and speaks the other gets -32600 saying so; a 
     assert.ok((await m.request(SAYS(MODERN, CAPS), 30000)).result);
     const plain = await m.request(echo(1), 10000);
     assert.equal(plain.error?.code, -32600, JSON.stringify(plain));
-    assert.match(plain.error.message, /initialize said its client speaks 2026-07-28 .* but this request has no 2026-07-28 envelope/);
+    assert.match(plain.error.message, /speaks 2026-07-28 .* but this request has no 2026-07-28 envelope/);
     assert.deepEqual((await m.request(modernEcho(2), 10000)).result?.content, [{ type: "text", text: "Echo: hi" }]);
-    for (const era of ["handshake", undefined]) {
-      const h = peer();
-      assert.ok((await h.request(SAYS(era, CAPS), 30000)).result);
-      const enveloped = await h.request(modernEcho(1), 10000);
-      assert.equal(enveloped.error?.code, -32600, JSON.stringify(enveloped));
-      assert.match(enveloped.error.message, /initialize said its client speaks the handshake era .* but this request carries a 2026-07-28 envelope/);
-      assert.deepEqual((await h.request(echo(2), 10000)).result?.content, [{ type: "text", text: "Echo: hi" }]);
-    }
-    assert.match(shim.stderr(), /said in initialize its client speaks 2026-07-28, then sent a request without its envelope; refused it/);
+    const h = peer();
+    assert.ok((await h.request(SAYS("handshake", CAPS), 30000)).result);
+    const enveloped = await h.request(modernEcho(1), 10000);
+    assert.equal(enveloped.error?.code, -32600, JSON.stringify(enveloped));
+    assert.match(enveloped.error.message, /speaks the handshake era .* but this request carries a 2026-07-28 envelope/);
+    assert.deepEqual((await h.request(echo(2), 10000)).result?.content, [{ type: "text", text: "Echo: hi" }]);
+    // A peer that says nothing (an mcp-lazy from before the member) speaks the era of its first request
+    // (a ping does not count), and is held to it.
+    const plainFirst = peer();
+    assert.ok((await plainFirst.request(SAYS(undefined, CAPS), 30000)).result);
+    assert.deepEqual((await plainFirst.request({ jsonrpc: "2.0", id: 1, method: "ping" }, 10000)).result, {});
+    assert.deepEqual((await plainFirst.request(echo(2), 10000)).result?.content, [{ type: "text", text: "Echo: hi" }]);
+    const late = await plainFirst.request(modernEcho(3), 10000);
+    assert.equal(late.error?.code, -32600, JSON.stringify(late));
+    assert.match(late.error.message, /speaks the handshake era .* but this request carries a 2026-07-28 envelope/);
+    const modernFirst = peer();
+    assert.ok((await modernFirst.request(SAYS(undefined, CAPS), 30000)).result);
+    assert.deepEqual((await modernFirst.request({ jsonrpc: "2.0", id: 1, method: "ping" }, 10000)).result, {});
+    assert.deepEqual((await modernFirst.request(modernEcho(2), 10000)).result?.content, [{ type: "text", text: "Echo: hi" }]);
+    const plainLate = await modernFirst.request(echo(3), 10000);
+    assert.equal(plainLate.error?.code, -32600, JSON.stringify(plainLate));
+    assert.match(plainLate.error.message, /speaks 2026-07-28 .* but this request has no 2026-07-28 envelope/);
+    assert.match(shim.stderr(), /speaks 2026-07-28, then sent a request without its envelope; refused it/);
   } finally {
     await Promise.all(peers.map((p) => p.close()));
   }
