@@ -856,7 +856,7 @@ function boxWarmRows(warm) {
   table(LATENCY_HEADERS, [...f.rows, ...x.rows]);
   console.log("  (all started in the box through nsenter, the relays too; 'added' per round, as in section 2; the shims serve these");
   console.log("   calls alone (the fleet's sessions closed first); mcp-lazy's backends run in the unit's sandbox, the others");
-  console.log("   outside it: it costs server-memory one openat per call, about 2 µs more there)");
+  console.log("   outside it: server-memory used 20-50 µs more CPU per call there in two runs, which mcp-lazy's 'added' holds)");
   console.log(`  target: mcp-lazy's added cost <= 1.15x the relays', median and p99 -> ${warmVerdict("C backend, systemd socket", f)}; ` +
     `${warmVerdict("memory, systemd socket", x)}`);
 }
