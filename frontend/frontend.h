@@ -87,6 +87,12 @@ struct Session {
         struct stat watched;    /* the manifest as the stat timer last saw it */
 };
 
+/* Whether m's id is a string: its exact text says so first, so that a numeric id (the usual one)
+ * costs no call into cJSON on every call's path. */
+static inline bool message_id_is_string(const Message *m) {
+        return m->id_text && m->id_text[0] == '"' && cJSON_IsString(m->id);
+}
+
 /* The manifest as this frontend serves it (restricted to --backend's); errors as manifest_load_file().
  * With ret_st, also which version of the file was read (see manifest_load_file_stat()). */
 int session_load_manifest(const Options *o, Manifest **ret, struct stat *ret_st, char **ret_error);

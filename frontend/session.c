@@ -266,9 +266,13 @@ static bool span_has_nul(const Message *m, Span s) {
 /* A task-augmented call's answer names a task: later tasks calls for it go to the same backend. */
 static void track_task(Session *s, const Pending *p, const Message *answer) {
         const Span *t = &answer->spans[ID_PATH_RESULT_TASK_ID]; /* the scan noted where it is */
-        _cleanup_json_ cJSON *v = t->len ? cJSON_ParseWithLength(answer->text + t->start, t->len) : NULL;
-        const char *id = cJSON_GetStringValue(v);
+        _cleanup_json_ cJSON *v = NULL;
+        const char *id;
 
+        if (!t->len) /* the usual answer: no task */
+                return;
+        v = cJSON_ParseWithLength(answer->text + t->start, t->len);
+        id = cJSON_GetStringValue(v);
         if (id && !span_has_nul(answer, *t) && hashmap_size(s->tasks) < 65536)
                 (void) hashmap_put(s->tasks, id, p->upstream);
 }
@@ -587,7 +591,7 @@ static bool routable(Session *s, Message *m, Batch *batch) {
                             "request id is already used by a subscriptions/listen stream still open");
                 return false;
         }
-        if (cJSON_IsString(m->id) &&
+        if (message_id_is_string(m) &&
             strncmp(m->id->valuestring, UPSTREAM_OWN_PREFIX, strlen(UPSTREAM_OWN_PREFIX)) == 0) {
                 reply_error(s, batch, m->id_json, JSONRPC_INVALID_REQUEST,
                             "request ids starting with '%s' are reserved by mcp-lazy", UPSTREAM_OWN_PREFIX);

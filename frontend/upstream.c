@@ -179,7 +179,7 @@ static void upconn_handle_response(UpConn *c, const Message *m) {
         Session *s = c->up->s;
         Pending *p;
 
-        if (cJSON_IsString(m->id) && streq(m->id->valuestring, UPSTREAM_INIT_ID)) {
+        if (message_id_is_string(m) && streq(m->id->valuestring, UPSTREAM_INIT_ID)) {
                 const cJSON *err;
 
                 c->established = true;
@@ -190,7 +190,7 @@ static void upconn_handle_response(UpConn *c, const Message *m) {
                                     cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(err, "message")) ?: "?");
                 return;
         }
-        if (cJSON_IsString(m->id) && strncmp(m->id->valuestring, UPSTREAM_OWN_PREFIX, strlen(UPSTREAM_OWN_PREFIX)) == 0) {
+        if (message_id_is_string(m) && strncmp(m->id->valuestring, UPSTREAM_OWN_PREFIX, strlen(UPSTREAM_OWN_PREFIX)) == 0) {
                 (void) modern_own_answer(s, m); /* a stream's subscribe; our logging/setLevel: nobody waits */
                 return;
         }
@@ -280,7 +280,7 @@ bool upstream_answer_upcall(Session *s, const Message *m) {
         size_t len;
         Upcall *u;
 
-        if (!cJSON_IsString(m->id) || !(u = hashmap_remove(s->upcalls, m->id->valuestring)))
+        if (!message_id_is_string(m) || !(u = hashmap_remove(s->upcalls, m->id->valuestring)))
                 return false;
         if (ids_translate(m, map_upcall_id, u->shim_id, &out, &len) >= 0)
                 (void) channel_send(u->conn->ch, out ?: m->text, len);
