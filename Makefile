@@ -72,24 +72,24 @@ $(S)/%.o: %.c
 # of the caches and the TLB: what costs it then is the lines and the pages it touches, and a page
 # costs about as much as 20 lines (a page walk; 100 ns here, tests/bench's machine). Per loop wakeup
 # (valgrind lackey): code pages 42-45 -> 37-38 in the frontend, 49-55 -> 40-43 in the shim (a socat
-# relay: 15). The list: our functions executed in the steady state of warm calls (lackey's trace of
-# 300 calls), in the order they first ran; a name that is gone only stops being placed.
+# relay: 15). The list is what `cd tests && node bench/hot-path.mjs` prints (valgrind's lackey over
+# 300 warm calls: our functions run per message, in the order they first ran); run it again when the
+# path changes. A name that is gone only stops being placed.
 HOT_PATH := on_in channel_dispatch_lines line_buffer_next channel_read line_buffer_reserve line_buffer_commit \
-	channel_emit on_client session_handle_line message_is_batch message_parse_envelope scan_text scan_value \
-	scanner_done scan_string integer_text json_id_valid string_decode ids_method_kind_mismatch \
-	check_id_lengths handle_message message_has_envelope handle_tools_call message_string route_to routable \
-	hashmap_size hashmap_get hashmap_put hash_string find message_ref modern_request session_upstream \
-	upstream_name upstream_forward channel_send channel_sendv chunk_new message_unref batch_end \
-	channel_flush chunk_free channel_update_reading on_upconn upconn_handle_line session_complete \
-	pending_forget hashmap_remove upconn_release session_send_text channel_backed_up client_handle_line \
-	text_holds client_handle_message mrtr_request_refused era_envelope_parse instance_submit \
-	channel_write_closed deliver mrtr_retry idmap_put id_find track_subscription ids_translate ids_splices \
-	ids_fields map_to_backend id_integer_format message_splice bridge_prepare_request route_send \
-	channel_sent_bytes shim_calls_changed instance_in_flight idmap_size idle_update status_arm \
-	line_buffer_pending on_backend instance_handle_backend_line idmap_get subscribe_handle_response \
-	mrtr_hold_answer bridge_response ids_translate_send map_to_client client_sendv_pieces client_sendv \
-	client_overflowed channel_queued client_check_peer_queued route_remove mrtr_route_gone bridge_route_gone \
-	idmap_remove route_free mrtr_free
+	channel_emit on_upconn upconn_handle_line message_parse_envelope scan_text scan_value scanner_done \
+	integer_text string_decode check_id_lengths hashmap_get hash_string find session_complete pending_forget \
+	hashmap_remove upconn_release message_unref session_send_text channel_send channel_sendv chunk_new \
+	channel_backed_up batch_end channel_flush chunk_free channel_update_reading on_client \
+	session_handle_line message_is_batch ids_method_kind_mismatch handle_message message_has_envelope \
+	handle_tools_call route_to routable hashmap_size hashmap_put message_ref modern_request session_upstream \
+	upstream_name upstream_forward client_handle_line text_holds client_handle_message mrtr_request_refused \
+	era_envelope_parse instance_submit channel_write_closed deliver mrtr_retry idmap_put id_find \
+	track_subscription ids_translate ids_splices ids_fields map_to_backend id_integer_format message_splice \
+	bridge_prepare_request route_send channel_sent_bytes shim_calls_changed instance_in_flight idmap_size \
+	idle_update status_arm line_buffer_pending on_backend instance_handle_backend_line idmap_get \
+	subscribe_handle_response mrtr_hold_answer bridge_response ids_translate_send map_to_client \
+	client_sendv_pieces client_sendv client_overflowed channel_queued client_check_peer_queued route_remove \
+	mrtr_route_gone bridge_route_gone idmap_remove route_free mrtr_free
 $(B)/hot-path.ld: Makefile
 	@mkdir -p $(dir $@)
 	@{ echo 'SECTIONS { .text.hot_path : {'; for f in $(HOT_PATH); do echo "*(.text.$$f .text.$$f.*)"; done; \
