@@ -6,6 +6,7 @@
 // Opens `sessions` connections (initialize each), then `rounds` times calls `record` once on every
 // session at once, a round every interval_ms; then opens `extra` more connections and calls once on
 // each (past max_sessions these are refused). Prints one JSON line of figures.
+// "raw": true also prints every latency (latency_raw, probe_raw, in ms), for a caller to pool runs.
 // "keep": true: the first session, opened alone, holds a call at the backend (lib/recorder.mjs's
 // hold/release) until the end, so the shim cannot idle out between the steps however slow they are.
 import { execFileSync } from "node:child_process";
@@ -124,6 +125,7 @@ for (let k = 0; k < (o.extra ?? 0); k++) {
 }
 for (const s of sessions) figures.unknown += s.unknown;
 
+if (o.raw) figures.latency_raw = figures.latencies.map((v) => Math.round(v * 1000) / 1000);
 const lat = figures.latencies.sort((a, b) => a - b);
 const q = (p) => (lat.length ? Math.round(lat[Math.min(lat.length - 1, Math.floor(p * lat.length))] * 100) / 100 : null);
 figures.latency_ms = { n: lat.length, p50: q(0.5), p90: q(0.9), p99: q(0.99), max: q(1) };
@@ -138,6 +140,7 @@ if (o.probe) {
     if (!r.result || r.result.isError) figures.errors++;
     t.push(now() - t0);
   }
+  if (o.raw) figures.probe_raw = t.map((v) => Math.round(v * 1000) / 1000);
   t.sort((a, b) => a - b);
   const at = (p) => Math.round(t[Math.min(t.length - 1, Math.floor(p * t.length))] * 1000) / 1000;
   figures.probe_ms = { n: t.length, p50: at(0.5), p90: at(0.9), p99: at(0.99) };
