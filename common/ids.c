@@ -40,10 +40,14 @@ static const IdRule id_rules[] = {
         {JSONRPC_RESPONSE, NULL, ID_PATH_RESULT_TASK_ID, ID_KIND_TASK},
 };
 
+/* Whether the rule names this method: its first two bytes settle most of them without a call. */
+static bool rule_method_is(const IdRule *r, const char *method) {
+        return r->method[0] == method[0] && method[0] && r->method[1] == method[1] && streq(r->method, method);
+}
+
 bool ids_method_kind_mismatch(JsonRpcKind kind, const char *method) {
         for (size_t i = 0; i < ELEMENTSOF(id_rules); i++)
-                if (id_rules[i].method && id_rules[i].kind != kind && id_rules[i].method[0] == method[0] &&
-                    streq(id_rules[i].method, method))
+                if (id_rules[i].method && id_rules[i].kind != kind && rule_method_is(&id_rules[i], method))
                         return true;
         return false;
 }
@@ -55,16 +59,29 @@ static const cJSON *value_at(const cJSON *j, IdPath p) {
         return j;
 }
 
+_Static_assert(ELEMENTSOF(id_rules) <= 32, "a message's rules are a 32-bit mask");
+
+uint32_t ids_rules_of(JsonRpcKind kind, const char *method) {
+        uint32_t rules = 0;
+
+        for (size_t i = 0; i < ELEMENTSOF(id_rules); i++)
+                if (id_rules[i].kind == kind &&
+                    (!id_rules[i].method || (method && rule_method_is(&id_rules[i], method))))
+                        rules |= UINT32_C(1) << i;
+        return rules;
+}
+
 size_t ids_fields(const Message *m, IdField *ret, size_t n) {
         size_t k = 0;
 
         if (m->kind == JSONRPC_INVALID)
                 return 0;
-        for (size_t i = 0; i < ELEMENTSOF(id_rules); i++) {
-                const IdRule *r = &id_rules[i];
+        /* The rules were picked by kind and method when the message was parsed (in rule order). */
+        for (uint32_t e = m->id_rules; e; e &= e - 1) {
+                const IdRule *r = &id_rules[__builtin_ctz(e)];
                 const Span *s = &m->spans[r->path];
 
-                if (s->len == 0 || r->kind != m->kind || (r->method && !streq(r->method, m->method)))
+                if (s->len == 0)
                         continue;
                 if (k < n)
                         ret[k] = (IdField){
@@ -72,7 +89,7 @@ size_t ids_fields(const Message *m, IdField *ret, size_t n) {
                                 .kind = r->id_kind,
                                 .text = m->text + s->start,
                                 .len = s->len,
-                                .value = value_at(m->json, r->path),
+                                .value = m->json ? value_at(m->json, r->path) : NULL,
                         };
                 k++;
         }
@@ -119,6 +136,47 @@ int ids_translate(const Message *m, id_map_t map, void *userdata, char **ret_tex
                 *ret_len = m->len;
         } else if (r >= 0)
                 r = message_splice(m, s, k, ret_text, ret_len);
+        for (size_t i = 0; i < k; i++)
+                free(owned[i]);
+        return r;
+}
+
+int ids_translate_buf(const Message *m, id_map_t map, void *userdata, char *buf, size_t size, char **ret_text,
+                      size_t *ret_len) {
+        Splice s[ELEMENTSOF(id_rules)];
+        char *owned[ELEMENTSOF(id_rules)] = {};
+        size_t k = 0, len = m->len, at = 0, o = 0;
+        char *out = NULL;
+        int r = ids_splices(m, map, userdata, s, owned, &k);
+
+        for (size_t i = 0; r >= 0 && i < k; i++) {
+                if (s[i].span.start < at || s[i].span.start + s[i].span.len > m->len)
+                        r = -EINVAL;
+                else {
+                        at = s[i].span.start + s[i].span.len;
+                        len = len - s[i].span.len + s[i].len;
+                }
+        }
+        if (r >= 0) {
+                out = len < size ? buf : malloc(len + 1);
+                if (!out)
+                        r = -ENOMEM;
+        }
+        if (r >= 0) {
+                at = 0;
+                for (size_t i = 0; i < k; i++) {
+                        memcpy(out + o, m->text + at, s[i].span.start - at);
+                        o += s[i].span.start - at;
+                        memcpy(out + o, s[i].text, s[i].len);
+                        o += s[i].len;
+                        at = s[i].span.start + s[i].span.len;
+                }
+                memcpy(out + o, m->text + at, m->len - at);
+                o += m->len - at;
+                out[o] = 0;
+                *ret_text = out;
+                *ret_len = o;
+        }
         for (size_t i = 0; i < k; i++)
                 free(owned[i]);
         return r;

@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/uio.h>
 #include <cjson/cJSON.h>
 
@@ -55,11 +56,18 @@ typedef int (*id_map_t)(void *userdata, const IdField *f, char **ret_text);
 /* The table names method's id fields for the other kind (a request named notifications/cancelled, a
  * notification named tasks/cancel): such a message would carry an id field past its translation. */
 bool ids_method_kind_mismatch(JsonRpcKind kind, const char *method);
+/* The rules of the table that a message of this kind and method is under (bit i: the i-th rule);
+ * message_parse_envelope() keeps them in the message (Message.id_rules) for ids_fields(). */
+uint32_t ids_rules_of(JsonRpcKind kind, const char *method);
 /* Calls fn for each id field the table names for m (in path order); returns how many there were. */
 size_t ids_fields(const Message *m, IdField *ret_fields, size_t n);
 /* m's text with every id field replaced as map says: *ret_text is NULL when nothing changed (send
  * m->text as it is), else a malloc'd line of *ret_len bytes. */
 int ids_translate(const Message *m, id_map_t map, void *userdata, char **ret_text, size_t *ret_len);
+/* The same, with the line always given (m's text copied when nothing changed): into buf when it fits
+ * (size bytes, its NUL included), else into a malloc'd one. *ret_text is buf or what to free. */
+int ids_translate_buf(const Message *m, id_map_t map, void *userdata, char *buf, size_t size, char **ret_text,
+                      size_t *ret_len);
 /* The same without a copy: send gets m's text as pieces (the translated ids between them) and its
  * result is returned. */
 typedef int (*ids_send_t)(void *userdata, const struct iovec *iov, size_t n);

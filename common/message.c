@@ -58,6 +58,8 @@ static const char *const route_paths[_ROUTE_PATH_MAX][ID_PATH_DEPTH + 1] = {
         [ROUTE_PATH_RESULT] = {"result"},
         [ROUTE_PATH_RESULT_TYPE] = {"result", "resultType"},
         [ROUTE_PATH_ERROR] = {"error"},
+        [ROUTE_PATH_META] = {"params", "_meta"},
+        [ROUTE_PATH_REQUEST_STATE] = {"params", "requestState"},
 };
 
 static const char *scan_path_key(unsigned p, unsigned level) {
@@ -592,6 +594,8 @@ static int keys_pop(Scanner *sc, size_t base, bool top) {
 
 /* mask: the paths whose first 'level' keys lead here. */
 static const uint8_t *scan_value(Scanner *sc, const uint8_t *p, unsigned level, uint32_t mask, bool top);
+static const uint8_t *scan_object(Scanner *sc, const uint8_t *p, unsigned level, uint32_t mask);
+static const uint8_t *scan_array(Scanner *sc, const uint8_t *p, bool top);
 
 /* At a container's opening bracket: steps in. *ret_closed: it closes at once. */
 static const uint8_t *scan_open(Scanner *sc, const uint8_t *p, char close, bool *ret_closed) {
@@ -654,6 +658,33 @@ static const uint8_t *scan_key(Scanner *sc, const uint8_t *p, size_t base, unsig
         return skip_ws(p + 1, sc->end);
 }
 
+/* A value at p, past any white space before it. Inline where members' values are scanned: most are
+ * strings, numbers and literals, which need no call. */
+static inline __attribute__((always_inline)) const uint8_t *scan_value_at(Scanner *sc, const uint8_t *p, unsigned level,
+                                                                           uint32_t mask, bool top) {
+        if (p >= sc->end)
+                return scan_fail(sc, -EBADMSG);
+        switch (*p) {
+        case '{':
+                return scan_object(sc, p, level, mask);
+        case '[':
+                return scan_array(sc, p, top);
+        case '"': {
+                const uint8_t *a, *b;
+                bool e;
+                return scan_string(sc, p, &a, &b, &e);
+        }
+        case 't':
+                return scan_literal(sc, p, "true", 4);
+        case 'f':
+                return scan_literal(sc, p, "false", 5);
+        case 'n':
+                return scan_literal(sc, p, "null", 4);
+        default:
+                return scan_number(sc, p);
+        }
+}
+
 static const uint8_t *scan_object(Scanner *sc, const uint8_t *p, unsigned level, uint32_t mask) {
         size_t base = sc->n_keys;
         bool top = sc->depth == 0, closed;
@@ -673,7 +704,7 @@ static const uint8_t *scan_object(Scanner *sc, const uint8_t *p, unsigned level,
                         return NULL;
                 vstart = p;
                 ends = sub ? sub & path_index.ends[level] : 0;
-                p = scan_value(sc, p, level + 1, sub & ~ends, false);
+                p = scan_value_at(sc, p, level + 1, sub & ~ends, false);
                 if (!p)
                         return NULL;
                 if (sc->spans && ends) {
@@ -719,28 +750,7 @@ static const uint8_t *scan_array(Scanner *sc, const uint8_t *p, bool top) {
 }
 
 static const uint8_t *scan_value(Scanner *sc, const uint8_t *p, unsigned level, uint32_t mask, bool top) {
-        p = skip_ws(p, sc->end);
-        if (p >= sc->end)
-                return scan_fail(sc, -EBADMSG);
-        switch (*p) {
-        case '{':
-                return scan_object(sc, p, level, mask);
-        case '[':
-                return scan_array(sc, p, top);
-        case '"': {
-                const uint8_t *a, *b;
-                bool e;
-                return scan_string(sc, p, &a, &b, &e);
-        }
-        case 't':
-                return scan_literal(sc, p, "true", 4);
-        case 'f':
-                return scan_literal(sc, p, "false", 5);
-        case 'n':
-                return scan_literal(sc, p, "null", 4);
-        default:
-                return scan_number(sc, p);
-        }
+        return scan_value_at(sc, skip_ws(p, sc->end), level, mask, top);
 }
 
 /* The whole text is one JSON value and white space. Nesting was bounded before this recursion. */
@@ -935,12 +945,14 @@ static void classify(Message *m, const Scanner *sc) {
                                            m->method_buf);
                 m->kind = has_id ? JSONRPC_REQUEST : JSONRPC_NOTIFICATION;
                 m->method = m->method_buf;
+                m->id_rules = ids_rules_of(m->kind, m->method);
                 return check_id_lengths(m);
         }
         if (sc->has_member[MEMBER_RESULT] != sc->has_member[MEMBER_ERROR] && has_id) {
                 /* A response to a request never sent is dropped by the caller; its id may be null. */
                 m->kind = JSONRPC_RESPONSE;
                 m->id = m->id_value ?: &m->id_item;
+                m->id_rules = ids_rules_of(m->kind, NULL);
                 return check_id_lengths(m);
         }
         m->problem = "a message needs \"method\", or \"id\" with exactly one of \"result\" and \"error\"";

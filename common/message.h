@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <cjson/cJSON.h>
 
 #include "ids.h"
@@ -30,6 +31,8 @@ typedef enum RoutePath {
         ROUTE_PATH_RESULT,            /* result */
         ROUTE_PATH_RESULT_TYPE,       /* result.resultType */
         ROUTE_PATH_ERROR,             /* error */
+        ROUTE_PATH_META,              /* params._meta */
+        ROUTE_PATH_REQUEST_STATE,     /* params.requestState */
         _ROUTE_PATH_MAX,
 } RoutePath;
 
@@ -48,6 +51,7 @@ struct Message {
         const char *problem; /* INVALID: why, as a sentence fragment for the error message */
         Span spans[_ID_PATH_MAX];
         Span route[_ROUTE_PATH_MAX];
+        uint32_t id_rules; /* the id table's rules its kind and method are under (ids_rules_of()) */
         /* Private: id and id_json point to these items of the message's own (never to cJSON_Delete()),
          * or id to id_value, a parsed id of a rare form. */
         cJSON *id_value;

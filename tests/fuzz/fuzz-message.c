@@ -209,6 +209,8 @@ static void check_route(const Message *m) {
                 [ROUTE_PATH_RESULT] = {"result"},
                 [ROUTE_PATH_RESULT_TYPE] = {"result", "resultType"},
                 [ROUTE_PATH_ERROR] = {"error"},
+                [ROUTE_PATH_META] = {"params", "_meta"},
+                [ROUTE_PATH_REQUEST_STATE] = {"params", "requestState"},
         };
         bool any = false;
 

@@ -452,6 +452,21 @@ static void test_route(void) {
               modern->route[ROUTE_PATH_META_CAPABILITIES].len == 0);
         CHECK(meta_arr && !message_has_envelope(meta_arr));
         CHECK(progress && !message_has_envelope(progress) && progress->spans[ID_PATH_PARAMS_META_PROGRESS].len == 1);
+        /* params._meta and params.requestState themselves (a reader of the tree wants them), however the
+         * key is written; elsewhere they are not these. */
+        CHECK(modern && modern->route[ROUTE_PATH_META].len > 2 && modern->route[ROUTE_PATH_REQUEST_STATE].len == 0);
+        CHECK(meta_arr && meta_arr->route[ROUTE_PATH_META].len > 2);
+        CHECK(a && a->route[ROUTE_PATH_META].len == 0 && a->route[ROUTE_PATH_REQUEST_STATE].len == 0);
+        {
+                _cleanup_message_ Message *esc = envelope(
+                        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":{\"\\u005fmeta\":{},"
+                        "\"request\\u0053tate\":\"s\"}}");
+                _cleanup_message_ Message *deep = envelope(
+                        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"_meta\":{},\"params\":{\"a\":{\"_meta\":{},"
+                        "\"requestState\":\"s\"}}}");
+                CHECK(esc && esc->route[ROUTE_PATH_META].len == 2 && esc->route[ROUTE_PATH_REQUEST_STATE].len == 3);
+                CHECK(deep && deep->route[ROUTE_PATH_META].len == 0 && deep->route[ROUTE_PATH_REQUEST_STATE].len == 0);
+        }
 }
 
 /* What cJSON refuses, the scan refuses (a lone half of a surrogate pair); what the next hop would read
