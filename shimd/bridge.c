@@ -238,9 +238,7 @@ int bridge_prepare_request(Instance *i, Client *c, Route *r, const Message *requ
         edited = object_edit(m, obj, meta ? envelope_keys : NULL, NULL, NULL, wrapped ?: members, &n);
         if (!edited || message_splice(m, &(Splice){obj, edited, strlen(edited)}, 1, &text, &len) < 0)
                 return -ENOMEM;
-        free(r->sent);
-        r->sent = TAKE_PTR(text);
-        r->sent_len = len;
+        route_set_sent(r, TAKE_PTR(text), len);
         r->legacy_client = true;
         if (bridgeable(r->method)) {
                 free(r->request);
@@ -316,9 +314,7 @@ static void bridge_retry(Instance *i, Route *r) {
         s[1] = (Splice){ps, params, strlen(params)};
         if (splice_sorted(m, s, 2, &text, &len) < 0)
                 return route_fail(i, r, "out of memory");
-        free(r->sent);
-        r->sent = TAKE_PTR(text);
-        r->sent_len = len;
+        route_set_sent(r, TAKE_PTR(text), len);
         if (route_send(i, r) < 0)
                 route_fail(i, r, "the backend's stdin is closed");
 }

@@ -383,29 +383,14 @@ void client_handle_message(Client *c, Message *m) {
         }
 }
 
-/* Whether word is somewhere in the text. */
-static bool text_holds(const char *t, size_t n, const char *word, size_t anchor) {
-        size_t l = strlen(word);
-
-        if (n < l)
-                return false;
-        /* Found by a byte of it that JSON-RPC's own keys seldom have (memmem() costs more here). */
-        for (const char *p = t + anchor, *end = t + n; (p = memchr(p, word[anchor], (size_t) (end - p))); p++)
-                if ((size_t) (end - (p - anchor)) >= l && memcmp(p - anchor, word, l) == 0)
-                        return true;
-        return false;
-}
-
 /* Whether what a client sent is read past its envelope on its way. A request is, for its params._meta
  * (a 2026-07-28 client's envelope, mrtr.c) or its params.requestState (a retry), and where a handler
- * builds the tree itself (initialize, subscriptions, a modern backend's bridge: deliver()). A request
- * whose text holds neither key goes on from its envelope alone: a key could be written with escapes,
- * so a text with a backslash is read whole too. Anything else is read whole, as before. */
+ * builds the tree itself (initialize, subscriptions, a modern backend's bridge: deliver()). The scan
+ * notes both members (keys written with escapes included, as it decodes keys): a request without
+ * either goes on from its envelope alone. Anything else is read whole, as before. */
 static bool client_reads_tree(const Message *m) {
-        if (m->kind != JSONRPC_REQUEST)
-                return true;
-        return memchr(m->text, '\\', m->len) || text_holds(m->text, m->len, "_meta", 0) ||
-               text_holds(m->text, m->len, "requestState", 2);
+        return m->kind != JSONRPC_REQUEST || m->route[ROUTE_PATH_META].len > 0 ||
+               m->route[ROUTE_PATH_REQUEST_STATE].len > 0;
 }
 
 void client_handle_line(Client *c, const char *line, size_t len) {

@@ -162,15 +162,30 @@ int instance_get(Shim *s, Client *c, Instance **ret) {
 static void route_free(Route *r) {
         if (!r)
                 return;
-        free(r->client_id);
+        if (r->client_id != r->own_id)
+                free(r->client_id);
         free(r->client_token);
         free(r->backend_token);
-        free(r->sent);
+        if (r->sent != r->own_sent)
+                free(r->sent);
         free(r->request);
         cJSON_Delete(r->input_responses);
         free(r->request_state);
         mrtr_free(r->mrtr);
         free(r);
+}
+
+void route_set_client_id(Route *r, char *id) {
+        if (r->client_id != r->own_id)
+                free(r->client_id);
+        r->client_id = id;
+}
+
+void route_set_sent(Route *r, char *text, size_t len) {
+        if (r->sent != r->own_sent)
+                free(r->sent);
+        r->sent = text;
+        r->sent_len = len;
 }
 
 /* Takes the route out of every map. */
@@ -487,21 +502,12 @@ static int map_to_backend(void *userdata, const IdField *f, char **ret) {
         return 0;
 }
 
-/* m as it goes to the backend (kept by a route, to be sent again to a next process). */
-static int translate_for_backend(Instance *i, Route *r, const Message *m, char **ret, size_t *ret_len) {
+/* m as it goes to the backend (kept by the route, to be sent again to a next process): in the room
+ * the route has for it, unless what the ids became is longer than that. */
+static int translate_for_backend(Instance *i, Route *r, const Message *m, size_t room) {
         ToBackend t = {.i = i, .r = r};
-        _cleanup_free_ char *out = NULL;
-        size_t len;
-        int k;
 
-        k = ids_translate(m, map_to_backend, &t, &out, &len);
-        if (k < 0)
-                return k;
-        if (!out && !(out = strndup(m->text, m->len)))
-                return -ENOMEM;
-        *ret = TAKE_PTR(out);
-        *ret_len = len;
-        return 0;
+        return ids_translate_buf(m, map_to_backend, &t, r->own_sent, room, &r->sent, &r->sent_len);
 }
 
 static int instance_sendv(void *userdata, const struct iovec *iov, size_t n) {
@@ -515,26 +521,34 @@ static int send_to_backend(Instance *i, Route *r, const Message *m) {
         return ids_translate_send(m, map_to_backend, &t, instance_sendv, i);
 }
 
+/* What our ids add to a request's length, in the usual case: its id as our integer, a progress token
+ * of ours (a longer one gets its own allocation). */
+#define ROUTE_SENT_SLACK 64U
+
 static void forward_request(Instance *i, Client *c, const Message *m) {
+        size_t method_len, id_len, room;
         Route *r;
         int k;
 
         if (hashmap_size(c->pending) >= CLIENT_MAX_PENDING)
                 return client_fail_request(c, m, "too many requests in flight on this connection");
-        /* The method's name lives in the route's own allocation. */
-        r = calloc(1, sizeof *r + strlen(m->method) + 1);
+        /* One allocation holds the route, the method's name, the client's id and what goes to the
+         * backend (the request with our ids, which are seldom much longer than the client's). */
+        method_len = strlen(m->method);
+        id_len = strlen(m->id_text);
+        room = m->len + ROUTE_SENT_SLACK + 1;
+        r = malloc(sizeof *r + method_len + 1 + id_len + 1 + room);
         if (!r)
                 return client_fail_request(c, m, "out of memory");
-        r->backend_id = i->next_id++;
-        r->instance = i;
-        r->client = c;
-        r->client_id = strdup(m->id_text);
-        r->method = strcpy((char *) (r + 1), m->method);
-        r->is_tool_call = streq(m->method, "tools/call");
-        if (!r->client_id) {
-                route_free(r);
-                return client_fail_request(c, m, "out of memory");
-        }
+        *r = (Route){
+                .backend_id = i->next_id++,
+                .instance = i,
+                .client = c,
+                .method = memcpy((char *) (r + 1), m->method, method_len + 1),
+                .is_tool_call = streq(m->method, "tools/call"),
+        };
+        r->client_id = r->own_id = memcpy((char *) (r + 1) + method_len + 1, m->id_text, id_len + 1);
+        r->own_sent = r->own_id + id_len + 1;
         k = hashmap_put(c->pending, r->client_id, r);
         if (k == -EEXIST) {
                 route_free(r);
@@ -552,7 +566,7 @@ static void forward_request(Instance *i, Client *c, const Message *m) {
                 route_remove(i, r);
                 return;
         }
-        k = translate_for_backend(i, r, m, &r->sent, &r->sent_len);
+        k = translate_for_backend(i, r, m, room);
         if (k >= 0)
                 k = bridge_prepare_request(i, c, r, m);
         if (k >= 0)

@@ -271,8 +271,7 @@ static int park(Mrtr *x) {
                 return -ENOMEM;
         }
         hashmap_remove(r->client->pending, r->client_id);
-        free(r->client_id);
-        r->client_id = key;
+        route_set_client_id(r, key);
         x->parked = true;
         return 0;
 }
@@ -514,8 +513,7 @@ static int rebind(Client *c, Route *r, const Message *m) {
         if (!id || !caps || hashmap_put(c->pending, id, r) < 0)
                 return -ENOMEM;
         hashmap_remove(c->pending, r->client_id);
-        free(r->client_id);
-        r->client_id = TAKE_PTR(id);
+        route_set_client_id(r, TAKE_PTR(id));
         free(r->client_token);
         r->client_token = TAKE_PTR(token);
         cJSON_Delete(r->mrtr->caps);

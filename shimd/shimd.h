@@ -80,6 +80,7 @@ typedef struct Route {
         bool is_tool_call;
         char *sent; /* what went to the backend, for a backend that dies before reading it */
         size_t sent_len;
+        char *own_id, *own_sent; /* room in the route's own allocation: the first client_id and sent */
         uint64_t sent_end; /* its end in the backend's stdin (channel_sent_bytes()) */
         bool resend;       /* the backend died before reading it: it goes to the next one */
         /* A handshake-era client's request at a modern backend (bridge.c). */
@@ -382,6 +383,10 @@ int route_retarget(Instance *i, Route *r);
 /* Sends r->sent (again: a retry), and notes where it ends in the backend's stdin; when that stdin is
  * closed, nothing of it reached the backend: it waits for the next process. */
 int route_send(Instance *i, Route *r);
+/* A route's client_id or sent replaced by text of the caller's, which the route takes over (the old
+ * one is freed unless it lived in the route's own allocation). */
+void route_set_client_id(Route *r, char *id);
+void route_set_sent(Route *r, char *text, size_t len);
 /* Answers the route's client with a failure, and forgets the route. */
 void route_fail(Instance *i, Route *r, const char *text);
 /* Forgets the route (its client was answered otherwise). */
