@@ -89,7 +89,8 @@ HOT_PATH := on_in channel_dispatch_lines line_buffer_next channel_read line_buff
 	idle_update status_arm line_buffer_pending on_backend instance_handle_backend_line idmap_get \
 	subscribe_handle_response mrtr_hold_answer bridge_response ids_translate_send map_to_client \
 	client_sendv_pieces client_sendv client_overflowed channel_queued client_check_peer_queued route_remove \
-	mrtr_route_gone bridge_route_gone idmap_remove route_free mrtr_free
+	mrtr_route_gone bridge_route_gone idmap_remove route_free mrtr_free \
+	scan_object scan_array scan_string_slow ids_rules_of ids_translate_buf table_put table_take
 $(B)/hot-path.ld: Makefile
 	@mkdir -p $(dir $@)
 	@{ echo 'SECTIONS { .text.hot_path : {'; for f in $(HOT_PATH); do echo "*(.text.$$f .text.$$f.*)"; done; \

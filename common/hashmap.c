@@ -1,4 +1,5 @@
-/* Open-addressing hash map with tombstones, keyed SipHash: small, and safe on ids a peer chooses. */
+/* Open-addressing hash map with tombstones, keyed SipHash: small, and safe on ids a peer chooses; the
+ * same table keyed by the process's own 64-bit ids (IdMap). */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -14,13 +15,14 @@
 typedef struct Entry {
         char *key;
         void *value;
-        uint64_t hash; /* of key: probes compare it before the key, and a resize reuses it */
+        uint64_t hash; /* of key (an IdMap's: the id): probes compare it before the key, and a resize reuses it */
 } Entry;
 
 struct Hashmap {
         Entry *entries;
         size_t size, used, n_buckets; /* used counts tombstones too */
         bool borrowed;                /* the keys are the caller's (hashmap_new_borrowed()) */
+        bool ids;                     /* an IdMap's: every key is ID_KEY, the hash is the id */
 };
 
 #define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
@@ -101,38 +103,60 @@ static uint64_t hash_string(const char *s) {
         return siphash_words(hash_k0, hash_k1, s, strlen(s), 1, 3); /* SipHash-1-3: ids are short */
 }
 
+/* One open-addressing table for both kinds of map. An entry's key is a string (Hashmap), or ID_KEY for
+ * an entry of an IdMap, whose id is its hash: ids are the process's own, so no hashing is needed to
+ * keep them apart, and a bucket comes from a multiplicative (Fibonacci) spread of the id. NULL: empty;
+ * TOMBSTONE: removed. */
+#define ID_KEY ((char *) 2)
+
+/* ids: the map is an IdMap's. The functions on every call's path take it as a constant, so that each
+ * kind of map gets code of its own. */
+#define _always_inline_ inline __attribute__((always_inline))
+
+static _always_inline_ size_t bucket_of(const Hashmap *h, uint64_t hash, bool ids) {
+        if (ids)
+                hash = (hash * 0x9E3779B97F4A7C15ULL) >> 32;
+        return (size_t) hash & (h->n_buckets - 1);
+}
+
+static Hashmap *map_new(bool borrowed, bool ids) {
+        Hashmap *h = calloc(1, sizeof(Hashmap));
+
+        if (h) {
+                h->borrowed = borrowed;
+                h->ids = ids;
+        }
+        return h;
+}
+
 Hashmap *hashmap_new(void) {
-        return calloc(1, sizeof(Hashmap));
+        return map_new(false, false);
 }
 
 Hashmap *hashmap_new_borrowed(void) {
-        Hashmap *h = hashmap_new();
-
-        if (h)
-                h->borrowed = true;
-        return h;
+        return map_new(true, false);
 }
 
 Hashmap *hashmap_free(Hashmap *h) {
         if (!h)
                 return NULL;
-        for (size_t i = 0; i < h->n_buckets; i++)
+        for (size_t i = 0; !h->borrowed && i < h->n_buckets; i++)
                 if (h->entries[i].key && h->entries[i].key != TOMBSTONE)
-                        if (!h->borrowed)
-                                free(h->entries[i].key);
+                        free(h->entries[i].key);
         free(h->entries);
         free(h);
         return NULL;
 }
 
-static Entry *find(const Hashmap *h, const char *key, uint64_t hash) {
+/* key: the string, or ID_KEY (then hash is the id). */
+static _always_inline_ Entry *find(const Hashmap *h, const char *key, uint64_t hash, bool ids) {
         if (h->n_buckets == 0)
                 return NULL;
-        for (size_t i = hash & (h->n_buckets - 1), n = 0; n < h->n_buckets; i = (i + 1) & (h->n_buckets - 1), n++) {
+        for (size_t i = bucket_of(h, hash, ids), n = 0; n < h->n_buckets; i = (i + 1) & (h->n_buckets - 1), n++) {
                 Entry *e = &h->entries[i];
                 if (!e->key)
                         return NULL;
-                if (e->key != TOMBSTONE && e->hash == hash && strcmp(e->key, key) == 0)
+                if (e->key != TOMBSTONE && e->hash == hash && (ids || strcmp(e->key, key) == 0))
                         return e;
         }
         return NULL;
@@ -152,7 +176,7 @@ static int resize(Hashmap *h, size_t n_buckets) {
         for (size_t i = 0; i < old_n; i++) {
                 if (!old[i].key || old[i].key == TOMBSTONE)
                         continue;
-                size_t j = old[i].hash & (n_buckets - 1);
+                size_t j = bucket_of(h, old[i].hash, h->ids);
                 while (h->entries[j].key)
                         j = (j + 1) & (n_buckets - 1);
                 h->entries[j] = old[i];
@@ -162,13 +186,10 @@ static int resize(Hashmap *h, size_t n_buckets) {
         return 0;
 }
 
-int hashmap_put(Hashmap *h, const char *key, void *value) {
-        uint64_t hash = hash_string(key);
-        char *k;
+/* Puts key (the caller's string, taken as it is, or ID_KEY) with its hash; -EEXIST if present. */
+static _always_inline_ int table_put(Hashmap *h, char *key, uint64_t hash, void *value, bool ids) {
         size_t i;
 
-        if (find(h, key, hash))
-                return -EEXIST;
         if ((h->used + 1) * 4 >= h->n_buckets * 3) {
                 int r = resize(h, h->n_buckets == 0                   ? 16
                                   : (h->size + 1) * 4 >= h->n_buckets ? h->n_buckets * 2
@@ -176,26 +197,17 @@ int hashmap_put(Hashmap *h, const char *key, void *value) {
                 if (r < 0)
                         return r;
         }
-        k = h->borrowed ? (char *) key : strdup(key);
-        if (!k)
-                return -ENOMEM;
-        for (i = hash & (h->n_buckets - 1); h->entries[i].key && h->entries[i].key != TOMBSTONE;
+        for (i = bucket_of(h, hash, ids); h->entries[i].key && h->entries[i].key != TOMBSTONE;
              i = (i + 1) & (h->n_buckets - 1))
                 ;
         if (!h->entries[i].key)
                 h->used++;
-        h->entries[i] = (Entry){k, value, hash};
+        h->entries[i] = (Entry){key, value, hash};
         h->size++;
         return 0;
 }
 
-void *hashmap_get(const Hashmap *h, const char *key) {
-        Entry *e = h->n_buckets > 0 ? find(h, key, hash_string(key)) : NULL;
-        return e ? e->value : NULL;
-}
-
-void *hashmap_remove(Hashmap *h, const char *key) {
-        Entry *e = h->n_buckets > 0 ? find(h, key, hash_string(key)) : NULL;
+static void *table_take(Hashmap *h, Entry *e) {
         void *v;
 
         if (!e)
@@ -207,6 +219,31 @@ void *hashmap_remove(Hashmap *h, const char *key) {
         e->value = NULL;
         h->size--;
         return v;
+}
+
+int hashmap_put(Hashmap *h, const char *key, void *value) {
+        uint64_t hash = hash_string(key);
+        char *k;
+        int r;
+
+        if (find(h, key, hash, false))
+                return -EEXIST;
+        k = h->borrowed ? (char *) key : strdup(key);
+        if (!k)
+                return -ENOMEM;
+        r = table_put(h, k, hash, value, false);
+        if (r < 0 && !h->borrowed)
+                free(k);
+        return r;
+}
+
+void *hashmap_get(const Hashmap *h, const char *key) {
+        Entry *e = h->n_buckets > 0 ? find(h, key, hash_string(key), false) : NULL;
+        return e ? e->value : NULL;
+}
+
+void *hashmap_remove(Hashmap *h, const char *key) {
+        return table_take(h, h->n_buckets > 0 ? find(h, key, hash_string(key), false) : NULL);
 }
 
 size_t hashmap_size(const Hashmap *h) {
@@ -227,126 +264,44 @@ int hashmap_iterate(Hashmap *h, size_t *state, const char **ret_key, void **ret_
         return 0;
 }
 
-/* IdMap: the same open addressing over int64 keys, spread by a multiplicative (Fibonacci) hash. */
-#define ID_TOMBSTONE ((void *) 1)
-
-typedef struct IdEntry {
-        int64_t key;
-        void *value; /* NULL: empty; ID_TOMBSTONE: removed */
-} IdEntry;
-
+/* IdMap: the same table, its entries keyed ID_KEY with the id as their hash. */
 struct IdMap {
-        IdEntry *entries;
-        size_t size, used, n_buckets; /* used counts tombstones too */
+        Hashmap map;
 };
 
-static size_t id_bucket(const IdMap *h, int64_t key) {
-        return (size_t) (((uint64_t) key * 0x9E3779B97F4A7C15ULL) >> 32) & (h->n_buckets - 1);
-}
-
 IdMap *idmap_new(void) {
-        return calloc(1, sizeof(IdMap));
+        return (IdMap *) map_new(true, true);
 }
 
 IdMap *idmap_free(IdMap *h) {
-        if (h)
-                free(h->entries);
-        free(h);
-        return NULL;
-}
-
-static IdEntry *id_find(const IdMap *h, int64_t key) {
-        if (h->n_buckets == 0)
-                return NULL;
-        for (size_t i = id_bucket(h, key), n = 0; n < h->n_buckets; i = (i + 1) & (h->n_buckets - 1), n++) {
-                IdEntry *e = &h->entries[i];
-                if (!e->value)
-                        return NULL;
-                if (e->value != ID_TOMBSTONE && e->key == key)
-                        return e;
-        }
-        return NULL;
-}
-
-static int id_resize(IdMap *h, size_t n_buckets) {
-        IdEntry *old = h->entries;
-        size_t old_n = h->n_buckets;
-
-        h->entries = calloc(n_buckets, sizeof(IdEntry));
-        if (!h->entries) {
-                h->entries = old;
-                return -ENOMEM;
-        }
-        h->n_buckets = n_buckets;
-        h->used = 0;
-        for (size_t i = 0; i < old_n; i++) {
-                if (!old[i].value || old[i].value == ID_TOMBSTONE)
-                        continue;
-                size_t j = id_bucket(h, old[i].key);
-                while (h->entries[j].value)
-                        j = (j + 1) & (n_buckets - 1);
-                h->entries[j] = old[i];
-                h->used++;
-        }
-        free(old);
-        return 0;
+        return (IdMap *) hashmap_free(h ? &h->map : NULL);
 }
 
 int idmap_put(IdMap *h, int64_t key, void *value) {
-        size_t i;
-
-        if (!value || value == ID_TOMBSTONE)
+        if (!value)
                 return -EINVAL;
-        if (id_find(h, key))
+        if (find(&h->map, ID_KEY, (uint64_t) key, true))
                 return -EEXIST;
-        if ((h->used + 1) * 4 >= h->n_buckets * 3) {
-                int r = id_resize(h, h->n_buckets == 0                   ? 16
-                                     : (h->size + 1) * 4 >= h->n_buckets ? h->n_buckets * 2
-                                                                         : h->n_buckets);
-                if (r < 0)
-                        return r;
-        }
-        for (i = id_bucket(h, key); h->entries[i].value && h->entries[i].value != ID_TOMBSTONE;
-             i = (i + 1) & (h->n_buckets - 1))
-                ;
-        if (!h->entries[i].value)
-                h->used++;
-        h->entries[i] = (IdEntry){key, value};
-        h->size++;
-        return 0;
+        return table_put(&h->map, ID_KEY, (uint64_t) key, value, true);
 }
 
 void *idmap_get(const IdMap *h, int64_t key) {
-        IdEntry *e = id_find(h, key);
+        Entry *e = find(&h->map, ID_KEY, (uint64_t) key, true);
         return e ? e->value : NULL;
 }
 
 void *idmap_remove(IdMap *h, int64_t key) {
-        IdEntry *e = id_find(h, key);
-        void *v;
-
-        if (!e)
-                return NULL;
-        v = e->value;
-        e->value = ID_TOMBSTONE;
-        h->size--;
-        return v;
+        return table_take(&h->map, find(&h->map, ID_KEY, (uint64_t) key, true));
 }
 
 size_t idmap_size(const IdMap *h) {
-        return h ? h->size : 0;
+        return h ? h->map.size : 0;
 }
 
 int idmap_iterate(IdMap *h, size_t *state, int64_t *ret_key, void **ret_value) {
-        for (; *state < h->n_buckets; (*state)++) {
-                IdEntry *e = &h->entries[*state];
-                if (e->value && e->value != ID_TOMBSTONE) {
-                        (*state)++;
-                        if (ret_key)
-                                *ret_key = e->key;
-                        *ret_value = e->value;
-                        return 1;
-                }
-        }
-        return 0;
+        if (!hashmap_iterate(&h->map, state, NULL, ret_value))
+                return 0;
+        if (ret_key)
+                *ret_key = (int64_t) h->map.entries[*state - 1].hash; /* the entry just returned */
+        return 1;
 }
