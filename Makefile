@@ -76,21 +76,21 @@ $(S)/%.o: %.c
 # 300 warm calls: our functions run per message, in the order they first ran); run it again when the
 # path changes. A name that is gone only stops being placed.
 HOT_PATH := on_in channel_dispatch_lines line_buffer_next channel_read line_buffer_reserve line_buffer_commit \
-	channel_emit on_upconn upconn_handle_line message_parse_envelope scan_text scan_value scanner_done \
-	integer_text string_decode check_id_lengths hashmap_get hash_string find session_complete pending_forget \
-	hashmap_remove upconn_release message_unref session_send_text channel_send channel_sendv chunk_new \
-	channel_backed_up batch_end channel_flush chunk_free channel_update_reading on_client \
-	session_handle_line message_is_batch ids_method_kind_mismatch handle_message message_has_envelope \
-	handle_tools_call route_to routable hashmap_size hashmap_put message_ref modern_request session_upstream \
-	upstream_name upstream_forward client_handle_line text_holds client_handle_message mrtr_request_refused \
-	era_envelope_parse instance_submit channel_write_closed deliver mrtr_retry idmap_put id_find \
-	track_subscription ids_translate ids_splices ids_fields map_to_backend id_integer_format message_splice \
-	bridge_prepare_request route_send channel_sent_bytes shim_calls_changed instance_in_flight idmap_size \
-	idle_update status_arm line_buffer_pending on_backend instance_handle_backend_line idmap_get \
-	subscribe_handle_response mrtr_hold_answer bridge_response ids_translate_send map_to_client \
-	client_sendv_pieces client_sendv client_overflowed channel_queued client_check_peer_queued route_remove \
-	mrtr_route_gone bridge_route_gone idmap_remove route_free mrtr_free \
-	scan_object scan_array scan_string_slow ids_rules_of ids_translate_buf table_put table_take
+	channel_emit on_upconn upconn_handle_line message_parse_envelope scan_text scan_value scan_object \
+	scan_number scan_array scanner_done integer_text string_decode ids_rules_of check_id_lengths hashmap_get \
+	hash_string session_complete pending_forget hashmap_remove upconn_release message_unref \
+	session_send_text channel_send channel_sendv chunk_new channel_backed_up batch_end channel_flush \
+	chunk_free channel_update_reading on_client session_handle_line message_is_batch \
+	ids_method_kind_mismatch handle_message message_has_envelope handle_tools_call route_to routable \
+	hashmap_size hashmap_put message_ref modern_request session_upstream upstream_name upstream_forward \
+	on_backend instance_handle_backend_line idmap_get subscribe_handle_response mrtr_hold_answer \
+	bridge_response ids_translate_send ids_splices ids_fields map_to_client client_sendv_pieces client_sendv \
+	client_overflowed channel_queued client_check_peer_queued route_remove mrtr_route_gone bridge_route_gone \
+	idmap_remove route_free mrtr_free shim_calls_changed instance_in_flight idmap_size idle_update \
+	status_arm client_handle_line client_handle_message mrtr_request_refused era_envelope_parse \
+	instance_submit channel_write_closed deliver mrtr_retry idmap_put track_subscription ids_translate_buf \
+	map_to_backend id_integer_format bridge_prepare_request route_send channel_sent_bytes \
+	line_buffer_pending
 $(B)/hot-path.ld: Makefile
 	@mkdir -p $(dir $@)
 	@{ echo 'SECTIONS { .text.hot_path : {'; for f in $(HOT_PATH); do echo "*(.text.$$f .text.$$f.*)"; done; \
