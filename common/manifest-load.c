@@ -12,10 +12,6 @@
 #include "manifest-cache.h"
 #include "manifest-internal.h"
 
-static void ynode_freep(YNode **n) {
-        ynode_free(*n);
-}
-
 /* JSON is YAML, but cJSON reads it many times faster than libyaml. A valid JSON manifest is taken
  * that way; anything else (and any mistake, to report it with its position) takes the YAML path. */
 static int manifest_from_json_text(const char *text, size_t len, const char *name, const char *dir, Manifest **ret,

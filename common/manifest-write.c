@@ -15,25 +15,8 @@
 #include "manifest-write.h"
 #include "manifest.h"
 
-static void ynode_freep(YNode **n) {
-        ynode_free(*n);
-}
-
-static int node_append(YNode *parent, YNode *child) {
-        if (parent->n_items == parent->alloc_items) {
-                size_t k = parent->alloc_items ? parent->alloc_items * 2 : 8;
-                YNode **l = realloc(parent->items, k * sizeof *l);
-                if (!l)
-                        return -ENOMEM;
-                parent->items = l;
-                parent->alloc_items = k;
-        }
-        parent->items[parent->n_items++] = child;
-        return 0;
-}
-
 static int node_insert(YNode *parent, size_t at, YNode *child) {
-        int r = node_append(parent, child);
+        int r = ynode_append(parent, child);
         if (r < 0)
                 return r;
         memmove(parent->items + at + 1, parent->items + at, (parent->n_items - 1 - at) * sizeof(YNode *));
@@ -60,10 +43,10 @@ static YNode *map_get_or_add(YNode *map, const char *key, const cJSON *init, YNo
         if (found)
                 return found->kind == kind ? found : NULL;
         k = node_string(key);
-        if (!k || node_from_json(init, &v) < 0 || node_append(map, k) < 0)
+        if (!k || node_from_json(init, &v) < 0 || ynode_append(map, k) < 0)
                 return NULL;
         k = NULL;
-        if (node_append(map, v) < 0)
+        if (ynode_append(map, v) < 0)
                 return NULL; /* the key stays with a missing value: the caller fails anyway */
         return TAKE_PTR(v);
 }
@@ -198,10 +181,10 @@ int manifest_doc_set_backend_key(ManifestDoc *d, const char *name, const char *k
         if (r < 0)
                 return r;
         k = node_string(key);
-        if (!k || node_append(b, k) < 0)
+        if (!k || ynode_append(b, k) < 0)
                 return -ENOMEM;
         k = NULL;
-        if (node_append(b, n) < 0)
+        if (ynode_append(b, n) < 0)
                 return -ENOMEM;
         n = NULL;
         return 0;

@@ -22,10 +22,6 @@ YNode *ynode_free(YNode *n) {
         return NULL;
 }
 
-static void ynode_freep(YNode **n) {
-        ynode_free(*n);
-}
-
 const char *ynode_kind_name(YNodeKind k) {
         return k == YNODE_SCALAR ? "a scalar" : k == YNODE_SEQUENCE ? "a list" : "a mapping";
 }
@@ -65,7 +61,7 @@ static YNode *ynode_alloc(YNodeKind kind, const char *value, size_t length, bool
         return n;
 }
 
-static int item_append(YNode *parent, YNode *child) {
+int ynode_append(YNode *parent, YNode *child) {
         if (parent->n_items == parent->alloc_items) {
                 size_t k = parent->alloc_items ? parent->alloc_items * 2 : 4;
                 YNode **l = realloc(parent->items, k * sizeof *l);
@@ -194,10 +190,10 @@ static int merge_one(Parser *p, const YNode *src, const YNode *at, Hashmap *keys
                 if (r < 0)
                         return r;
                 k = ynode_copy(src->items[i], at->line, at->column);
-                if (!k || item_append(merged, k) < 0)
+                if (!k || ynode_append(merged, k) < 0)
                         return k ? (ynode_free(k), -ENOMEM) : -ENOMEM;
                 v = ynode_copy(src->items[i + 1], at->line, at->column);
-                if (!v || item_append(merged, v) < 0)
+                if (!v || ynode_append(merged, v) < 0)
                         return v ? (ynode_free(v), -ENOMEM) : -ENOMEM;
         }
         return 0;
@@ -239,15 +235,15 @@ static int mapping_merge(Parser *p, YNode *n) {
         if (r < 0)
                 return r;
         /* The key and its source leave the tree (an anchor may still name the source). */
-        if (item_append(p->graveyard, at) < 0)
+        if (ynode_append(p->graveyard, at) < 0)
                 return -ENOMEM;
         n->items[pos] = NULL;
-        if (item_append(p->graveyard, src) < 0)
+        if (ynode_append(p->graveyard, src) < 0)
                 return -ENOMEM;
         n->items[pos + 1] = NULL;
         for (size_t i = 0; i < n->n_items; i++)
                 if (n->items[i])
-                        if (item_append(merged, n->items[i]) < 0)
+                        if (ynode_append(merged, n->items[i]) < 0)
                                 return -ENOMEM;
         /* merged now holds every item: hand its array to n. */
         free(n->items);
@@ -338,7 +334,7 @@ static int parse_children(Parser *p, YNode *n, yaml_event_type_t end, unsigned d
                                 return set_error(p->error, child->line, child->column, "duplicate key '%s'",
                                                  child->value);
                 }
-                r = item_append(n, child);
+                r = ynode_append(n, child);
                 if (r < 0)
                         return r;
                 child = NULL;
@@ -588,13 +584,13 @@ static int from_json(const cJSON *j, unsigned depth, YNode **ret) {
                                 if (r != 0)
                                         return r < 0 ? r : -EINVAL;
                                 child = ynode_new(YNODE_SCALAR, c->string, false);
-                                if (!child || item_append(n, child) < 0)
+                                if (!child || ynode_append(n, child) < 0)
                                         return child ? (ynode_free(child), -ENOMEM) : -ENOMEM;
                         }
                         r = from_json(c, depth + 1, &child);
                         if (r < 0)
                                 return r;
-                        if (item_append(n, child) < 0) {
+                        if (ynode_append(n, child) < 0) {
                                 ynode_free(child);
                                 return -ENOMEM;
                         }
@@ -661,13 +657,13 @@ int ynode_decode(const cJSON *j, YNode **ret) {
 
                         if (cJSON_IsObject(j)) {
                                 child = ynode_new(YNODE_SCALAR, c->string, false);
-                                if (!child || item_append(n, child) < 0)
+                                if (!child || ynode_append(n, child) < 0)
                                         return child ? (ynode_free(child), -ENOMEM) : -ENOMEM;
                         }
                         r = ynode_decode(c, &child);
                         if (r < 0)
                                 return r;
-                        if (item_append(n, child) < 0) {
+                        if (ynode_append(n, child) < 0) {
                                 ynode_free(child);
                                 return -ENOMEM;
                         }

@@ -31,6 +31,11 @@ struct YNode {
 /* On a YAML error returns -EINVAL and sets *ret_error to "LINE:COLUMN: sentence". */
 int yaml_tree_load(const char *text, size_t len, YNode **ret, char **ret_error);
 YNode *ynode_free(YNode *n);
+static inline void ynode_freep(YNode **n) {
+        ynode_free(*n);
+}
+/* Appends child to a sequence or mapping (a mapping takes key and value in turn): -ENOMEM. */
+int ynode_append(YNode *parent, YNode *child);
 /* Value of key in a mapping, or NULL. */
 const YNode *ynode_get(const YNode *map, const char *key);
 /* JSON value of a subtree, typed like YAML 1.2's core schema. On failure returns -EINVAL with
