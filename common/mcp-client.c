@@ -17,6 +17,7 @@
 #include "jsonrpc.h"
 #include "macros.h"
 #include "mcp-client.h"
+#include "printable.h"
 
 #ifndef MCP_LAZY_VERSION
 #define MCP_LAZY_VERSION "0"
@@ -406,14 +407,7 @@ static int stderr_read(Client *c) {
                 return 1;
         if (n <= 0)
                 return 0;
-        /* Keep the last STDERR_KEEP bytes (a read is smaller than that). */
-        if (c->stderr_len + (size_t) n > STDERR_KEEP) {
-                size_t drop = c->stderr_len + (size_t) n - STDERR_KEEP;
-                memmove(c->stderr_tail, c->stderr_tail + drop, c->stderr_len - drop);
-                c->stderr_len -= drop;
-        }
-        memcpy(c->stderr_tail + c->stderr_len, buf, (size_t) n);
-        c->stderr_len += (size_t) n;
+        text_tail_append(c->stderr_tail, &c->stderr_len, STDERR_KEEP, buf, (size_t) n);
         return n == sizeof buf ? 2 : 1;
 }
 

@@ -81,3 +81,18 @@ int text_is_printable(const char *s, size_t max) {
         }
         return 1;
 }
+
+void text_tail_append(char *tail, size_t *len, size_t cap, const char *buf, size_t n) {
+        if (n >= cap) {
+                memcpy(tail, buf + n - cap, cap);
+                *len = cap;
+                return;
+        }
+        if (*len + n > cap) {
+                size_t drop = *len + n - cap;
+                memmove(tail, tail + drop, *len - drop);
+                *len -= drop;
+        }
+        memcpy(tail + *len, buf, n);
+        *len += n;
+}

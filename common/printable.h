@@ -9,3 +9,6 @@
 char *text_printable(const char *s, size_t max);
 /* s has nothing text_printable() would change (and is at most max bytes). */
 int text_is_printable(const char *s, size_t max);
+/* Appends n bytes of a stream (an ssh's or a server's stderr) to tail, which holds *len of at most cap
+ * bytes, keeping only the last cap: the reason a process gives comes last. No NUL is added. */
+void text_tail_append(char *tail, size_t *len, size_t cap, const char *buf, size_t n);

@@ -146,18 +146,7 @@ static int stderr_read(RemoteChild *c) {
         if (n <= 0)
                 return 0;
         log_debug("ssh: %.*s", (int) n, buf);
-        if ((size_t) n >= STDERR_KEEP) {
-                memcpy(c->err, buf + n - STDERR_KEEP, STDERR_KEEP);
-                c->err_len = STDERR_KEEP;
-        } else {
-                if (c->err_len + (size_t) n > STDERR_KEEP) {
-                        size_t drop = c->err_len + (size_t) n - STDERR_KEEP;
-                        memmove(c->err, c->err + drop, c->err_len - drop);
-                        c->err_len -= drop;
-                }
-                memcpy(c->err + c->err_len, buf, (size_t) n);
-                c->err_len += (size_t) n;
-        }
+        text_tail_append(c->err, &c->err_len, STDERR_KEEP, buf, (size_t) n);
         c->err[c->err_len] = 0;
         return 1;
 }

@@ -78,18 +78,7 @@ static int on_out(sd_event_source *s, int fd, uint32_t revents, void *userdata) 
                         return 0;
         } else if (n > 0) {
                 /* Keep the last ERR_KEEP bytes: ssh's reason comes last. */
-                if ((size_t) n >= ERR_KEEP) {
-                        memcpy(h->err, buf + n - ERR_KEEP, ERR_KEEP);
-                        h->err_len = ERR_KEEP;
-                } else {
-                        if (h->err_len + (size_t) n > ERR_KEEP) {
-                                size_t drop = h->err_len + (size_t) n - ERR_KEEP;
-                                memmove(h->err, h->err + drop, h->err_len - drop);
-                                h->err_len -= drop;
-                        }
-                        memcpy(h->err + h->err_len, buf, (size_t) n);
-                        h->err_len += (size_t) n;
-                }
+                text_tail_append(h->err, &h->err_len, ERR_KEEP, buf, (size_t) n);
                 h->err[h->err_len] = 0;
                 return 0;
         }

@@ -1,5 +1,6 @@
 /* Peer text made safe for a terminal. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "printable.h"
 #include "tests.h"
@@ -32,5 +33,17 @@ int main(void) {
         CHECK(!text_is_printable("\xff", 64));
         CHECK(!text_is_printable("too long", 3));
         p("", 0);
+
+        /* a tail keeps the last cap bytes of what it is given */
+        char tail[8];
+        size_t len = 0;
+        text_tail_append(tail, &len, sizeof tail, "abc", 3);
+        CHECK(len == 3 && memcmp(tail, "abc", 3) == 0);
+        text_tail_append(tail, &len, sizeof tail, "defgh", 5);
+        CHECK(len == 8 && memcmp(tail, "abcdefgh", 8) == 0);
+        text_tail_append(tail, &len, sizeof tail, "ij", 2);
+        CHECK(len == 8 && memcmp(tail, "cdefghij", 8) == 0);
+        text_tail_append(tail, &len, sizeof tail, "0123456789", 10);
+        CHECK(len == 8 && memcmp(tail, "23456789", 8) == 0);
         return tests_finish("test-printable");
 }
