@@ -4,12 +4,11 @@
 // lenient hand-written server, acts on a method name whether or not the message has an id.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { connect, createServer } from "node:net";
+import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { INIT, MCP_LAZY, RawPeer, SHIMD, TESTS, cleanupPeers, sleep, waitFor } from "./lib/env.mjs";
+import { INIT, MCP_LAZY, RawPeer, SHIMD, SockPeer, TESTS, cleanupPeers, shimOnSocket, sleep } from "./lib/env.mjs";
 
 after(cleanupPeers);
 
@@ -28,69 +27,29 @@ ${["raw", "slow", "seen", "task", "progress", "ask", "touch", "nan", "late", "as
 `,
 );
 
-class SockPeer {
-  constructor(path) {
-    this.lines = [];
-    this.sock = connect(path);
-    let buf = "";
-    this.sock.setEncoding("utf8").on("data", (d) => {
-      buf += d;
-      let i;
-      while ((i = buf.indexOf("\n")) >= 0) {
-        this.lines.push(buf.slice(0, i));
-        buf = buf.slice(i + 1);
-      }
-    });
-    this.sock.on("error", () => {});
-  }
-  send(obj) {
-    this.sock.write((typeof obj === "string" ? obj : JSON.stringify(obj)) + "\n");
-  }
-  async next(ms = 20000) {
-    const end = Date.now() + ms;
-    while (this.lines.length === 0) {
-      if (Date.now() > end) throw new Error("timed out waiting for a message");
-      await sleep(20);
-    }
-    return JSON.parse(this.lines.shift());
-  }
-  async request(obj, ms) {
-    this.send(obj);
-    return this.next(ms);
-  }
-  close() {
-    this.sock.end();
-  }
+// A shim on a socket of its own for the tests of one describe() (call it in its body); the function it
+// returns opens an initialized session on that shim.
+function pooledSessions(sockName) {
+  let shim;
+  const peers = [];
+  before(async () => (shim = await shimOnSocket(join(dir, sockName), manifest, "echo")));
+  after(() => {
+    peers.forEach((p) => p.close());
+    shim?.child.kill("SIGTERM");
+  });
+  return async () => {
+    const p = new SockPeer(shim.path);
+    peers.push(p);
+    const r = await p.request(INIT("2025-06-18", {}));
+    assert.ok(r.result, `${JSON.stringify(r)}; the shim said: ${shim.stderr()}`);
+    return p;
+  };
 }
 const call = (id, name, args = {}) => ({ jsonrpc: "2.0", id, method: "tools/call", params: { name, arguments: args } });
 const text = (r) => r.result?.content?.[0]?.text ?? JSON.stringify(r);
 
 describe("a hostile session on a pooled backend", () => {
-  let shim, sockPath;
-  const peers = [];
-  const session = async () => {
-    const p = new SockPeer(sockPath);
-    peers.push(p);
-    const r = await p.request(INIT("2025-06-18", {}));
-    assert.ok(r.result, JSON.stringify(r));
-    return p;
-  };
-  before(async () => {
-    sockPath = join(dir, "echo.sock");
-    shim = spawn("systemd-socket-activate", ["-l", sockPath, SHIMD, "--manifest", manifest, "echo"], { stdio: ["ignore", "ignore", "inherit"] });
-    assert.ok(await waitFor(async () => {
-      try {
-        await new Promise((res, rej) => connect(sockPath).on("connect", function () { this.end(); res(); }).on("error", rej));
-        return true;
-      } catch {
-        return false;
-      }
-    }, 20000), "the socket is listening");
-  });
-  after(() => {
-    peers.forEach((p) => p.close());
-    shim?.kill("SIGTERM");
-  });
+  const session = pooledSessions("echo.sock");
 
   test("a request named like a notification cannot cancel another session's call", async () => {
     const a = await session();
@@ -217,31 +176,7 @@ describe("a hostile session on a pooled backend", () => {
 });
 
 describe("a hostile session on a pooled backend (issue 7's review)", () => {
-  let shim, sockPath;
-  const peers = [];
-  const session = async () => {
-    const p = new SockPeer(sockPath);
-    peers.push(p);
-    const r = await p.request(INIT("2025-06-18", {}));
-    assert.ok(r.result, JSON.stringify(r));
-    return p;
-  };
-  before(async () => {
-    sockPath = join(dir, "echo2.sock");
-    shim = spawn("systemd-socket-activate", ["-l", sockPath, SHIMD, "--manifest", manifest, "echo"], { stdio: ["ignore", "ignore", "inherit"] });
-    assert.ok(await waitFor(async () => {
-      try {
-        await new Promise((res, rej) => connect(sockPath).on("connect", function () { this.end(); res(); }).on("error", rej));
-        return true;
-      } catch {
-        return false;
-      }
-    }, 20000), "the socket is listening");
-  });
-  after(() => {
-    peers.forEach((p) => p.close());
-    shim?.kill("SIGTERM");
-  });
+  const session = pooledSessions("echo2.sock");
 
   test("tasks/list shows each session only its own tasks, with the backend's nextCursor", async () => {
     const a = await session();

@@ -5,12 +5,10 @@
 // by the frontend (--activation=direct). No systemd needed.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { connect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { INIT, MCP_LAZY, RawPeer, SHIMD, TESTS, cleanupPeers, sleep, waitFor } from "./lib/env.mjs";
+import { INIT, MCP_LAZY, RawPeer, SHIMD, SockPeer, TESTS, cleanupPeers, shimOnSocket, sleep, waitFor } from "./lib/env.mjs";
 
 after(cleanupPeers);
 const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-message-"));
@@ -31,49 +29,6 @@ ${tools.map((t) => `  - {name: ${t}, backend: echo, input_schema: {type: object}
 `,
 );
 
-// Raw lines from a socket, for talking to one shim from several sessions.
-class SockPeer {
-  constructor(path) {
-    this.lines = [];
-    this.waiters = [];
-    this.sock = connect(path);
-    let buf = "";
-    this.sock.setEncoding("utf8").on("data", (d) => {
-      buf += d;
-      let i;
-      while ((i = buf.indexOf("\n")) >= 0) {
-        this.lines.push(buf.slice(0, i));
-        buf = buf.slice(i + 1);
-        this.waiters.splice(0).forEach((w) => w());
-      }
-    });
-    this.sock.on("error", () => {});
-  }
-  send(obj) {
-    this.sock.write((typeof obj === "string" ? obj : JSON.stringify(obj)) + "\n");
-  }
-  async nextRaw(ms = 20000) {
-    const end = Date.now() + ms;
-    while (this.lines.length === 0) {
-      if (Date.now() > end) throw new Error("timed out waiting for a message");
-      await new Promise((r) => {
-        this.waiters.push(r);
-        setTimeout(r, 50);
-      });
-    }
-    return this.lines.shift();
-  }
-  async next(ms) {
-    return JSON.parse(await this.nextRaw(ms));
-  }
-  async request(obj, ms) {
-    this.send(obj);
-    return this.next(ms);
-  }
-  close() {
-    this.sock.end();
-  }
-}
 // RawPeer hands out parsed messages; these tests need the bytes too.
 async function nextRaw(p, ms = 20000) {
   const end = Date.now() + ms;
@@ -87,30 +42,18 @@ const call = (id, name, args = {}, extra = {}) => ({ jsonrpc: "2.0", id, method:
 const text = (r) => r.result?.content?.[0]?.text ?? JSON.stringify(r);
 
 describe("the shim, with several sessions on one backend", () => {
-  let shim, sockPath, stderr = "";
+  let shim;
   const peers = [];
   const session = async (capabilities = {}) => {
-    const p = new SockPeer(sockPath);
+    const p = new SockPeer(shim.path);
     peers.push(p);
     const r = await p.request(INIT("2025-06-18", capabilities));
     return [p, r];
   };
-  before(async () => {
-    sockPath = join(dir, "echo.sock");
-    shim = spawn("systemd-socket-activate", ["-l", sockPath, SHIMD, "--manifest", manifest, "echo"], { stdio: ["ignore", "ignore", "pipe"] });
-    shim.stderr.setEncoding("utf8").on("data", (d) => (stderr += d));
-    assert.ok(await waitFor(async () => {
-      try {
-        await new Promise((res, rej) => connect(sockPath).on("connect", function () { this.end(); res(); }).on("error", rej));
-        return true;
-      } catch {
-        return false;
-      }
-    }, 20000), "the socket is listening");
-  });
+  before(async () => (shim = await shimOnSocket(join(dir, "echo.sock"), manifest, "echo")));
   after(() => {
     peers.forEach((p) => p.close());
-    shim?.kill("SIGTERM");
+    shim?.child.kill("SIGTERM");
   });
 
   test("duplicate keys are refused at every depth and never reach the backend", async () => {

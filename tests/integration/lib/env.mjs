@@ -1,6 +1,7 @@
 // Where the binaries under test are, and small helpers shared by the integration tests.
 import { spawn } from "node:child_process";
 import { readFileSync, readdirSync } from "node:fs";
+import { connect } from "node:net";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -196,6 +197,63 @@ export class RawPeer {
       this.child.kill(sig);
     } catch {}
     return this.exited;
+  }
+}
+
+// mcp-lazy-shimd on a listening socket of its own at path (Accept=no, as the shipped units run it),
+// behind systemd-socket-activate; prefix runs before that (setpriv to drop privileges). Resolves once
+// the socket listens; the caller stops the child (cleanupPeers ends what is left).
+export async function shimOnSocket(path, manifest, name, { extra = [], prefix = [] } = {}) {
+  const argv = [...prefix, "systemd-socket-activate", "-l", path, SHIMD, "--manifest", manifest, ...extra, name];
+  const child = spawn(argv[0], argv.slice(1), { stdio: ["ignore", "ignore", "pipe"] });
+  let stderr = "";
+  child.stderr.setEncoding("utf8").on("data", (d) => (stderr += d));
+  const exited = new Promise((r) => child.on("exit", (code, signal) => r({ code, signal })));
+  if (!(await waitFor(() => unixListening(path), 20000))) throw new Error(`the shim's socket ${path} does not listen; stderr: ${stderr}`);
+  return { path, child, exited, stderr: () => stderr };
+}
+
+// Raw lines from a unix socket (a shim's): one of several sessions on one shim.
+export class SockPeer {
+  constructor(path) {
+    this.lines = [];
+    this.waiters = [];
+    this.sock = connect(path);
+    let buf = "";
+    this.sock.setEncoding("utf8").on("data", (d) => {
+      buf += d;
+      let i;
+      while ((i = buf.indexOf("\n")) >= 0) {
+        this.lines.push(buf.slice(0, i));
+        buf = buf.slice(i + 1);
+        this.waiters.splice(0).forEach((w) => w());
+      }
+    });
+    this.sock.on("error", () => {});
+  }
+  send(obj) {
+    this.sock.write((typeof obj === "string" ? obj : JSON.stringify(obj)) + "\n");
+  }
+  async nextRaw(ms = 20000) {
+    const end = Date.now() + ms;
+    while (this.lines.length === 0) {
+      if (Date.now() > end) throw new Error("timed out waiting for a message");
+      await new Promise((r) => {
+        this.waiters.push(r);
+        setTimeout(r, 50);
+      });
+    }
+    return this.lines.shift();
+  }
+  async next(ms) {
+    return JSON.parse(await this.nextRaw(ms));
+  }
+  async request(obj, ms) {
+    this.send(obj);
+    return this.next(ms);
+  }
+  close() {
+    this.sock.end();
   }
 }
 
