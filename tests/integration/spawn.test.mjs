@@ -73,11 +73,8 @@ tools:
 `,
 );
 
-test("a backend starts in its own process group in its shim's session, cwd and env, with no signal blocked and the shim's first descriptor limit", async () => {
-  // The frontend (and so the shim) starts with a soft limit of 512; the shim raises its own.
-  const p = new RawPeer("sh", ["-c", `ulimit -Sn 512 && exec "$0" "$@"`, MCP_LAZY, "--manifest", manifest, "--activation=direct", "--shimd", SHIMD], {
-    env: { ...process.env, MCP_LAZY_CACHE_DIR: "", FOO: "from-the-client" },
-  });
+// Through the frontend p, the backend starts (writing down its facts) and answers; p is closed after.
+async function callStarted(p) {
   try {
     await p.request(INIT());
     const r = await p.request({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "started", arguments: {} } }, 30000);
@@ -85,6 +82,14 @@ test("a backend starts in its own process group in its shim's session, cwd and e
   } finally {
     await p.close();
   }
+}
+
+test("a backend starts in its own process group in its shim's session, cwd and env, with no signal blocked and the shim's first descriptor limit", async () => {
+  // The frontend (and so the shim) starts with a soft limit of 512; the shim raises its own.
+  const p = new RawPeer("sh", ["-c", `ulimit -Sn 512 && exec "$0" "$@"`, MCP_LAZY, "--manifest", manifest, "--activation=direct", "--shimd", SHIMD], {
+    env: { ...process.env, MCP_LAZY_CACHE_DIR: "", FOO: "from-the-client" },
+  });
+  await callStarted(p);
   const f = Object.fromEntries(readFileSync(facts, "utf8").trim().split("\n").map((l) => {
     const key = l.split(/[:\s]/)[0];
     return [key, l.slice(key.length).replace(/^[:\s]+/, "")];
@@ -139,12 +144,6 @@ test("a relative entry of the manifest's PATH is searched from the backend's cwd
   const p = new RawPeer(MCP_LAZY, ["--manifest", rel, "--activation=direct", "--shimd", SHIMD], {
     env: { ...process.env, MCP_LAZY_CACHE_DIR: "" },
   });
-  try {
-    await p.request(INIT());
-    const r = await p.request({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "started", arguments: {} } }, 30000);
-    assert.equal(r.result?.content?.[0]?.text, "started", JSON.stringify(r));
-  } finally {
-    await p.close();
-  }
+  await callStarted(p);
   assert.match(readFileSync(facts, "utf8"), new RegExp(`^cwd ${join(dir, "work")}$`, "m"));
 });
