@@ -144,6 +144,29 @@ static cJSON *envelope_new(void) {
         return m;
 }
 
+/* Adds text under key as it is when it is UTF-8; else with '?' for each byte that starts no character
+ * (a text of ours cut a peer's value at a byte count, say): a peer drops a line that is not UTF-8,
+ * and the call it answers would wait for ever. */
+static bool add_text(cJSON *o, const char *key, const char *text) {
+        _cleanup_free_ char *copy = NULL;
+        size_t n = strlen(text);
+
+        if (!utf8_is_valid(text, n)) {
+                copy = strdup(text);
+                if (!copy)
+                        return false;
+                for (size_t i = 0; i < n;) {
+                        unsigned char c = (unsigned char) copy[i];
+                        size_t k = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+                        if (k <= n - i && utf8_is_valid(copy + i, k))
+                                i += k;
+                        else
+                                copy[i++] = '?';
+                }
+        }
+        return cJSON_AddStringToObject(o, key, copy ?: text);
+}
+
 cJSON *jsonrpc_error_new(const cJSON *id, int code, const char *message) {
         _cleanup_json_ cJSON *m = envelope_new();
         cJSON *e;
@@ -151,7 +174,7 @@ cJSON *jsonrpc_error_new(const cJSON *id, int code, const char *message) {
         if (!m || !add_item(m, "id", id_copy(id)))
                 return NULL;
         e = cJSON_AddObjectToObject(m, "error");
-        if (!e || !cJSON_AddNumberToObject(e, "code", code) || !cJSON_AddStringToObject(e, "message", message))
+        if (!e || !cJSON_AddNumberToObject(e, "code", code) || !add_text(e, "message", message))
                 return NULL;
         return TAKE_PTR(m);
 }
@@ -208,7 +231,7 @@ cJSON *tool_error_result_new(const char *text) {
                 cJSON_Delete(item);
                 return NULL;
         }
-        if (!cJSON_AddStringToObject(item, "type", "text") || !cJSON_AddStringToObject(item, "text", text) ||
+        if (!cJSON_AddStringToObject(item, "type", "text") || !add_text(item, "text", text) ||
             !cJSON_AddBoolToObject(r, "isError", true))
                 return NULL;
         return TAKE_PTR(r);

@@ -535,8 +535,13 @@ static int key_compare_qsort(const void *a, const void *b) {
 static void note_duplicate(Scanner *sc, const Key *k, bool top) {
         if (top && key_is(k, "id"))
                 sc->dup_id = true;
-        if (!sc->has_dup)
-                snprintf(sc->dup, sizeof sc->dup, "%.*s", (int) (k->len < 64 ? k->len : 64), k->p);
+        if (!sc->has_dup) {
+                size_t n = k->len < 64 ? k->len : 64;
+                /* Cut at a character: the problem goes into an error a peer reads, as UTF-8. */
+                while (n > 0 && n < k->len && ((unsigned char) k->p[n] & 0xC0) == 0x80)
+                        n--;
+                snprintf(sc->dup, sizeof sc->dup, "%.*s", (int) n, k->p);
+        }
         sc->has_dup = true;
 }
 

@@ -15,7 +15,7 @@ const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-message-"));
 after(() => rmSync(dir, { recursive: true, force: true }));
 const ECHO = join(TESTS, "fixtures/echo-backend.mjs");
 const manifest = join(dir, "m.yaml");
-const tools = ["raw", "big", "slow", "levels", "upcall", "progress", "seen", "dupanswer", "task"];
+const tools = ["raw", "big", "slow", "levels", "upcall", "progress", "seen", "dupanswer", "dupwide", "task"];
 writeFileSync(
   manifest,
   `backends:
@@ -203,6 +203,14 @@ describe("the frontend and its shim", () => {
     assert.equal(r.id, 12);
     assert.equal(r.result?.isError, true, JSON.stringify(r));
     assert.match(text(r), /backend 'echo' sent an invalid answer to this call \(duplicate key "isError"/);
+  });
+
+  test("an error that quotes a key cut at 64 bytes is UTF-8: the call gets it, not a line the frontend drops", async () => {
+    // The shim's error cut the key inside an 'é': the frontend dropped that line, and the call waited.
+    const r = await p.request(call(13, "dupwide"), 20000);
+    assert.equal(r.id, 13);
+    assert.equal(r.result?.isError, true, JSON.stringify(r));
+    assert.match(text(r), /sent an invalid answer to this call \(duplicate key "a(é){31}" in an object\)/);
   });
 
   test("a tool's name is read as the backend reads it: escapes decoded, and a NUL in it names no tool", async () => {

@@ -1,4 +1,7 @@
 /* JSON-RPC classification and replies. */
+#include <string.h>
+
+#include "framing.h"
 #include "jsonrpc.h"
 #include "macros.h"
 #include "tests.h"
@@ -54,9 +57,32 @@ static void test_builders(void) {
         CHECK_STREQ(k2, "n:42");
 }
 
+/* A text of ours that cut a peer's value inside a character still goes out as UTF-8: a peer drops a
+ * line that is not, and the call it answers would wait for ever. */
+static void test_texts_are_utf8(void) {
+        static const char *const texts[] = {"cut \xc3", "cut \xe2\x82 in the middle", "\xf0\x9f\x98",
+                                            "\x80\xbf\xc0\xaf\xff"};
+
+        for (size_t i = 0; i < ELEMENTSOF(texts); i++) {
+                _cleanup_json_ cJSON *id = cJSON_CreateNumber(1), *e = jsonrpc_error_new(id, -32603, texts[i]),
+                                     *r = tool_error_result_new(texts[i]);
+                _cleanup_free_ char *a = e ? cJSON_PrintUnformatted(e) : NULL,
+                                    *b = r ? cJSON_PrintUnformatted(r) : NULL;
+                CHECK(a && utf8_is_valid(a, strlen(a)) && strstr(a, "?"));
+                CHECK(b && utf8_is_valid(b, strlen(b)) && strstr(b, "?"));
+        }
+        {
+                _cleanup_json_ cJSON *id = cJSON_CreateNumber(1),
+                                     *e = jsonrpc_error_new(id, -32603, "caf\xc3\xa9 \xe2\x82\xac");
+                _cleanup_free_ char *a = e ? cJSON_PrintUnformatted(e) : NULL;
+                CHECK(a && strstr(a, "\"caf\xc3\xa9 \xe2\x82\xac\"")); /* valid text as it is */
+        }
+}
+
 int main(void) {
         test_classify();
         test_invalid_keeps_id();
         test_builders();
+        test_texts_are_utf8();
         return tests_finish("test-jsonrpc");
 }

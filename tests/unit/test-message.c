@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "framing.h"
 #include "ids.h"
 #include "macros.h"
 #include "message.h"
@@ -509,6 +510,73 @@ static void test_scan_edges(void) {
               JSONRPC_REQUEST);
 }
 
+/* An attacker's spellings of one key: escapes, lengths around the eight bytes compared as a word,
+ * duplicates past the first eight bytes, and problems that quote a key cut to 64 bytes. */
+static void test_key_spellings(void) {
+        /* "id" twice, once escaped: no id is read (neither is the one the next hop would take). */
+        {
+                _cleanup_message_ Message *m =
+                        parse("{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":1,\"\\u0069d\":2}");
+                CHECK(m && m->kind == JSONRPC_INVALID && !m->id_text && strstr(m->problem, "duplicate"));
+        }
+        {
+                _cleanup_message_ Message *m = parse("{\"jsonrpc\":\"2.0\",\"\\u0069\\u0064\":7,\"method\":\"ping\"}");
+                CHECK(m && m->kind == JSONRPC_REQUEST && streq(m->id_text, "7") && m->spans[ID_PATH_ID].len == 1);
+        }
+        /* Envelope members and noted paths spelled with escapes are those members and paths. */
+        {
+                _cleanup_message_ Message *m = parse("{\"jsonrpc\":\"2.0\",\"id\":1,\"m\\u0065thod\":\"tools\\/"
+                                                     "call\",\"p\\u0061rams\":{\"n\\u0061me\":\"x\"}}");
+                CHECK(m && m->kind == JSONRPC_REQUEST && streq(m->method, "tools/call"));
+                CHECK(m && m->route[ROUTE_PATH_PARAMS_NAME].len == 3);
+        }
+        {
+                _cleanup_message_ Message *m =
+                        parse("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":"
+                              "{\"progress\\u0054oken\":\"t\",\"progress\":1}}");
+                CHECK(m && m->kind == JSONRPC_NOTIFICATION && m->spans[ID_PATH_PARAMS_PROGRESS].len == 3);
+        }
+        /* Duplicates that differ from each other's spelling only past byte eight, in an escape. */
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"progressToken\":1,\"progressT\\u006fken\":2}"
+                      "}") == JSONRPC_INVALID);
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"abcdefgh\\u00e9\":1,\"abcdefgh\xc3\xa9\":2}"
+                      "}") == JSONRPC_INVALID);
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"abcdefgh\\u00e9\":1,\"abcdefgh\xc3\xa8\":2}"
+                      "}") == JSONRPC_NOTIFICATION);
+        /* Same eight first bytes, same length, differ in the last byte (escaped or not). */
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"abcdefghi\":1,\"abcdefgh\\u006a\":2}}") ==
+              JSONRPC_NOTIFICATION);
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"abcdefghj\":1,\"abcdefgh\\u006a\":2}}") ==
+              JSONRPC_INVALID);
+        /* A NUL in the first eight bytes: the key is cut there, and refused. */
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"abc\\u0000defghij\":1}}") ==
+              JSONRPC_INVALID);
+        CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"abcdefghij\\u0000\":1}}") ==
+              JSONRPC_INVALID);
+        /* The sorted path (more than 16 keys) finds an escaped duplicate too. */
+        {
+                char big[4096] = "{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{";
+                for (int i = 0; i < 40; i++)
+                        snprintf(big + strlen(big), sizeof big - strlen(big), "\"key_number_%02d\":%d,", i, i);
+                strcat(big, "\"key_number_1\\u0037\":0}}");
+                CHECK(kind_of(big) == JSONRPC_INVALID);
+        }
+        /* A duplicate key quoted in the problem is cut to 64 bytes, never inside a UTF-8 sequence: the
+         * error is a JSON text a peer must be able to read (a shim's error to the frontend that is not
+         * UTF-8 is a line the frontend drops, and its call waits for ever). */
+        for (int pre = 0; pre < 4; pre++) {
+                char key[256] = "", t[1024];
+                _cleanup_message_ Message *m = NULL;
+                for (int k = 0; k < pre; k++)
+                        strcat(key, "a");
+                for (int k = 0; k < 40; k++)
+                        strcat(key, k % 2 ? "\xc3\xa9" : "\xe2\x82\xac");
+                snprintf(t, sizeof t, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"%s\":1,\"%s\":2}}", key, key);
+                m = parse(t);
+                CHECK(m && m->kind == JSONRPC_INVALID && m->problem && utf8_is_valid(m->problem, strlen(m->problem)));
+        }
+}
+
 int main(void) {
         test_envelope();
         test_route();
@@ -522,5 +590,6 @@ int main(void) {
         test_translate_send();
         test_batch();
         test_find();
+        test_key_spellings();
         return tests_finish("test-message");
 }
