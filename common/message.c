@@ -582,11 +582,10 @@ static int keys_pop(Scanner *sc, size_t base, bool top) {
                         return -ENOMEM;
                 memcpy(sorted, sc->keys + base, n * sizeof *sorted);
                 qsort(sorted, n, sizeof *sorted, key_compare_qsort);
+                /* Every duplicate, not the first only: "id" twice must be seen whatever sorts before it. */
                 for (size_t i = 1; i < n; i++)
-                        if (key_compare(&sorted[i - 1], &sorted[i]) == 0) {
+                        if (key_compare(&sorted[i - 1], &sorted[i]) == 0)
                                 note_duplicate(sc, &sorted[i], top);
-                                break;
-                        }
         }
         for (size_t i = base; sc->n_owned > 0 && i < sc->n_keys; i++)
                 if (sc->keys[i].owned) {

@@ -286,6 +286,13 @@ static void check_line(const char *text, size_t size) {
                 FUZZ_ASSERT(!m->problem);
         } else
                 FUZZ_ASSERT(m->problem && !m->method);
+        /* "id" twice at the top: which would the next hop read? No id is taken. */
+        if (cJSON_IsObject(m->json)) {
+                unsigned ids = 0;
+                for (const cJSON *c = m->json->child; c; c = c->next)
+                        ids += streq(c->string, "id");
+                FUZZ_ASSERT(ids < 2 || (!m->id_text && !m->id_json));
+        }
         /* A problem goes into an error a peer reads: UTF-8, however a key it quotes was cut. */
         FUZZ_ASSERT(!m->problem || utf8_is_valid(m->problem, strlen(m->problem)));
         if (m->kind == JSONRPC_REQUEST)

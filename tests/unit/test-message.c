@@ -561,6 +561,17 @@ static void test_key_spellings(void) {
                 strcat(big, "\"key_number_1\\u0037\":0}}");
                 CHECK(kind_of(big) == JSONRPC_INVALID);
         }
+        /* "id" twice among many keys (sorted, not compared pairwise), with another key twice that sorts
+         * before it: no id is read, as with few keys (the error went out under the first id). */
+        {
+                char big[4096] = "{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":1";
+                _cleanup_message_ Message *m = NULL;
+                for (int i = 0; i < 20; i++)
+                        snprintf(big + strlen(big), sizeof big - strlen(big), ",\"k%02d\":0", i);
+                strcat(big, ",\"aa\":1,\"aa\":2,\"id\":2}");
+                m = parse(big);
+                CHECK(m && m->kind == JSONRPC_INVALID && !m->id_text && !m->id_json);
+        }
         /* A duplicate key quoted in the problem is cut to 64 bytes, never inside a UTF-8 sequence: the
          * error is a JSON text a peer must be able to read (a shim's error to the frontend that is not
          * UTF-8 is a line the frontend drops, and its call waits for ever). */
