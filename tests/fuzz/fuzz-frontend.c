@@ -5,7 +5,9 @@
  * under ids it used and requests only under ids of ours, and the shim gets only the client's ids or
  * ours, and answers only under ids the shim used. An input that starts with 'A' runs a session served
  * from prepared answers (frontend/answers.c) without a manifest, as one started from the cache is: its
- * tools/call goes by the answers' routes. */
+ * tools/call goes by the answers' routes, its tools/list page is large enough to be written from the
+ * answers themselves (channel_sendv_borrow()), the client's socket takes little at a time, and a line
+ * 'R' loads the answers again (a reload) while the client may not have read that page yet. */
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -139,8 +141,8 @@ static void socket_cleanup(void) {
 
 /* The backend's socket is a datagram socket: a reconnect fails at once (EPROTOTYPE), without
  * starting anything or asking systemd why. */
-static Manifest *manifest(void) {
-        static char text[1024];
+static Manifest *manifest(bool big) {
+        static char text[1024], big_text[65536];
         Manifest *m = NULL;
         char *err = NULL;
 
@@ -158,8 +160,14 @@ static Manifest *manifest(void) {
                          "\"resources\":[{\"uri\":\"x://1\",\"name\":\"one\"}],\"prompts\":[{\"name\":\"p\"}]}},"
                          "\"tools\":[{\"name\":\"t\",\"backend\":\"echo\",\"input_schema\":{\"type\":\"object\"}}]}",
                          sa.sun_path);
+                /* A second tool whose description makes the tools/list page past ANSWER_LEND_MIN. */
+                snprintf(big_text, sizeof big_text,
+                         "%.*s,{\"name\":\"u\",\"backend\":\"echo\",\"description\":\"%0*d\","
+                         "\"input_schema\":{\"type\":\"object\"}}]}",
+                         (int) strlen(text) - 2, text, 40000, 0);
         }
-        FUZZ_ASSERT(manifest_load_string(text, strlen(text), "fuzz.json", "/", &m, &err) == 0);
+        FUZZ_ASSERT(manifest_load_string(big ? big_text : text, strlen(big ? big_text : text), "fuzz.json", "/", &m,
+                                         &err) == 0);
         return m;
 }
 
@@ -187,7 +195,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         free(p->seen[j]);
                 p->n_seen = p->len = 0;
         }
-        m = manifest();
+        m = manifest(prepared);
         if (prepared) {
                 struct stat st = {};
                 FUZZ_ASSERT(answers_build(m, "fuzz-frontend key", &st, &a) >= 0);
@@ -197,6 +205,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_ASSERT(s);
         session_set_answers(s, a);
         FUZZ_ASSERT(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, cs) == 0);
+        /* The client takes a few KiB at a time: a large answer stays queued over several lines. */
+        if (prepared)
+                (void) setsockopt(cs[0], SOL_SOCKET, SO_SNDBUF, &(int){4096}, sizeof(int));
         FUZZ_ASSERT(session_start(s, cs[0], cs[0]) >= 0);
         client.fd = cs[1];
         /* The backend's shim is connected already: its socket is ours. */
@@ -213,7 +224,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 at += len + 1;
                 if (len < 1)
                         continue;
-                if (line[0] == 'c') {
+                if (prepared && line[0] == 'R') {
+                        /* A reload: new answers, while the channel may still write from the old ones. */
+                        _cleanup_(manifest_freep) Manifest *mf = manifest(true);
+                        struct stat st = {};
+                        Answers *b = NULL;
+                        FUZZ_ASSERT(answers_build(mf, "fuzz-frontend key", &st, &b) >= 0);
+                        session_set_answers(s, b);
+                } else if (line[0] == 'c') {
                         note_sent(&client, line + 1, len - 1);
                         session_handle_line(s, line + 1, len - 1);
                 } else {
