@@ -45,7 +45,47 @@ static bool rule_method_is(const IdRule *r, const char *method) {
         return r->method[0] == method[0] && method[0] && r->method[1] == method[1] && streq(r->method, method);
 }
 
+/* Made once from the table: the pairs of first bytes the rules' methods begin with ("no", "ta"), and
+ * for each kind of message the rules that name no method. Most methods (tools/call, resources/read)
+ * begin with none of the pairs: their rules are their kind's, with no name compared. */
+static struct {
+        bool made;
+        char pairs[ELEMENTSOF(id_rules)][2];
+        size_t n_pairs;
+        uint32_t any_method[JSONRPC_INVALID + 1]; /* by JsonRpcKind (INVALID is the last) */
+} rule_index;
+
+static void rule_index_make(void) {
+        for (size_t i = 0; i < ELEMENTSOF(id_rules); i++) {
+                const char *rm = id_rules[i].method;
+                size_t k = 0;
+
+                if (!rm) {
+                        rule_index.any_method[id_rules[i].kind] |= UINT32_C(1) << i;
+                        continue;
+                }
+                while (k < rule_index.n_pairs && (rule_index.pairs[k][0] != rm[0] || rule_index.pairs[k][1] != rm[1]))
+                        k++;
+                if (k == rule_index.n_pairs)
+                        memcpy(rule_index.pairs[rule_index.n_pairs++], rm, 2);
+        }
+        rule_index.made = true;
+}
+
+static inline bool rules_may_name(const char *method) {
+        if (!rule_index.made)
+                rule_index_make();
+        if (!method || !method[0])
+                return false;
+        for (size_t k = 0; k < rule_index.n_pairs; k++)
+                if (rule_index.pairs[k][0] == method[0] && rule_index.pairs[k][1] == method[1])
+                        return true;
+        return false;
+}
+
 bool ids_method_kind_mismatch(JsonRpcKind kind, const char *method) {
+        if (!rules_may_name(method))
+                return false;
         for (size_t i = 0; i < ELEMENTSOF(id_rules); i++)
                 if (id_rules[i].method && id_rules[i].kind != kind && rule_method_is(&id_rules[i], method))
                         return true;
@@ -64,9 +104,10 @@ _Static_assert(ELEMENTSOF(id_rules) <= 32, "a message's rules are a 32-bit mask"
 uint32_t ids_rules_of(JsonRpcKind kind, const char *method) {
         uint32_t rules = 0;
 
+        if (!rules_may_name(method))
+                return rule_index.any_method[kind];
         for (size_t i = 0; i < ELEMENTSOF(id_rules); i++)
-                if (id_rules[i].kind == kind &&
-                    (!id_rules[i].method || (method && rule_method_is(&id_rules[i], method))))
+                if (id_rules[i].kind == kind && (!id_rules[i].method || rule_method_is(&id_rules[i], method)))
                         rules |= UINT32_C(1) << i;
         return rules;
 }

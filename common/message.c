@@ -166,6 +166,7 @@ typedef struct Scanner {
         Key *keys, *keys_inline;
         size_t n_keys, max_keys, n_owned;
         uint32_t noted; /* the paths whose spans were written */
+        bool long_id;   /* an id path's value is longer than MESSAGE_MAX_ID_BYTES */
         bool has_dup;
         bool dup_id;     /* the top-level object has "id" twice */
         bool top_object; /* the text is an object */
@@ -713,6 +714,8 @@ static const uint8_t *scan_object(Scanner *sc, const uint8_t *p, unsigned level,
                         return NULL;
                 if (sc->spans && ends) {
                         sc->noted |= ends;
+                        sc->long_id = sc->long_id || ((ends & ((UINT32_C(1) << _ID_PATH_MAX) - 1)) &&
+                                                      (size_t) (p - vstart) > MESSAGE_MAX_ID_BYTES);
                         for (uint32_t e = ends; e; e &= e - 1)
                                 sc->spans[__builtin_ctz(e)] = (Span){offset_of(sc, vstart), (size_t) (p - vstart)};
                 }
@@ -803,14 +806,12 @@ static void set_problem(Message *m, const char *fmt, const char *arg) {
 
 /* Every id a hop keeps in a table (request ids, progress tokens, task ids, cancelled ids) has a
  * bounded length: past it the message is invalid, and an over-long id of its own is not echoed. */
-static void check_id_lengths(Message *m) {
+static void check_id_lengths(Message *m, bool any_long) {
         IdField f[16];
-        bool any_long = false;
         size_t n;
 
-        /* The usual message has no field that long anywhere the table looks: nothing to ask it. */
-        for (size_t p = 0; p < _ID_PATH_MAX; p++)
-                any_long |= m->spans[p].len > MESSAGE_MAX_ID_BYTES;
+        /* The usual message has no field that long anywhere the table looks (the scan says): nothing to
+         * ask it. */
         if (!any_long)
                 return;
         n = ids_fields(m, f, ELEMENTSOF(f));
@@ -950,14 +951,14 @@ static void classify(Message *m, const Scanner *sc) {
                 m->kind = has_id ? JSONRPC_REQUEST : JSONRPC_NOTIFICATION;
                 m->method = m->method_buf;
                 m->id_rules = ids_rules_of(m->kind, m->method);
-                return check_id_lengths(m);
+                return check_id_lengths(m, sc->long_id);
         }
         if (sc->has_member[MEMBER_RESULT] != sc->has_member[MEMBER_ERROR] && has_id) {
                 /* A response to a request never sent is dropped by the caller; its id may be null. */
                 m->kind = JSONRPC_RESPONSE;
                 m->id = m->id_value ?: &m->id_item;
                 m->id_rules = ids_rules_of(m->kind, NULL);
-                return check_id_lengths(m);
+                return check_id_lengths(m, sc->long_id);
         }
         m->problem = "a message needs \"method\", or \"id\" with exactly one of \"result\" and \"error\"";
 }

@@ -522,7 +522,7 @@ static int rebind(Client *c, Route *r, const Message *m) {
 }
 
 bool mrtr_retry(Instance *i, Client *c, const Message *m) {
-        const char *state = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "requestState"));
+        const char *state;
         _cleanup_free_ char *key = NULL;
         _cleanup_json_ cJSON *salient = NULL;
         const char *secret;
@@ -531,6 +531,11 @@ bool mrtr_retry(Instance *i, Client *c, const Message *m) {
         Route *r;
         Mrtr *x;
         int k;
+
+        /* The scan says whether there is a params.requestState at all (the tree may not be built). */
+        if (m->route[ROUTE_PATH_REQUEST_STATE].len == 0)
+                return false;
+        state = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "requestState"));
 
         if (i->era == BACKEND_ERA_MODERN || !state || strncmp(state, MRTR_STATE_PREFIX, strlen(MRTR_STATE_PREFIX)) != 0)
                 return false; /* not ours: a modern backend's own, or nothing for a handshake-era one */
