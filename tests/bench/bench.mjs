@@ -186,15 +186,16 @@ const permutations = (a) => (a.length <= 1 ? [a] : a.flatMap((x, i) => permutati
 // The two-relay floor: `socat STDIO UNIX-CONNECT:S` -> `socat UNIX-LISTEN:S EXEC:backend` ->
 // the backend: two processes relaying the same bytes over a Unix socket, like frontend and shim.
 // command is a list without spaces in its words (socat's EXEC splits on spaces); prefix runs each
-// socat elsewhere (nsenter into the box). The backend gets a session of its own, as the shim gives
-// its backends (setsid): with the kernel's autogroups a session is a scheduling group, and under
-// load a backend in a group of its own answers later than one in the bench's (server-memory: tens to
-// a hundred µs per call on this 2-CPU machine); ownSession does the same for the second socat, as
-// systemd does for a shim (section 4b).
-function relayPair(sock, command, { env = process.env, prefix = [], ownSession = false } = {}) {
+// socat elsewhere (nsenter into the box). The sessions are the shim's and its backend's: with the
+// kernel's autogroups a session is a scheduling group, and under load a process in a group of its own
+// answers later than one in the bench's (server-memory: tens to a hundred µs per call on this 2-CPU
+// machine). Under systemd (section 4b, ownSession) the shim has its service's session and starts each
+// backend in a session of its own (setsid); started directly by mcp-lazy (section 2, shared) the shim
+// has a session of its own and its backend a process group in it (setpgid).
+function relayPair(sock, command, { env = process.env, prefix = [], ownSession = false, shared = false } = {}) {
   const run = (args) => (prefix.length ? [prefix[0], [...prefix.slice(1), ...args]] : [args[0], args.slice(1)]);
-  const server = new Peer(...run([...(ownSession ? ["setsid"] : []), "socat", `UNIX-LISTEN:${sock}`, `EXEC:${command.join(" ")},setsid`]),
-    { env, stderr: true });
+  const server = new Peer(...run([...(ownSession || shared ? ["setsid"] : []), "socat", `UNIX-LISTEN:${sock}`,
+    `EXEC:${command.join(" ")},${shared ? "setpgid" : "setsid"}`]), { env, stderr: true });
   const client = new Peer(...run(["socat", "STDIO", `UNIX-CONNECT:${sock},retry=200,interval=0.02`]), { env, stderr: true });
   client.relayServer = server;
   return client;
@@ -210,7 +211,8 @@ async function closeRelay(client) {
 
 // The same two hops as two byte relays on sd-event (tests/bench/sd-relay.c, built by sectionWarm()),
 // the loop mcp-lazy must use: what relaying costs a program made as mcp-lazy is made, before it reads
-// anything. The second runs the backend on pipes in a session of its own, as the shim does.
+// anything. The second takes a session of its own and runs the backend on pipes in a process group of
+// its own in it, as a directly started shim does (see relayPair()).
 const SD_RELAY = join(WORK, "sd-relay");
 function sdRelayPair(sock, command, { env = process.env } = {}) {
   const server = new Peer(SD_RELAY, ["listen", sock, ...command], { env, stderr: true });
@@ -266,14 +268,14 @@ async function warmEpoch(name, manifest, epoch) {
   const peers = {};
   const closers = [];
   try {
-    // Every backend in a session of its own, as the shim starts its backends: see relayPair().
+    // The direct backends in a session of their own, mcp-lazy's and the relays' as relayPair() says.
     peers.direct = new Peer("setsid", [cmd, ...cargs], { env: w.env("direct"), cwd: TESTS, stderr: true });
     closers.push(() => peers.direct.close());
     if (w.control) {
       peers.direct2 = new Peer("setsid", [cmd, ...cargs], { env: w.env("direct2"), cwd: TESTS, stderr: true });
       closers.push(() => peers.direct2.close());
     }
-    peers.relay = relayPair(join(WORK, `relay-${name}-${epoch}.sock`), w.command(), { env: w.env("relay") });
+    peers.relay = relayPair(join(WORK, `relay-${name}-${epoch}.sock`), w.command(), { env: w.env("relay"), shared: true });
     closers.push(() => closeRelay(peers.relay));
     if (existsSync(SD_RELAY)) {
       peers.sdrelay = sdRelayPair(join(WORK, `sd-relay-${name}-${epoch}.sock`), w.command(), { env: w.env("sdrelay") });

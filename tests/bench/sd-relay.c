@@ -3,8 +3,9 @@
  * and write, nothing else). Two of them stand where the frontend and the shim stand.
  *
  *   sd-relay connect SOCK          stdin -> SOCK, SOCK -> stdout
- *   sd-relay listen SOCK CMD...    takes one connection on SOCK, runs CMD in a session of its own on
- *                                  pipes (as the shim runs a backend), relays the two
+ *   sd-relay listen SOCK CMD...    in a session of its own, takes one connection on SOCK, runs CMD
+ *                                  in a process group of its own on pipes (as a shim that mcp-lazy
+ *                                  started runs a backend), relays the two
  *
  * Built by bench.mjs with cc -O2 ... -lsystemd; not part of mcp-lazy. */
 #include <errno.h>
@@ -92,6 +93,7 @@ int main(int argc, char **argv) {
                 }
                 return relay(STDIN_FILENO, STDOUT_FILENO, fd, fd);
         }
+        (void) setsid();
         (void) unlink(sa.sun_path);
         if (bind(fd, (struct sockaddr *) &sa, sizeof sa) < 0 || listen(fd, 1) < 0) {
                 perror(argv[2]);
@@ -104,7 +106,7 @@ int main(int argc, char **argv) {
         if (pid < 0)
                 return 1;
         if (pid == 0) {
-                (void) setsid();
+                (void) setpgid(0, 0);
                 if (dup2(to[0], STDIN_FILENO) < 0 || dup2(from[1], STDOUT_FILENO) < 0)
                         _exit(127);
                 execvp(argv[3], argv + 3);
