@@ -7,8 +7,8 @@ import { spawnSync } from "node:child_process";
 import { appendFileSync, chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { INIT, MCP_LAZY, RawPeer, SHIMD, cleanupPeers, sleep, waitFor } from "./lib/env.mjs";
-import { spawn } from "node:child_process";
+import { INIT, MCP_LAZY, RawPeer, cleanupPeers, sleep, startShimOnSocket, waitFor } from "./lib/env.mjs";
+import { onLines } from "./lib/lines.mjs";
 import { connect } from "node:net";
 
 const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-audit-"));
@@ -219,12 +219,7 @@ async function nobodyShim(mode) {
   writeFileSync(m, `backends:\n  stuck:\n    command: [${process.execPath}, ${STUCK}, ${mode}]\n    protocol: legacy\ntools:\n  - {name: t, backend: stuck, input_schema: {type: object}}\n`);
   chmodSync(m, 0o644);
   const sock = join(sdir, "s.sock");
-  const shim = spawn("setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "systemd-socket-activate", "-l", sock, SHIMD, "--manifest", m, "stuck"], { stdio: ["ignore", "ignore", "pipe"] });
-  shim.log = "";
-  shim.stderr.setEncoding("utf8").on("data", (d) => (shim.log += d));
-  assert.ok(await waitFor(() => existsSync(sock), 20000), "the socket is listening");
-  shim.sock = sock;
-  return shim;
+  return startShimOnSocket(sock, m, "stuck", { prefix: ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] });
 }
 
 test("one peer cannot make the shim hold more than 256 MiB of its requests (in flight at a backend that reads nothing, or waiting for one that does not start)", async (t) => {
@@ -232,19 +227,11 @@ test("one peer cannot make the shim hold more than 256 MiB of its requests (in f
   const text = "uid 0 already has 256 MiB of requests held at backend 'stuck' (waiting for it, or in flight), the most one user may; call again when some have been answered";
   for (const mode of ["answer", "silent"]) {
     const shim = await nobodyShim(mode);
-    const sock = shim.sock;
+    const sock = shim.path;
     try {
       const c = connect(sock);
       const lines = [];
-      let buf = "";
-      c.setEncoding("utf8").on("data", (d) => {
-        buf += d;
-        let i;
-        while ((i = buf.indexOf("\n")) >= 0) {
-          lines.push(JSON.parse(buf.slice(0, i)));
-          buf = buf.slice(i + 1);
-        }
-      });
+      onLines(c, (line) => lines.push(JSON.parse(line)));
       c.on("error", () => {});
       c.write(JSON.stringify(INIT()) + "\n");
       if (mode === "answer") assert.ok(await waitFor(() => lines.length === 1, 20000), "initialize answered");
@@ -257,7 +244,7 @@ test("one peer cannot make the shim hold more than 256 MiB of its requests (in f
       assert.ok(refused() >= N - 63 && refused() <= N - 60, `${mode}: ${refused()} refused; ${JSON.stringify(lines.slice(0, 2)).slice(0, 300)}`);
       c.destroy();
     } finally {
-      shim.kill("SIGTERM");
+      shim.child.kill("SIGTERM");
     }
   }
 });
@@ -270,7 +257,7 @@ test("one peer's unfinished lines together stay under 256 MiB: past it, the conn
     let closed = 0;
     const part = Buffer.alloc(15 * 1024 * 1024, "x");
     for (let k = 0; k < 20; k++) {
-      const c = connect(shim.sock);
+      const c = connect(shim.path);
       c.on("error", () => {});
       c.on("close", () => closed++);
       c.write(JSON.stringify(INIT()) + "\n");
@@ -278,12 +265,12 @@ test("one peer's unfinished lines together stay under 256 MiB: past it, the conn
       c.write(part); // 15 MiB of a line that does not end
       socks.push(c);
     }
-    assert.ok(await waitFor(() => closed >= 1, 30000), `no connection closed; shim: ${shim.log.slice(-500)}`);
-    assert.match(shim.log, /^mcp-lazy-shimd: The connections of uid 0 hold \d+ bytes of unfinished messages; closing connection \d+\.$/m);
+    assert.ok(await waitFor(() => closed >= 1, 30000), `no connection closed; shim: ${shim.stderr().slice(-500)}`);
+    assert.match(shim.stderr(), /^mcp-lazy-shimd: The connections of uid 0 hold \d+ bytes of unfinished messages; closing connection \d+\.$/m);
     assert.ok(closed < 20, "the others stay");
   } finally {
     socks.forEach((c) => c.destroy());
-    shim.kill("SIGTERM");
+    shim.child.kill("SIGTERM");
   }
 });
 

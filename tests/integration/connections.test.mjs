@@ -4,12 +4,11 @@
 // No systemd needed: the shim runs behind systemd-socket-activate, or is started by the frontend.
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { INIT, MCP_LAZY, RawPeer, SHIMD, cleanupPeers, cmdline, descendants, sleep, unixListening, waitFor } from "./lib/env.mjs";
+import { INIT, MCP_LAZY, RawPeer, SHIMD, cleanupPeers, cmdline, descendants, sleep, startShimOnSocket, waitFor } from "./lib/env.mjs";
 
 after(cleanupPeers);
 const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-conn-"));
@@ -86,14 +85,9 @@ function frontend(extra = [], version) {
 
 // mcp-lazy-shimd on a listening socket of its own (Accept=no, as the shipped units do).
 async function shimOnSocket(name, extra = []) {
-  const path = join(mkdtempSync(join(dir, "sock-")), `${name}.sock`);
-  const child = spawn("systemd-socket-activate", ["-l", path, SHIMD, "--manifest", manifest, ...extra, name], { stdio: ["ignore", "ignore", "pipe"] });
-  let stderr = "";
-  child.stderr.setEncoding("utf8").on("data", (d) => (stderr += d));
-  const exited = new Promise((r) => child.on("exit", (code, signal) => r({ code, signal })));
-  after(() => child.kill("SIGKILL"));
-  assert.ok(await waitFor(() => unixListening(path), 20000), "the socket listens");
-  return { path, child, exited, stderr: () => stderr };
+  const shim = await startShimOnSocket(join(mkdtempSync(join(dir, "sock-")), `${name}.sock`), manifest, name, { extra });
+  after(() => shim.child.kill("SIGKILL"));
+  return shim;
 }
 
 // A raw connection to a shim: lines in, lines out, and control over reading and half-closing.

@@ -3,10 +3,10 @@
 // ids and envelopes are held to one rule.
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { INIT, MCP_LAZY, RawPeer, SHIMD, TESTS, cleanupPeers, sleep } from "./lib/env.mjs";
+import { INIT, MCP_LAZY, RawPeer, SHIMD, TESTS, cleanupPeers, fileWriter } from "./lib/env.mjs";
 import { MREQ } from "./lib/eras.mjs";
 
 after(cleanupPeers);
@@ -14,11 +14,7 @@ after(cleanupPeers);
 const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-eras-hostile-"));
 const HOSTILE = join(TESTS, "servers/hostile-modern.mjs");
 const direct = (m) => ["--manifest", m, "--activation=direct", "--shimd", SHIMD];
-function manifest(name, text) {
-  const p = join(dir, name);
-  writeFileSync(p, text);
-  return p;
-}
+const manifest = fileWriter(dir);
 const TOOLS = ["echo", "array", "many", "badparams", "unknown", "notobject"];
 const hostile = manifest(
   "hostile.yaml",
@@ -153,15 +149,6 @@ test("server/discover with a _meta that is not an object says so", async () => {
   await p.close();
 });
 
-// The next line from p as it was written (duplicate keys and number spellings are lost in parsing).
-async function rawLine(p, ms = 30000) {
-  const end = Date.now() + ms;
-  while (p.lines.length === 0) {
-    if (Date.now() > end) throw new Error(`no line within ${ms} ms; stderr: ${p.stderr}`);
-    await sleep(20);
-  }
-  return p.lines.shift();
-}
 const count = (text, key) => text.split(`"${key}":`).length - 1;
 
 test("a handshake-era backend's answer to a modern request says resultType, ttlMs and cacheScope once, as mcp-lazy means them, and keeps the backend's bytes", async () => {
@@ -178,7 +165,7 @@ tools:
   );
   const p = new RawPeer(MCP_LAZY, direct(m));
   p.send(MREQ(1, "resources/read", { uri: "hostile://secret" }));
-  const read = await rawLine(p);
+  const read = await p.nextLine();
   for (const key of ["resultType", "ttlMs", "cacheScope"]) assert.equal(count(read, key), 1, `${key} once: ${read}`);
   const r = JSON.parse(read).result;
   assert.deepEqual([r.resultType, r.ttlMs, r.cacheScope], ["complete", 0, "private"]);
@@ -187,14 +174,14 @@ tools:
   assert.match(read, /"big":12345678901234567890123[,}]/);
 
   p.send(MREQ(2, "tools/call", { name: "typed", arguments: {} }));
-  const call = await rawLine(p);
+  const call = await p.nextLine();
   assert.equal(count(call, "resultType"), 1, call);
   assert.equal(JSON.parse(call).result.resultType, "complete");
   assert.equal(count(call, "ttlMs") + count(call, "cacheScope"), 0, call);
   assert.match(call, /"structuredContent":\{"big":12345678901234567890123,"exact":1\.10,"e":1E400\}/);
   // Resource not found: -32002 becomes -32602, the rest of the error as the backend wrote it.
   p.send(MREQ(3, "resources/read", { uri: "hostile://missing" }));
-  const missing = await rawLine(p);
+  const missing = await p.nextLine();
   assert.equal(missing, '{"jsonrpc":"2.0","id":3,"error":{"code":-32602,"message":"no such resource","data":{"uri":"hostile://missing","n":12345678901234567890123}}}');
   await p.close();
 });

@@ -5,11 +5,11 @@
 // straight. No systemd needed.
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn, spawnSync } from "node:child_process";
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { INIT, MCP_LAZY, RawPeer, SERVER_SCRIPTS, SHIMD, TESTS, cleanupPeers, waitFor } from "./lib/env.mjs";
+import { INIT, MCP_LAZY, RawPeer, SERVER_SCRIPTS, SHIMD, TESTS, cleanupPeers, startShimOnSocket, waitFor } from "./lib/env.mjs";
 import { MODERN_SERVER, MREQ, connectV2, modernManifest, modernScript } from "./lib/eras.mjs";
 
 after(cleanupPeers);
@@ -29,15 +29,9 @@ async function until(peer, id, ms = 20000) {
 
 // A shim of its own on a listening socket (as the shipped units run it): sessions share its backend.
 async function pooled(manifestPath, name) {
-  const path = join(dir, `${name}.sock`);
-  const child = spawn("systemd-socket-activate", ["-l", path, SHIMD, "--manifest", manifestPath, name], {
-    stdio: ["ignore", "ignore", "pipe"],
-  });
-  let stderr = "";
-  child.stderr.setEncoding("utf8").on("data", (d) => (stderr += d));
-  after(() => child.kill("SIGKILL"));
-  assert.ok(await waitFor(() => existsSync(path), 20000), "the socket appears");
-  return { path, stderr: () => stderr };
+  const shim = await startShimOnSocket(join(dir, `${name}.sock`), manifestPath, name);
+  after(() => shim.child.kill("SIGKILL"));
+  return shim;
 }
 
 async function socketManifest(file, name, args) {

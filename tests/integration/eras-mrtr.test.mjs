@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { ElicitRequestSchema, CreateMessageRequestSchema, ListRootsRequestSchema } from "@modelcontextprotocol/sdk/types.js";
-import { INIT, MCP_LAZY, RawPeer, SERVER_SCRIPTS, SHIMD, TESTS, cleanupPeers, sleep, unixListening, waitFor } from "./lib/env.mjs";
+import { INIT, MCP_LAZY, RawPeer, SERVER_SCRIPTS, SHIMD, TESTS, cleanupPeers, sleep, startShimOnSocket, waitFor, fileWriter } from "./lib/env.mjs";
 import { ENVELOPE, MODERN, MREQ, connectV2, modernManifest, normalise } from "./lib/eras.mjs";
 
 after(cleanupPeers);
@@ -17,11 +17,7 @@ after(cleanupPeers);
 const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-mrtr-"));
 const ASKER = join(TESTS, "servers/legacy-asker.mjs");
 const direct = (m) => ["--manifest", m, "--activation=direct", "--shimd", SHIMD];
-function manifest(name, text) {
-  const p = join(dir, name);
-  writeFileSync(p, text);
-  return p;
-}
+const manifest = fileWriter(dir);
 
 const TOOL = (name, backend) => `  - {name: ${name}, backend: ${backend}, input_schema: {type: object}}\n`;
 const askerManifest = (name, extra = "") =>
@@ -169,19 +165,14 @@ ${["trigger-elicitation-request", "trigger-sampling-request", "get-roots-list"].
 // mcp-lazy-shimd for the asker on a listening socket of its own (Accept=no, as the shipped units do):
 // several frontends are sessions of one shim, as under systemd.
 async function askerOnSocket(name, extra = "") {
-  const { spawn } = await import("node:child_process");
-  const { mkdtempSync: mk } = await import("node:fs");
-  const sock = join(mk(join(dir, "sock-")), "asker.sock");
+  const sock = join(mkdtempSync(join(dir, "sock-")), "asker.sock");
   const m = askerManifest(name, `    socket: ${sock}\n    idle_timeout: 10m\n${extra}`);
-  const child = spawn("systemd-socket-activate", ["-l", sock, SHIMD, "--manifest", m, "asker"], { stdio: ["ignore", "ignore", "pipe"] });
-  let stderr = "";
-  child.stderr.setEncoding("utf8").on("data", (d) => (stderr += d));
-  after(() => child.kill("SIGKILL"));
-  assert.ok(await waitFor(() => unixListening(sock), 20000), "the socket listens");
+  const shim = await startShimOnSocket(sock, m, "asker");
+  after(() => shim.child.kill("SIGKILL"));
   return {
     manifest: m,
     sock,
-    stderr: () => stderr,
+    stderr: shim.stderr,
     session: () => new RawPeer(MCP_LAZY, ["--manifest", m, "--activation=systemd"]),
     // A peer on the shim's socket itself, as a frontend is (or any other local program).
     raw: () => new RawPeer("socat", ["-", `UNIX-CONNECT:${sock}`]),
@@ -535,16 +526,6 @@ test("a handshake-era client's progress across a bridged round: its own token be
   }
 });
 
-// The next line a raw peer got, as its bytes.
-async function nextLine(p, ms = 10000) {
-  const end = Date.now() + ms;
-  while (p.lines.length === 0) {
-    if (Date.now() > end) throw new Error(`timed out; stderr: ${p.stderr}`);
-    await sleep(20);
-  }
-  return p.lines.shift();
-}
-
 test("a bridged call keeps the peers' bytes: integers past 2^53 and escapes both ways, through the envelope, the input requests, the answers and the retry", async () => {
   const BIG = "12345678901234567890123";
   const m = manifest(
@@ -560,7 +541,7 @@ ${["raw", "keep-meta", "ask-raw"].map((t) => TOOL(t, "raw")).join("")}`,
   p.send({ jsonrpc: "2.0", method: "notifications/initialized" });
   // The request reaches the backend as the client wrote it, with the envelope put into its _meta.
   p.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"raw","arguments":{"n":${BIG},"s":"\\u00e9\\/"},"_meta":{"progressToken":"t1"}}}`);
-  const answer = await nextLine(p, 30000);
+  const answer = await p.nextLine(30000);
   assert.ok(answer.includes(`"big":${BIG}`), answer);
   const got = JSON.parse(answer);
   assert.deepEqual(Object.keys(got.result), ["content", "big"], "what the handshake era does not have is gone");
@@ -569,15 +550,15 @@ ${["raw", "keep-meta", "ask-raw"].map((t) => TOOL(t, "raw")).join("")}`,
   assert.ok(sent.includes(`"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{}},"io.modelcontextprotocol/clientInfo":{"name":"raw-test","version":"1"},"progressToken":"t1"}`), sent);
   // What else _meta holds stays, as its bytes.
   p.send({ jsonrpc: "2.0", id: 2, method: "tools/call", params: { name: "keep-meta", arguments: {} } });
-  const kept = await nextLine(p);
+  const kept = await p.nextLine();
   assert.ok(kept.includes(`"_meta":{"keep":${BIG}}`), kept);
   // An input request reaches the client as the backend wrote it; the client's answer and the
   // backend's requestState go back as they were written.
   p.send({ jsonrpc: "2.0", id: 3, method: "tools/call", params: { name: "ask-raw", arguments: {} } });
-  const ask = await nextLine(p);
+  const ask = await p.nextLine();
   assert.ok(ask.includes(`"params":{"message":"n?","requestedSchema":{"type":"object","properties":{"n":{"type":"integer"}}},"_meta":{"big":${BIG}}}`), ask);
   p.send(`{"jsonrpc":"2.0","id":${JSON.stringify(JSON.parse(ask).id)},"result":{"action":"accept","content":{"n":98765432109876543210987}}}`);
-  const done = JSON.parse(await nextLine(p));
+  const done = JSON.parse(await p.nextLine());
   assert.equal(done.id, 3);
   const retried = done.result.content[0].text;
   assert.ok(retried.includes(`"inputResponses":{"q":{"action":"accept","content":{"n":98765432109876543210987}}}`), retried);
@@ -597,13 +578,13 @@ ${TOOL("ask-raw", "raw")}`,
   );
   const p = new RawPeer(MCP_LAZY, direct(m));
   p.send(MREQ(1, "tools/call", { name: "ask-raw", arguments: {} }, CAPS));
-  const asked = await nextLine(p, 30000);
+  const asked = await p.nextLine(30000);
   assert.ok(asked.includes(`"method":"elicitation/create","params":{"message":"n?","requestedSchema":{"type":"object","properties":{"n":{"type":"integer"}}},"_meta":{"big":${BIG}}}`), asked);
   const r = JSON.parse(asked).result;
   const [key] = Object.keys(r.inputRequests);
   const req = MREQ(2, "tools/call", { name: "ask-raw", arguments: {}, requestState: r.requestState, inputResponses: { [key]: "ANSWER" } }, CAPS);
   p.send(JSON.stringify(req).replace('"ANSWER"', '{"action":"accept","content":{"n":98765432109876543210987,"s":"\\u00e9"}}'));
-  const done = JSON.parse(await nextLine(p));
+  const done = JSON.parse(await p.nextLine());
   assert.equal(done.id, 2);
   assert.equal(done.result.content[0].text, '{"jsonrpc":"2.0","id":"e1","result":{"action":"accept","content":{"n":98765432109876543210987,"s":"\\u00e9"}}}');
   await p.close();
@@ -637,9 +618,9 @@ ${TOOL("raw", "raw")}`,
   );
   const p = new RawPeer(MCP_LAZY, direct(m));
   p.send(MREQ(1, "tools/call", { name: "raw", arguments: {} }, CAPS));
-  assert.equal(await nextLine(p, 30000), `{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete", "content":[{"type":"text","text":"\\u00e9"}],"big":${BIG}}}`);
+  assert.equal(await p.nextLine(30000), `{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete", "content":[{"type":"text","text":"\\u00e9"}],"big":${BIG}}}`);
   p.send(MREQ(2, "resources/read", { uri: "raw://gone" }, CAPS));
-  assert.equal(await nextLine(p), `{"jsonrpc":"2.0","id":2,"error":{"code":-32602,"message":"Resource not found","data":{"big":${BIG}}}}`);
+  assert.equal(await p.nextLine(), `{"jsonrpc":"2.0","id":2,"error":{"code":-32602,"message":"Resource not found","data":{"big":${BIG}}}}`);
   await p.close();
 });
 

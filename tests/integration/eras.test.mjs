@@ -6,17 +6,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
-import { INIT, MCP_LAZY, RawPeer, SERVER_SCRIPTS, SHIMD, TESTS, cleanupPeers, descendants, sleep } from "./lib/env.mjs";
+import { INIT, MCP_LAZY, RawPeer, SERVER_SCRIPTS, SHIMD, TESTS, cleanupPeers, descendants, sleep, fileWriter } from "./lib/env.mjs";
 import { ENVELOPE, MODERN, MODERN_SERVER, MREQ, connectV2, modernManifest, modernScript, normalise } from "./lib/eras.mjs";
 
 after(cleanupPeers);
 
 const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-eras-"));
-function manifest(name, text) {
-  const p = join(dir, name);
-  writeFileSync(p, text);
-  return p;
-}
+const manifest = fileWriter(dir);
 
 const SMALL = `server: {name: small, version: "3.1", instructions: "Be brief."__EXTRA__}
 backends:

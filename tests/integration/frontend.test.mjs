@@ -6,16 +6,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
-import { INIT, MANIFESTS, MCP_LAZY, RawPeer, cleanupPeers, descendants, sleep, waitFor } from "./lib/env.mjs";
+import { INIT, MANIFESTS, MCP_LAZY, RawPeer, cleanupPeers, descendants, sleep, waitFor, fileWriter } from "./lib/env.mjs";
 
 after(cleanupPeers);
 
 const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-frontend-"));
-function manifest(name, text) {
-  const p = join(dir, name);
-  writeFileSync(p, text);
-  return p;
-}
+const manifest = fileWriter(dir);
 
 const small = manifest(
   "small.yaml",

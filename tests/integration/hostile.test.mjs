@@ -8,7 +8,8 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { INIT, MCP_LAZY, RawPeer, SHIMD, SockPeer, TESTS, cleanupPeers, shimOnSocket, sleep } from "./lib/env.mjs";
+import { INIT, MCP_LAZY, RawPeer, SHIMD, SockPeer, TESTS, cleanupPeers, startShimOnSocket, sleep } from "./lib/env.mjs";
+import { onLines } from "./lib/lines.mjs";
 
 after(cleanupPeers);
 
@@ -32,7 +33,7 @@ ${["raw", "slow", "seen", "task", "progress", "ask", "touch", "nan", "late", "as
 function pooledSessions(sockName) {
   let shim;
   const peers = [];
-  before(async () => (shim = await shimOnSocket(join(dir, sockName), manifest, "echo")));
+  before(async () => (shim = await startShimOnSocket(join(dir, sockName), manifest, "echo")));
   after(() => {
     peers.forEach((p) => p.close());
     shim?.child.kill("SIGTERM");
@@ -250,24 +251,18 @@ describe("the frontend, with a shim that sends an invalid request", () => {
     // A stand-in for a (remote, or compromised) shim on the backend's socket.
     const sock = join(dir, "fake-shim.sock");
     const got = [];
-    const server = createServer((c) => {
-      let buf = "";
-      c.setEncoding("utf8").on("data", (d) => {
-        buf += d;
-        let i;
-        while ((i = buf.indexOf("\n")) >= 0) {
-          const m = JSON.parse(buf.slice(0, i));
-          buf = buf.slice(i + 1);
-          got.push(m);
-          if (m.method === "initialize")
-            c.write(JSON.stringify({ jsonrpc: "2.0", id: m.id, result: { protocolVersion: "2025-06-18", capabilities: { tools: {} }, serverInfo: { name: "fake", version: "1" } } }) + "\n");
-          if (m.method === "tools/call") {
-            c.write(JSON.stringify({ jsonrpc: "2.0", id: "srv-1", method: "sampling/createMessage", params: "not an object" }) + "\n");
-            setTimeout(() => c.write(JSON.stringify({ jsonrpc: "2.0", id: m.id, result: { content: [{ type: "text", text: "done" }] } }) + "\n"), 200);
-          }
+    const server = createServer((c) =>
+      onLines(c, (line) => {
+        const m = JSON.parse(line);
+        got.push(m);
+        if (m.method === "initialize")
+          c.write(JSON.stringify({ jsonrpc: "2.0", id: m.id, result: { protocolVersion: "2025-06-18", capabilities: { tools: {} }, serverInfo: { name: "fake", version: "1" } } }) + "\n");
+        if (m.method === "tools/call") {
+          c.write(JSON.stringify({ jsonrpc: "2.0", id: "srv-1", method: "sampling/createMessage", params: "not an object" }) + "\n");
+          setTimeout(() => c.write(JSON.stringify({ jsonrpc: "2.0", id: m.id, result: { content: [{ type: "text", text: "done" }] } }) + "\n"), 200);
         }
-      });
-    });
+      }),
+    );
     await new Promise((r) => server.listen(sock, r));
     const m = join(dir, "fake.yaml");
     writeFileSync(m, `backends:\n  fake: {command: [x], socket: ${sock}}\ntools:\n  - {name: t, backend: fake, input_schema: {type: object}}\n`);

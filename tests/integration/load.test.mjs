@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { LOG, recorderBox } from "./lib/recorder-box.mjs";
 import { MCP_LAZY, sleep, waitFor } from "./lib/env.mjs";
+import { onLines } from "./lib/lines.mjs";
 
 const SECONDS = Number(process.env.LOAD_SECONDS ?? 15);
 const SESSIONS = Number(process.env.LOAD_SESSIONS ?? 12);
@@ -35,25 +36,16 @@ class Session {
     this.waiters = new Map();
     this.stray = 0;
     this.stderr = "";
-    let buf = "";
     this.child.stderr.setEncoding("utf8").on("data", (d) => (this.stderr = (this.stderr + d).slice(-4000)));
-    this.child.stdout.setEncoding("utf8").on("data", (d) => {
-      buf += d;
-      let i;
-      while ((i = buf.indexOf("\n")) >= 0) {
-        const m = JSON.parse(buf.slice(0, i));
-        buf = buf.slice(i + 1);
-        if (m.id === undefined) continue;
-        const c = this.calls.get(m.id);
-        if (!c) {
-          this.stray++;
-          continue;
-        }
-        c.answers.push(m);
-        if (c.answers.length === 1) {
-          c.tAnswer = now();
-          this.waiters.get(m.id)?.();
-        }
+    onLines(this.child.stdout, (line) => {
+      const m = JSON.parse(line);
+      if (m.id === undefined) return;
+      const c = this.calls.get(m.id);
+      if (!c) return void this.stray++;
+      c.answers.push(m);
+      if (c.answers.length === 1) {
+        c.tAnswer = now();
+        this.waiters.get(m.id)?.();
       }
     });
     this.exited = new Promise((r) => this.child.on("exit", r));

@@ -8,7 +8,7 @@ import assert from "node:assert/strict";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { INIT, MCP_LAZY, RawPeer, SHIMD, SockPeer, TESTS, cleanupPeers, shimOnSocket, sleep, waitFor } from "./lib/env.mjs";
+import { INIT, MCP_LAZY, RawPeer, SHIMD, SockPeer, TESTS, cleanupPeers, startShimOnSocket, sleep, waitFor } from "./lib/env.mjs";
 
 after(cleanupPeers);
 const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-message-"));
@@ -29,15 +29,6 @@ ${tools.map((t) => `  - {name: ${t}, backend: echo, input_schema: {type: object}
 `,
 );
 
-// RawPeer hands out parsed messages; these tests need the bytes too.
-async function nextRaw(p, ms = 20000) {
-  const end = Date.now() + ms;
-  while (p.lines.length === 0) {
-    if (Date.now() > end) throw new Error(`timed out; stderr: ${p.stderr}`);
-    await sleep(20);
-  }
-  return p.lines.shift();
-}
 const call = (id, name, args = {}, extra = {}) => ({ jsonrpc: "2.0", id, method: "tools/call", params: { name, arguments: args, ...extra } });
 const text = (r) => r.result?.content?.[0]?.text ?? JSON.stringify(r);
 
@@ -50,7 +41,7 @@ describe("the shim, with several sessions on one backend", () => {
     const r = await p.request(INIT("2025-06-18", capabilities));
     return [p, r];
   };
-  before(async () => (shim = await shimOnSocket(join(dir, "echo.sock"), manifest, "echo")));
+  before(async () => (shim = await startShimOnSocket(join(dir, "echo.sock"), manifest, "echo")));
   after(() => {
     peers.forEach((p) => p.close());
     shim?.child.kill("SIGTERM");
@@ -142,21 +133,21 @@ describe("the frontend and its shim", () => {
   test("arguments and results pass byte for byte; only ids change", async () => {
     const args = '{"big":12345678901234567890123,"f":1.0,"e":1E2,"neg":-0,"s":"\\u00e9","sp" : [ 1 ,2 ]}';
     p.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"raw","arguments":${args}}}`);
-    const got = JSON.parse(await nextRaw(p));
+    const got = JSON.parse(await p.nextLine());
     assert.equal(got.id, 1);
     assert.ok(text(got).includes(`"arguments":${args}`), text(got));
     p.send(call(2, "big"));
-    const line = await nextRaw(p);
+    const line = await p.nextLine();
     assert.ok(line.includes('"structuredContent":{"n":12345678901234567890123,"f":1.0,"e":1E2,"neg":-0,"s":"\\u00e9"}'), line);
   });
 
   test("any id a client may send comes back exactly as sent", async () => {
     for (const id of ["1000000000000000", "123456789012345678901234567890", "-9007199254740993", '"\\u0061b"', '""']) {
       p.send(`{"jsonrpc":"2.0","id":${id},"method":"tools/call","params":{"name":"raw","arguments":{}}}`);
-      const line = await nextRaw(p);
+      const line = await p.nextLine();
       assert.ok(line.startsWith(`{"jsonrpc":"2.0","id":${id},"result":`), line);
       p.send(`{"jsonrpc":"2.0","id":${id},"method":"ping"}`);
-      assert.equal(await nextRaw(p), `{"jsonrpc":"2.0","id":${id},"result":{}}`);
+      assert.equal(await p.nextLine(), `{"jsonrpc":"2.0","id":${id},"result":{}}`);
     }
   });
 
@@ -215,23 +206,23 @@ describe("the frontend and its shim", () => {
 
   test("a tool's name is read as the backend reads it: escapes decoded, and a NUL in it names no tool", async () => {
     p.send('{"jsonrpc":"2.0","id":20,"method":"tools/call","params":{"name":"r\\u0061w","arguments":{"marker":"esc"}}}');
-    const ok = JSON.parse(await nextRaw(p));
+    const ok = JSON.parse(await p.nextLine());
     assert.equal(ok.id, 20);
     assert.ok(text(ok).includes('"name":"r\\u0061w"'), text(ok));
     p.send('{"jsonrpc":"2.0","id":21,"method":"tools/call","params":{"name":"seen\\u0000x","arguments":{"marker":"nul"}}}');
-    const bad = JSON.parse(await nextRaw(p));
+    const bad = JSON.parse(await p.nextLine());
     assert.equal(bad.id, 21);
     assert.equal(bad.error?.code, -32602, JSON.stringify(bad));
     assert.match(bad.error.message, /Unknown tool: 'seen'/);
     for (const params of ["[1]", '{"name":5}', '{"arguments":{}}']) {
       p.send(`{"jsonrpc":"2.0","id":22,"method":"tools/call","params":${params}}`);
-      const e = JSON.parse(await nextRaw(p));
+      const e = JSON.parse(await p.nextLine());
       assert.equal(e.error?.code, -32602, params);
       assert.match(e.error.message, /tools\/call needs params with a string name/, params);
     }
     // A resource's URI likewise: cut at the NUL it would be echo://one, which the backend would not read.
     p.send('{"jsonrpc":"2.0","id":24,"method":"resources/read","params":{"uri":"echo://one\\u0000x","marker":"nul"}}');
-    const uri = JSON.parse(await nextRaw(p));
+    const uri = JSON.parse(await p.nextLine());
     assert.equal(uri.id, 24);
     assert.deepEqual(uri.error, { code: -32602, message: "Unknown resource: 'echo://one'" }, JSON.stringify(uri));
     // A completion's ref.name or ref.uri likewise (they choose its backend as a prompt's name and a URI do).
@@ -240,7 +231,7 @@ describe("the frontend and its shim", () => {
       [26, '{"type":"ref/resource","uri":"echo://one\\u0000x"}', "resource: 'echo://one'"],
     ]) {
       p.send(`{"jsonrpc":"2.0","id":${id},"method":"completion/complete","params":{"ref":${ref},"argument":{"name":"a","value":""},"marker":"nul"}}`);
-      const c = JSON.parse(await nextRaw(p));
+      const c = JSON.parse(await p.nextLine());
       assert.equal(c.id, id);
       assert.deepEqual(c.error, { code: -32602, message: `Unknown ${what}` }, JSON.stringify(c));
     }
@@ -251,7 +242,7 @@ describe("the frontend and its shim", () => {
     const [status] = await p.next();
     assert.equal(status.params?.taskId, taskId, JSON.stringify(status));
     p.send(`{"jsonrpc":"2.0","id":28,"method":"tasks/get","params":{"taskId":"${taskId}\\u0000x","marker":"nul"}}`);
-    const task = JSON.parse(await nextRaw(p));
+    const task = JSON.parse(await p.nextLine());
     assert.equal(task.id, 28);
     assert.deepEqual(task.error, { code: -32602, message: `Unknown task: '${taskId}'` }, JSON.stringify(task));
     const got = await p.request({ jsonrpc: "2.0", id: 29, method: "tasks/get", params: { taskId } });

@@ -1,9 +1,10 @@
 // Where the binaries under test are, and small helpers shared by the integration tests.
 import { spawn } from "node:child_process";
-import { readFileSync, readdirSync } from "node:fs";
+import { readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { connect } from "node:net";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { onLines } from "./lines.mjs";
 
 export const TESTS = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 export const ROOT = resolve(TESTS, "..");
@@ -24,6 +25,13 @@ export const SERVER_SCRIPTS = {
 // The repo itself may sit where the units' sandbox hides (a clone under /tmp, /home or /root): the
 // same drop-in binds it in, read-only, as every other path is under ProtectSystem=strict.
 export const SANITIZER_DROPIN = `printf '[Service]\\nSystemCallFilter=@debug\\nBindReadOnlyPaths=${ROOT}\\n' > /etc/systemd/system/mcp-lazy@.service.d/sanitizer.conf`;
+
+// A function that writes a file in dir (a test file's manifests) and returns its path.
+export const fileWriter = (dir) => (name, text) => {
+  const p = join(dir, name);
+  writeFileSync(p, text);
+  return p;
+};
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -138,16 +146,9 @@ export class RawPeer {
     this.lines = [];
     this.waiters = [];
     this.stderr = "";
-    let buf = "";
-    this.child.stdout.setEncoding("utf8").on("data", (d) => {
-      buf += d;
-      let i;
-      while ((i = buf.indexOf("\n")) >= 0) {
-        const line = buf.slice(0, i);
-        buf = buf.slice(i + 1);
-        this.lines.push(line);
-        this.waiters.splice(0).forEach((w) => w());
-      }
+    onLines(this.child.stdout, (line) => {
+      this.lines.push(line);
+      this.waiters.splice(0).forEach((w) => w());
     });
     this.child.stderr.setEncoding("utf8").on("data", (d) => (this.stderr += d));
     // All of stderr has been read: it is a pipe of its own, read apart from stdout, so a line written
@@ -167,6 +168,15 @@ export class RawPeer {
   // The next n messages, parsed; rejects after ms (a bound for a hang, not a timing: a message
   // that needs a backend started can take seconds on a loaded machine, tens with megabytes).
   async next(n = 1, ms = 60000) {
+    await this.waitLines(n, ms);
+    return this.lines.splice(0, n).map((l) => JSON.parse(l));
+  }
+  // The next line as it was written (parsing loses duplicate keys and how numbers were spelt).
+  async nextLine(ms = 60000) {
+    await this.waitLines(1, ms);
+    return this.lines.shift();
+  }
+  async waitLines(n, ms) {
     const end = Date.now() + ms;
     while (this.lines.length < n) {
       if (Date.now() > end) throw new Error(`timed out waiting for ${n} message(s); have ${JSON.stringify(this.lines)}; stderr: ${this.stderr}`);
@@ -175,7 +185,6 @@ export class RawPeer {
         setTimeout(r, 50);
       });
     }
-    return this.lines.splice(0, n).map((l) => JSON.parse(l));
   }
   async request(obj, ms) {
     this.send(obj);
@@ -203,13 +212,16 @@ export class RawPeer {
 // mcp-lazy-shimd on a listening socket of its own at path (Accept=no, as the shipped units run it),
 // behind systemd-socket-activate; prefix runs before that (setpriv to drop privileges). Resolves once
 // the socket listens; the caller stops the child (cleanupPeers ends what is left).
-export async function shimOnSocket(path, manifest, name, { extra = [], prefix = [] } = {}) {
+export async function startShimOnSocket(path, manifest, name, { extra = [], prefix = [] } = {}) {
   const argv = [...prefix, "systemd-socket-activate", "-l", path, SHIMD, "--manifest", manifest, ...extra, name];
   const child = spawn(argv[0], argv.slice(1), { stdio: ["ignore", "ignore", "pipe"] });
   let stderr = "";
   child.stderr.setEncoding("utf8").on("data", (d) => (stderr += d));
   const exited = new Promise((r) => child.on("exit", (code, signal) => r({ code, signal })));
-  if (!(await waitFor(() => unixListening(path), 20000))) throw new Error(`the shim's socket ${path} does not listen; stderr: ${stderr}`);
+  if (!(await waitFor(() => unixListening(path), 20000))) {
+    child.kill("SIGKILL");
+    throw new Error(`the shim's socket ${path} does not listen; stderr: ${stderr}`);
+  }
   return { path, child, exited, stderr: () => stderr };
 }
 
@@ -219,15 +231,9 @@ export class SockPeer {
     this.lines = [];
     this.waiters = [];
     this.sock = connect(path);
-    let buf = "";
-    this.sock.setEncoding("utf8").on("data", (d) => {
-      buf += d;
-      let i;
-      while ((i = buf.indexOf("\n")) >= 0) {
-        this.lines.push(buf.slice(0, i));
-        buf = buf.slice(i + 1);
-        this.waiters.splice(0).forEach((w) => w());
-      }
+    onLines(this.sock, (line) => {
+      this.lines.push(line);
+      this.waiters.splice(0).forEach((w) => w());
     });
     this.sock.on("error", () => {});
   }

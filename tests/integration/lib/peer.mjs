@@ -11,6 +11,7 @@
 // cannot idle out meanwhile however slow the machine.
 import { execFileSync } from "node:child_process";
 import { connect } from "node:net";
+import { onLines } from "./lines.mjs";
 
 const o = JSON.parse(process.argv[2]);
 
@@ -18,15 +19,9 @@ const o = JSON.parse(process.argv[2]);
 function keeper() {
   const sock = connect(o.socket);
   const waiting = new Map();
-  let buf = "";
-  sock.setEncoding("utf8").on("data", (d) => {
-    buf += d;
-    let i;
-    while ((i = buf.indexOf("\n")) >= 0) {
-      const m = JSON.parse(buf.slice(0, i));
-      buf = buf.slice(i + 1);
-      waiting.get(m.id)?.(m);
-    }
+  onLines(sock, (line) => {
+    const m = JSON.parse(line);
+    waiting.get(m.id)?.(m);
   });
   const request = (id, method, params) =>
     new Promise((resolve) => {
@@ -70,41 +65,34 @@ const out = await Promise.all(
         const sock = connect(o.socket);
         const res = { init: null, answers: {}, n: 0 };
         const want = 1 + (c.calls?.length ?? 0);
-        let buf = "";
         const done = () => {
           sock.destroy();
           resolve(res);
         };
         const timer = setTimeout(done, o.timeout_ms ?? 20000);
-        // Answers of many megabytes: look for the end of a line in the new bytes only.
-        sock.setEncoding("utf8").on("data", (d) => {
-          if (!d.includes("\n")) return void (buf += d);
-          buf += d;
-          let i;
-          while ((i = buf.indexOf("\n")) >= 0) {
-            const m = JSON.parse(buf.slice(0, i));
-            buf = buf.slice(i + 1);
-            if (m.id === undefined) continue;
-            if (m.id === 0) {
-              res.init = m.error ? { error: m.error.message } : { ok: true };
-              if (m.error) {
-                clearTimeout(timer);
-                return done();
-              }
-              if (c.hold_ms && !released) {
-                sock.pause();
-                held.add(sock);
-                setTimeout(() => held.delete(sock) && sock.resume(), c.hold_ms).unref();
-              }
-              sendCalls();
-            } else {
-              const text = m.error?.message ?? (m.result?.isError ? m.result.content[0].text : "ok");
-              res.answers[text] = (res.answers[text] ?? 0) + 1;
-            }
-            if (++res.n === want) {
+        onLines(sock, (line) => {
+          if (sock.destroyed) return; // done: what follows the refused initialize is not counted
+          const m = JSON.parse(line);
+          if (m.id === undefined) return;
+          if (m.id === 0) {
+            res.init = m.error ? { error: m.error.message } : { ok: true };
+            if (m.error) {
               clearTimeout(timer);
-              done();
+              return done();
             }
+            if (c.hold_ms && !released) {
+              sock.pause();
+              held.add(sock);
+              setTimeout(() => held.delete(sock) && sock.resume(), c.hold_ms).unref();
+            }
+            sendCalls();
+          } else {
+            const text = m.error?.message ?? (m.result?.isError ? m.result.content[0].text : "ok");
+            res.answers[text] = (res.answers[text] ?? 0) + 1;
+          }
+          if (++res.n === want) {
+            clearTimeout(timer);
+            done();
           }
         });
         sock.on("end", () => {

@@ -5,6 +5,7 @@
 // answered (and recorded) only once a call with `release: KEY` comes: a test keeps a call in flight,
 // and with it the shim from idling out, for as long as its steps take.
 import { appendFileSync } from "node:fs";
+import { onLines } from "./lines.mjs";
 
 const log = process.env.RECORD_LOG;
 const held = new Map();
@@ -46,15 +47,5 @@ function handle(m) {
   }
 }
 
-let buf = "";
-process.stdin.setEncoding("utf8");
-process.stdin.on("data", (d) => {
-  buf += d;
-  let i;
-  while ((i = buf.indexOf("\n")) >= 0) {
-    const line = buf.slice(0, i);
-    buf = buf.slice(i + 1);
-    if (line.trim()) handle(JSON.parse(line));
-  }
-});
+onLines(process.stdin, (line) => line.trim() && handle(JSON.parse(line)));
 process.stdin.on("end", () => process.exit(0));

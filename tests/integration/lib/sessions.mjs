@@ -12,6 +12,7 @@
 import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { connect } from "node:net";
+import { onLines } from "./lines.mjs";
 
 const o = JSON.parse(process.argv[2]);
 const now = () => performance.now();
@@ -24,22 +25,14 @@ class Session {
     this.unknown = 0; // answers to no request of ours, or a second answer to one
     this.closed = false;
     this.sock = connect(path);
-    let buf = "";
-    this.sock.setEncoding("utf8");
-    this.sock.on("data", (d) => {
-      buf += d;
-      let i;
-      while ((i = buf.indexOf("\n")) >= 0) {
-        const line = buf.slice(0, i);
-        buf = buf.slice(i + 1);
-        const m = JSON.parse(line);
-        if (m.id === undefined) continue; // notifications (the draining notice of a refusal)
-        const p = this.pending.get(m.id);
-        if (!p) this.unknown++;
-        else {
-          this.pending.delete(m.id);
-          p(m);
-        }
+    onLines(this.sock, (line) => {
+      const m = JSON.parse(line);
+      if (m.id === undefined) return; // notifications (the draining notice of a refusal)
+      const p = this.pending.get(m.id);
+      if (!p) this.unknown++;
+      else {
+        this.pending.delete(m.id);
+        p(m);
       }
     });
     this.sock.on("error", (e) => this.fail(e));
