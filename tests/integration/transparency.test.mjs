@@ -163,9 +163,13 @@ async function everythingScript(label, { client, log }) {
   t.push(["after-cancel", await call("echo", { message: "after" })]);
   await safe(client.setLoggingLevel("debug"));
   // The simulated logging is one switch in the server: with a shared backend, sessions take turns.
+  // It sends one message as it is switched on, then one every 5 s: the window closes once this
+  // session has had one (20 s bound; none at all leaves got-log-messages false).
+  const logs = () => log.filter((e) => e[0] === "log").length;
   await exclusive(async () => {
+    const before = logs();
     t.push(["logging-on", normalize(await client.callTool({ name: "toggle-simulated-logging", arguments: {} }))]);
-    await sleep(2500);
+    await waitFor(() => logs() > before, 20000, 20);
     t.push(["logging-off", normalize(await client.callTool({ name: "toggle-simulated-logging", arguments: {} }))]);
   });
   t.push(["got-log-messages", log.some((e) => e[0] === "log")]);
