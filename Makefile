@@ -78,7 +78,7 @@ $(S)/%.o: %.c
 HOT_PATH := on_in channel_dispatch_lines line_buffer_next channel_read line_buffer_reserve line_buffer_commit \
 	channel_emit on_upconn upconn_handle_line message_parse_envelope scan_text scan_value scan_object \
 	scan_number scan_array scanner_done integer_text string_decode ids_rules_of check_id_lengths hashmap_get \
-	hash_string session_complete pending_forget hashmap_remove upconn_release message_unref \
+	hash_string session_complete hashmap_remove_if pending_forget hashmap_remove upconn_release message_unref \
 	session_send_text channel_send channel_sendv chunk_new channel_backed_up batch_end channel_flush \
 	chunk_free channel_update_reading on_client session_handle_line message_is_batch \
 	ids_method_kind_mismatch handle_message message_has_envelope handle_tools_call route_to routable \

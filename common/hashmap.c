@@ -246,6 +246,13 @@ void *hashmap_remove(Hashmap *h, const char *key) {
         return table_take(h, h->n_buckets > 0 ? find(h, key, hash_string(key), false) : NULL);
 }
 
+void *hashmap_remove_if(Hashmap *h, const char *key, bool (*match)(const void *value, const void *userdata),
+                        const void *userdata) {
+        Entry *e = h->n_buckets > 0 ? find(h, key, hash_string(key), false) : NULL;
+
+        return e && match(e->value, userdata) ? table_take(h, e) : NULL;
+}
+
 size_t hashmap_size(const Hashmap *h) {
         return h ? h->size : 0;
 }

@@ -2,6 +2,7 @@
  * it is made by hashmap_new_borrowed(). */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -17,6 +18,9 @@ Hashmap *hashmap_free(Hashmap *h);
 int hashmap_put(Hashmap *h, const char *key, void *value);
 void *hashmap_get(const Hashmap *h, const char *key);
 void *hashmap_remove(Hashmap *h, const char *key);
+/* The same when match(value, userdata) holds (one look-up); else the entry stays and NULL. */
+void *hashmap_remove_if(Hashmap *h, const char *key, bool (*match)(const void *value, const void *userdata),
+                        const void *userdata);
 size_t hashmap_size(const Hashmap *h);
 /* Iteration: *state starts at 0; returns 0 at the end. Removing the current entry is allowed. */
 int hashmap_iterate(Hashmap *h, size_t *state, const char **ret_key, void **ret_value);

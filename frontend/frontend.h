@@ -115,8 +115,9 @@ int session_start(Session *s, int in_fd, int out_fd);
 /* One line from the client (also the fuzz target's way in). */
 void session_handle_line(Session *s, const char *line, size_t len);
 
-/* Answer a pending request with the backend's answer (its bytes go on as they are) and forget it. */
-void session_complete(Session *s, Pending *p, const Message *answer);
+/* Answers the request in flight on connection c that answer answers (its bytes go on as they are) and
+ * forgets it; false when c owes no request of that id. */
+bool session_complete(Session *s, const UpConn *c, const Message *answer);
 /* Fail a pending request with text: a tool error for tools/call, a JSON-RPC error otherwise. */
 void session_fail(Session *s, Pending *p, const char *text);
 void session_send(Session *s, const cJSON *message);

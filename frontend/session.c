@@ -278,14 +278,22 @@ static void track_task(Session *s, const Pending *p, const Message *answer) {
 }
 
 /* Forgets a pending request everywhere; returns its batch, if any, which still counts it. */
-static Batch *pending_forget(Session *s, Pending *p) {
+static Batch *pending_done(Session *s, Pending *p) {
         Batch *b = p->batch;
 
-        hashmap_remove(s->pending, p->request->id_text);
         if (p->conn)
                 upconn_release(p->conn);
         pending_recycle(s, p);
         return b;
+}
+
+static Batch *pending_forget(Session *s, Pending *p) {
+        hashmap_remove(s->pending, p->request->id_text);
+        return pending_done(s, p);
+}
+
+static bool pending_on(const void *value, const void *conn) {
+        return ((const Pending *) value)->conn == conn;
 }
 
 static void batch_member_done(Session *s, Batch *b) {
@@ -295,28 +303,34 @@ static void batch_member_done(Session *s, Batch *b) {
         batch_maybe_finish(s, b);
 }
 
-void session_complete(Session *s, Pending *p, const Message *answer) {
+bool session_complete(Session *s, const UpConn *c, const Message *answer) {
+        /* Taken out of the table in the same look-up that finds it, if c is where it went. */
+        Pending *p = answer->id_text ? hashmap_remove_if(s->pending, answer->id_text, pending_on, c) : NULL;
         Batch *b;
 
+        if (!p)
+                return false;
         if (p->is_tool_call)
                 track_task(s, p, answer);
         if (p->modern) {
                 /* What the 2026-07-28 era requires of a handshake-era backend's answer. */
                 cJSON *adapted = modern_adapt_response(p, answer);
                 if (adapted) {
-                        b = pending_forget(s, p);
+                        b = pending_done(s, p);
                         if (!b && cJSON_IsRaw(adapted)) {
                                 /* The backend's bytes with what the era requires spliced in: as they are. */
                                 session_send_text(s, adapted->valuestring, strlen(adapted->valuestring));
                                 cJSON_Delete(adapted);
                         } else
                                 reply(s, b, adapted);
-                        return batch_member_done(s, b);
+                        batch_member_done(s, b);
+                        return true;
                 }
         }
-        b = pending_forget(s, p);
+        b = pending_done(s, p);
         reply_text(s, b, answer->text, answer->len);
         batch_member_done(s, b);
+        return true;
 }
 
 void session_fail(Session *s, Pending *p, const char *text) {

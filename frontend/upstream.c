@@ -177,7 +177,6 @@ static void upconn_drain(UpConn *c) {
 
 static void upconn_handle_response(UpConn *c, const Message *m) {
         Session *s = c->up->s;
-        Pending *p;
 
         if (message_id_is_string(m) && streq(m->id->valuestring, UPSTREAM_INIT_ID)) {
                 const cJSON *err;
@@ -194,12 +193,8 @@ static void upconn_handle_response(UpConn *c, const Message *m) {
                 (void) modern_own_answer(s, m); /* a stream's subscribe; our logging/setLevel: nobody waits */
                 return;
         }
-        p = m->id_text ? hashmap_get(s->pending, m->id_text) : NULL;
-        if (!p || p->conn != c) {
+        if (!session_complete(s, c, m))
                 log_debug("Dropping a response from backend '%s' that matches no request.", up_name(c->up));
-                return;
-        }
-        session_complete(s, p, m);
 }
 
 /* An answer that breaks the rules still ends its call, with an error that says so. */

@@ -6,6 +6,10 @@
 #include "hashmap.h"
 #include "tests.h"
 
+static bool value_is(const void *value, const void *userdata) {
+        return value == userdata;
+}
+
 int main(void) {
         uint8_t key[16], in[64];
         char k[32];
@@ -51,6 +55,11 @@ int main(void) {
         while (hashmap_iterate(h, &state, &key_text, &v))
                 n++;
         CHECK(n == 2500);
+        /* Removed only where the value matches, in one look-up: else the entry stays. */
+        CHECK(!hashmap_remove_if(h, "1", value_is, (void *) 3) && hashmap_get(h, "1") == (void *) 2);
+        CHECK(hashmap_remove_if(h, "1", value_is, (void *) 2) == (void *) 2 && !hashmap_get(h, "1"));
+        CHECK(!hashmap_remove_if(h, "1", value_is, (void *) 2) && !hashmap_remove_if(h, "4", value_is, (void *) 5));
+        CHECK(hashmap_size(h) == 2499);
         hashmap_free(h);
 
         /* The id map: sequential ids in flight while older ones go (tombstones, resizes), negative ids,
