@@ -216,9 +216,11 @@ $(S)/fuzz/replay.o: tests/fuzz/replay.c tests/fuzz/fuzz.h
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(SAN) -Itests/fuzz -c $< -o $@
 
+# A fuzz target links its own file with the common code; one that drives more of a program names
+# what it adds below (its include directory in FUZZ_INC, its objects as extra prerequisites).
 $(S)/fuzz/fuzz-%: tests/fuzz/fuzz-%.c tests/fuzz/fuzz.h $(S)/fuzz/replay.o $(call objs,$(S),$(COMMON_SRC))
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(SAN) -Itests/fuzz -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
+	$(CC) $(ALL_CFLAGS) $(SAN) -Itests/fuzz $(FUZZ_INC) -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
 
 $(B)/fuzz/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -226,47 +228,23 @@ $(B)/fuzz/obj/%.o: %.c
 
 $(B)/fuzz/fuzz-%: tests/fuzz/fuzz-%.c tests/fuzz/fuzz.h $(call objs,$(B)/fuzz/obj,$(COMMON_SRC))
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(ALL_CFLAGS) $(FUZZ_SAN) -O1 -Itests/fuzz -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
+	$(FUZZ_CC) $(ALL_CFLAGS) $(FUZZ_SAN) -O1 -Itests/fuzz $(FUZZ_INC) -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
 
 # fuzz-shim drives the shim's own code (everything but main.c) with two sessions on one backend.
 FUZZ_SHIMD_SRC := $(filter-out shimd/main.c,$(SHIMD_SRC))
+$(S)/fuzz/fuzz-shim $(B)/fuzz/fuzz-shim: FUZZ_INC := -Ishimd
+$(S)/fuzz/fuzz-shim: $(call objs,$(S),$(FUZZ_SHIMD_SRC))
+$(B)/fuzz/fuzz-shim: $(call objs,$(B)/fuzz/obj,$(FUZZ_SHIMD_SRC))
 
-$(S)/fuzz/fuzz-shim: tests/fuzz/fuzz-shim.c tests/fuzz/fuzz.h $(S)/fuzz/replay.o $(call objs,$(S),$(COMMON_SRC) $(FUZZ_SHIMD_SRC))
-	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(SAN) -Itests/fuzz -Ishimd -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
-
-$(B)/fuzz/fuzz-shim: tests/fuzz/fuzz-shim.c tests/fuzz/fuzz.h $(call objs,$(B)/fuzz/obj,$(COMMON_SRC) $(FUZZ_SHIMD_SRC))
-	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(ALL_CFLAGS) $(FUZZ_SAN) -O1 -Itests/fuzz -Ishimd -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
-
-# fuzz-frontend likewise drives the frontend's own code (everything but main.c).
+# fuzz-frontend likewise drives the frontend's own code (everything but main.c); fuzz-answers,
+# prepared answers files, damaged or forged (frontend/answers.c, with what it prints from);
+# fuzz-client-config, import's reading and rewriting of client configs (frontend/client-config.c).
 FUZZ_FRONTEND_SRC := $(filter-out frontend/main.c,$(FRONTEND_SRC))
-
-$(S)/fuzz/fuzz-frontend: tests/fuzz/fuzz-frontend.c tests/fuzz/fuzz.h $(S)/fuzz/replay.o $(call objs,$(S),$(COMMON_SRC) $(FUZZ_FRONTEND_SRC))
-	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(SAN) -Itests/fuzz -Ifrontend -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
-
-$(B)/fuzz/fuzz-frontend: tests/fuzz/fuzz-frontend.c tests/fuzz/fuzz.h $(call objs,$(B)/fuzz/obj,$(COMMON_SRC) $(FUZZ_FRONTEND_SRC))
-	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(ALL_CFLAGS) $(FUZZ_SAN) -O1 -Itests/fuzz -Ifrontend -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
-
-# fuzz-answers: prepared answers files, damaged or forged (frontend/answers.c, with what it prints from).
-$(S)/fuzz/fuzz-answers: tests/fuzz/fuzz-answers.c tests/fuzz/fuzz.h $(S)/fuzz/replay.o $(call objs,$(S),$(COMMON_SRC) $(FUZZ_FRONTEND_SRC))
-	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(SAN) -Itests/fuzz -Ifrontend -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
-
-$(B)/fuzz/fuzz-answers: tests/fuzz/fuzz-answers.c tests/fuzz/fuzz.h $(call objs,$(B)/fuzz/obj,$(COMMON_SRC) $(FUZZ_FRONTEND_SRC))
-	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(ALL_CFLAGS) $(FUZZ_SAN) -O1 -Itests/fuzz -Ifrontend -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
-
-# fuzz-client-config: import's reading and rewriting of client configs (frontend/client-config.c).
-$(S)/fuzz/fuzz-client-config: tests/fuzz/fuzz-client-config.c tests/fuzz/fuzz.h $(S)/fuzz/replay.o $(call objs,$(S),$(COMMON_SRC) frontend/client-config.c)
-	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(SAN) -Itests/fuzz -Ifrontend -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
-
-$(B)/fuzz/fuzz-client-config: tests/fuzz/fuzz-client-config.c tests/fuzz/fuzz.h $(call objs,$(B)/fuzz/obj,$(COMMON_SRC) frontend/client-config.c)
-	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(ALL_CFLAGS) $(FUZZ_SAN) -O1 -Itests/fuzz -Ifrontend -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
+$(foreach t,frontend answers client-config,$(S)/fuzz/fuzz-$(t) $(B)/fuzz/fuzz-$(t)): FUZZ_INC := -Ifrontend
+$(S)/fuzz/fuzz-frontend $(S)/fuzz/fuzz-answers: $(call objs,$(S),$(FUZZ_FRONTEND_SRC))
+$(B)/fuzz/fuzz-frontend $(B)/fuzz/fuzz-answers: $(call objs,$(B)/fuzz/obj,$(FUZZ_FRONTEND_SRC))
+$(S)/fuzz/fuzz-client-config: $(call objs,$(S),frontend/client-config.c)
+$(B)/fuzz/fuzz-client-config: $(call objs,$(B)/fuzz/obj,frontend/client-config.c)
 
 check-fuzz: $(addprefix $(S)/fuzz/fuzz-,$(FUZZ_TARGETS))
 	@set -e; total=0; bad=0; for t in $(FUZZ_TARGETS); do \
