@@ -175,6 +175,8 @@ static void upconn_drain(UpConn *c) {
         channel_close_write(c->ch);
 }
 
+static void upconn_bad_answer(UpConn *c, const char *id_text, const char *problem);
+
 static void upconn_handle_response(UpConn *c, const Message *m) {
         Session *s = c->up->s;
 
@@ -193,35 +195,60 @@ static void upconn_handle_response(UpConn *c, const Message *m) {
                 (void) modern_own_answer(s, m); /* a stream's subscribe; our logging/setLevel: nobody waits */
                 return;
         }
+        /* An id that is no id (an object, true) names no call: it could be any call's answer. One of
+         * null is what an error to a message whose id could not be read carries, a notification's too. */
+        if (!m->id_text && !cJSON_IsNull(m->id))
+                return upconn_bad_answer(c, NULL, "\"id\" must be a string or an integer");
         if (!session_complete(s, c, m))
                 log_debug("Dropping a response from backend '%s' that matches no request.", up_name(c->up));
 }
 
+/* A message that breaks the rules but could be an answer: the call its id names (of this connection)
+ * fails saying why; one that names no call (no id, or one that cannot be read) could be any call's
+ * answer, so the connection is closed, failing its calls, rather than left to hang one of them. An id
+ * that reads but names no call here is a late answer: dropped. */
+static void upconn_bad_answer(UpConn *c, const char *id_text, const char *problem) {
+        Session *s = c->up->s;
+        Pending *p = id_text ? hashmap_get(s->pending, id_text) : NULL;
+        char text[512], why[256];
+
+        if (p && p->conn == c) {
+                snprintf(text, sizeof text, "backend '%s' sent an invalid answer to this call (%s)", up_name(c->up),
+                         problem);
+                log_warning("%s", text);
+                return session_fail(s, p, text);
+        }
+        if (id_text)
+                return (void) log_warning(
+                        "Backend '%s' sent an invalid answer (%s) to no call of this session, ignoring it.",
+                        up_name(c->up), problem);
+        log_warning("Backend '%s' sent an invalid message without a readable id (%s): closing the connection, failing "
+                    "its calls.",
+                    up_name(c->up), problem);
+        snprintf(why, sizeof why, "it sent an invalid message without a readable id: %s", problem);
+        upconn_close(c, why);
+}
+
 /* An answer that breaks the rules still ends its call, with an error that says so. */
 static void upconn_handle_invalid(UpConn *c, const Message *m) {
-        Session *s = c->up->s;
-        Pending *p;
         char text[512];
 
-        if (!message_json(m))
-                return (void) log_oom();
-        p = m->id_text && !cJSON_HasObjectItem(m->json, "method") ? hashmap_get(s->pending, m->id_text) : NULL;
+        if (!message_json(m)) {
+                log_oom();
+                return upconn_close(c, "out of memory reading its message");
+        }
+        if (!cJSON_HasObjectItem(m->json, "method"))
+                return upconn_bad_answer(c, m->id_text, m->problem);
 
         log_warning("Backend '%s' sent an invalid message (%s), ignoring it.", up_name(c->up), m->problem);
-        if (cJSON_HasObjectItem(m->json, "method") && cJSON_HasObjectItem(m->json, "id")) {
+        if (cJSON_HasObjectItem(m->json, "id")) {
                 /* A request all the same: its sender waits, and gets why (under null if its id is bad). */
                 _cleanup_json_ cJSON *e = NULL;
                 snprintf(text, sizeof text, "Invalid Request: %s", m->problem);
                 e = jsonrpc_error_new(m->id_json, JSONRPC_INVALID_REQUEST, text);
                 if (e)
                         (void) channel_send_json(c->ch, e);
-                return;
         }
-        if (!p || p->conn != c)
-                return;
-        snprintf(text, sizeof text, "backend '%s' sent an invalid answer to this call (%s)", up_name(c->up),
-                 m->problem);
-        session_fail(s, p, text);
 }
 
 /* The one id a backend's request (or its cancellation) carries across this hop. */
@@ -315,15 +342,33 @@ static void upconn_upcall_cancelled(UpConn *c, const Message *m) {
         }
 }
 
+/* A line that is not JSON: the call whose id its beginning shows fails saying so; with no id to read
+ * and no method (a notification's line is dropped), it is handled as an invalid answer that names no
+ * call. */
+static void upconn_unreadable(UpConn *c, const char *line, size_t len, int error) {
+        _cleanup_json_ cJSON *id = jsonrpc_peek_id_raw(line, len), *method = NULL;
+        char problem[128];
+
+        if (error == -E2BIG)
+                snprintf(problem, sizeof problem, "JSON nested deeper than %u levels", JSONRPC_DEFAULT_MAX_DEPTH);
+        else
+                snprintf(problem, sizeof problem, "%s",
+                         error == -ENOMEM ? "out of memory reading it" : "a line that is not valid UTF-8 JSON");
+
+        if (!id && (method = json_peek_member(line, len, "method")))
+                return (void) log_warning("Backend '%s' sent a line that is not JSON, ignoring it.", up_name(c->up));
+        upconn_bad_answer(c, id ? id->valuestring : NULL, problem);
+}
+
 static void upconn_handle_line(UpConn *c, const char *line, size_t len) {
         _cleanup_message_ Message *m = NULL;
+        int r;
 
         /* The envelope alone: an answer goes on to the client as the shim wrote it, unless something
          * reads past the envelope (message_json()). */
-        if (message_parse_envelope(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &m) < 0) {
-                log_warning("Backend '%s' sent a line that is not JSON, ignoring it.", up_name(c->up));
-                return;
-        }
+        r = message_parse_envelope(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &m);
+        if (r < 0)
+                return upconn_unreadable(c, line, len, r);
         switch (m->kind) {
         case JSONRPC_RESPONSE:
                 return upconn_handle_response(c, m);

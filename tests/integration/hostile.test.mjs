@@ -278,6 +278,103 @@ describe("the frontend, with a shim that sends an invalid request", () => {
   });
 });
 
+describe("the frontend, with a shim that answers a call with a bad line", () => {
+  // A stand-in for a hostile shim on the backend's socket: it answers the handshake properly, then
+  // answers tools/call as its "mode" argument says. Before the fix, a line that was not JSON, or an
+  // invalid answer without an id, was only logged, and the call it answered waited for ever.
+  const sock = join(dir, "bad-lines.sock");
+  const conns = [];
+  const answer = (id) => JSON.stringify({ jsonrpc: "2.0", id, result: { content: [{ type: "text", text: "fine" }] } });
+  const bad = {
+    // Bytes that are not UTF-8 inside a string: the id can still be read.
+    utf8: (id) => Buffer.concat([Buffer.from(`{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":{"content":[{"type":"text","text":"`), Buffer.from([0xff, 0xfe, 0x80]), Buffer.from('"}]}}\n')]),
+    // A line cut off after its id.
+    truncated: (id) => `{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":{"content":[{"type":"te\n`,
+    // A line cut off before any id: it could be any call's answer.
+    truncatedNoId: () => '{"jsonrpc":"2.0","result":{"content":[{"type":"te\n',
+    // JSON, but an answer without an id, and one whose id is not a valid id.
+    noId: () => JSON.stringify({ jsonrpc: "2.0", result: { content: [{ type: "text", text: "whose?" }] } }) + "\n",
+    badId: () => JSON.stringify({ jsonrpc: "2.0", id: { x: 1 }, result: { content: [] } }) + "\n",
+    // A notification that is not JSON is only dropped; the call's real answer follows.
+    badNotification: (id) => Buffer.concat([Buffer.from('{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"'), Buffer.from([0xff]), Buffer.from('"}}\n' + answer(id) + "\n")]),
+  };
+  let server, p;
+  before(async () => {
+    server = createServer((c) => {
+      conns.push(c);
+      onLines(c, (line) => {
+        const m = JSON.parse(line);
+        if (m.method === "initialize")
+          c.write(JSON.stringify({ jsonrpc: "2.0", id: m.id, result: { protocolVersion: "2025-06-18", capabilities: { tools: {} }, serverInfo: { name: "fake", version: "1" } } }) + "\n");
+        if (m.method === "tools/call") {
+          const mode = m.params?.arguments?.mode;
+          c.write(mode in bad ? bad[mode](m.id) : answer(m.id) + "\n");
+        }
+      });
+    });
+    await new Promise((r) => server.listen(sock, r));
+    const mf = join(dir, "bad-lines.yaml");
+    writeFileSync(mf, `backends:\n  fake: {command: [x], socket: ${sock}}\ntools:\n  - {name: t, backend: fake, input_schema: {type: object}}\n`);
+    p = new RawPeer(MCP_LAZY, ["--manifest", mf, "--activation=systemd"]);
+    assert.ok((await p.request(INIT("2025-06-18"))).result);
+    const ok = await p.request(call("warm", "t"), 10000);
+    assert.equal(text(ok), "fine", JSON.stringify(ok));
+  });
+  after(async () => {
+    await p?.close();
+    conns.forEach((c) => c.destroy());
+    server?.close();
+  });
+
+  let n = 0;
+  // The call fails within 10 s (it hung before), and the next call works.
+  async function failsThenRecovers(mode, expect) {
+    const r = await p.request(call(`${mode}-${++n}`, "t", { mode }), 10000);
+    assert.equal(r.id, `${mode}-${n}`, JSON.stringify(r));
+    assert.equal(r.result?.isError, true, JSON.stringify(r));
+    assert.match(text(r), expect, JSON.stringify(r));
+    const ok = await p.request(call(`ok-${++n}`, "t"), 10000);
+    assert.equal(text(ok), "fine", JSON.stringify(ok));
+  }
+  const invalidAnswer = (why) => new RegExp(`backend 'fake' sent an invalid answer to this call \\(${why}\\)`);
+  const lost = (why) => new RegExp(`lost the connection to backend 'fake' \\(it sent an invalid message without a readable id: ${why}\\); the call may or may not have run`);
+
+  test("an answer with bytes that are not UTF-8 fails its call, naming the backend", async () => {
+    const before = conns.length;
+    await failsThenRecovers("utf8", invalidAnswer("a line that is not valid UTF-8 JSON"));
+    assert.equal(conns.length, before, "the connection stays: only that call failed");
+  });
+
+  test("a truncated answer fails its call when its id can be read", async () => {
+    await failsThenRecovers("truncated", invalidAnswer("a line that is not valid UTF-8 JSON"));
+  });
+
+  test("a truncated line without an id closes the connection, failing its call; the next call reconnects", async () => {
+    const before = conns.length;
+    await failsThenRecovers("truncatedNoId", lost("a line that is not valid UTF-8 JSON"));
+    assert.equal(conns.length, before + 1, "the next call made a new connection");
+  });
+
+  test("an answer without an id closes the connection, failing its call; the next call reconnects", async () => {
+    const before = conns.length;
+    await failsThenRecovers("noId", lost('a message needs "method", or "id" with exactly one of "result" and "error"'));
+    assert.equal(conns.length, before + 1, "the next call made a new connection");
+  });
+
+  test("an answer whose id is not a valid id closes the connection too", async () => {
+    const before = conns.length;
+    await failsThenRecovers("badId", lost('"id" must be a string or an integer'));
+    assert.equal(conns.length, before + 1, "the next call made a new connection");
+  });
+
+  test("a notification that is not JSON is dropped, and the call's answer still arrives", async () => {
+    const before = conns.length;
+    const r = await p.request(call(`bn-${++n}`, "t", { mode: "badNotification" }), 10000);
+    assert.equal(text(r), "fine", JSON.stringify(r));
+    assert.equal(conns.length, before);
+  });
+});
+
 describe("the frontend, with a client at the edges of framing", () => {
   test("a last line without its newline is answered before the frontend exits", async () => {
     const p = new RawPeer(MCP_LAZY, ["--manifest", manifest, "--activation=direct", "--shimd", SHIMD]);
