@@ -207,7 +207,13 @@ static _always_inline_ int table_put(Hashmap *h, char *key, uint64_t hash, void 
         return 0;
 }
 
-static void *table_take(Hashmap *h, Entry *e) {
+/* A removed entry leaves a tombstone, so that probes for the keys behind it go on; no entry moves, so
+ * an iteration may remove any entry. A tombstone just before an empty bucket ends every probe that
+ * reaches it one bucket later anyway: it is emptied, and so is each tombstone that then ends its run
+ * (with ids that come and go first in, first out, most removals end a run, and tombstones would
+ * otherwise fill the table until the next rehash, lengthening every probe). */
+static _always_inline_ void *table_take(Hashmap *h, Entry *e) {
+        size_t mask = h->n_buckets - 1, i;
         void *v;
 
         if (!e)
@@ -218,6 +224,13 @@ static void *table_take(Hashmap *h, Entry *e) {
         e->key = TOMBSTONE;
         e->value = NULL;
         h->size--;
+        i = (size_t) (e - h->entries);
+        if (h->entries[(i + 1) & mask].key)
+                return v;
+        for (; h->entries[i].key == TOMBSTONE; i = (i - 1) & mask) { /* ends at latest at i + 1, empty */
+                h->entries[i].key = NULL;
+                h->used--;
+        }
         return v;
 }
 
