@@ -186,25 +186,51 @@ static int resize(Hashmap *h, size_t n_buckets) {
         return 0;
 }
 
-/* Puts key (the caller's string, taken as it is, or ID_KEY) with its hash; -EEXIST if present. */
-static _always_inline_ int table_put(Hashmap *h, char *key, uint64_t hash, void *value, bool ids) {
-        size_t i;
+/* The first tombstone or empty bucket on key's probe: one probe both looks for key and finds its
+ * place. */
+static _always_inline_ int table_probe(const Hashmap *h, const char *key, uint64_t hash, bool ids, size_t *ret_slot) {
+        size_t i, slot = SIZE_MAX;
 
-        if ((h->used + 1) * 4 >= h->n_buckets * 3) {
-                int r = resize(h, h->n_buckets == 0                   ? 16
-                                  : (h->size + 1) * 4 >= h->n_buckets ? h->n_buckets * 2
-                                                                      : h->n_buckets);
+        for (i = bucket_of(h, hash, ids); h->entries[i].key; i = (i + 1) & (h->n_buckets - 1)) {
+                const Entry *e = &h->entries[i];
+                if (e->key == TOMBSTONE) {
+                        if (slot == SIZE_MAX)
+                                slot = i;
+                } else if (e->hash == hash && (ids || strcmp(e->key, key) == 0))
+                        return -EEXIST;
+        }
+        *ret_slot = slot == SIZE_MAX ? i : slot;
+        return 0;
+}
+
+/* Where key (a string, or ID_KEY) with its hash goes; -EEXIST if present. Taking an empty bucket that
+ * would fill the table to 3/4 (tombstones counted) first rehashes it, doubling it if a quarter is
+ * live: an empty bucket always stays, so every probe ends. Nothing moves when key is present. */
+static _always_inline_ int table_slot(Hashmap *h, const char *key, uint64_t hash, bool ids, size_t *ret_slot) {
+        size_t slot;
+        int r;
+
+        if (h->n_buckets > 0) {
+                r = table_probe(h, key, hash, ids, &slot);
                 if (r < 0)
                         return r;
+                if (h->entries[slot].key || (h->used + 1) * 4 < h->n_buckets * 3) {
+                        *ret_slot = slot;
+                        return 0;
+                }
         }
-        for (i = bucket_of(h, hash, ids); h->entries[i].key && h->entries[i].key != TOMBSTONE;
-             i = (i + 1) & (h->n_buckets - 1))
-                ;
-        if (!h->entries[i].key)
+        r = resize(h, h->n_buckets == 0 ? 16 : (h->size + 1) * 4 >= h->n_buckets ? h->n_buckets * 2 : h->n_buckets);
+        if (r < 0)
+                return r;
+        return table_probe(h, key, hash, ids, ret_slot);
+}
+
+/* Puts key (the caller's string, taken as it is, or ID_KEY) in the slot table_slot() gave. */
+static _always_inline_ void table_fill(Hashmap *h, size_t slot, char *key, uint64_t hash, void *value) {
+        if (!h->entries[slot].key)
                 h->used++;
-        h->entries[i] = (Entry){key, value, hash};
+        h->entries[slot] = (Entry){key, value, hash};
         h->size++;
-        return 0;
 }
 
 /* A removed entry leaves a tombstone, so that probes for the keys behind it go on; no entry moves, so
@@ -234,20 +260,27 @@ static _always_inline_ void *table_take(Hashmap *h, Entry *e) {
         return v;
 }
 
-int hashmap_put(Hashmap *h, const char *key, void *value) {
-        uint64_t hash = hash_string(key);
+uint64_t hashmap_hash(const char *key) {
+        return hash_string(key);
+}
+
+int hashmap_put_hashed(Hashmap *h, const char *key, uint64_t hash, void *value) {
+        size_t slot;
         char *k;
         int r;
 
-        if (find(h, key, hash, false))
-                return -EEXIST;
+        r = table_slot(h, key, hash, false, &slot);
+        if (r < 0)
+                return r;
         k = h->borrowed ? (char *) key : strdup(key);
         if (!k)
                 return -ENOMEM;
-        r = table_put(h, k, hash, value, false);
-        if (r < 0 && !h->borrowed)
-                free(k);
-        return r;
+        table_fill(h, slot, k, hash, value);
+        return 0;
+}
+
+int hashmap_put(Hashmap *h, const char *key, void *value) {
+        return hashmap_put_hashed(h, key, hash_string(key), value);
 }
 
 void *hashmap_get(const Hashmap *h, const char *key) {
@@ -257,6 +290,10 @@ void *hashmap_get(const Hashmap *h, const char *key) {
 
 void *hashmap_remove(Hashmap *h, const char *key) {
         return table_take(h, h->n_buckets > 0 ? find(h, key, hash_string(key), false) : NULL);
+}
+
+void *hashmap_remove_hashed(Hashmap *h, const char *key, uint64_t hash) {
+        return table_take(h, find(h, key, hash, false));
 }
 
 void *hashmap_remove_if(Hashmap *h, const char *key, bool (*match)(const void *value, const void *userdata),
@@ -298,11 +335,16 @@ IdMap *idmap_free(IdMap *h) {
 }
 
 int idmap_put(IdMap *h, int64_t key, void *value) {
+        size_t slot;
+        int r;
+
         if (!value)
                 return -EINVAL;
-        if (find(&h->map, ID_KEY, (uint64_t) key, true))
-                return -EEXIST;
-        return table_put(&h->map, ID_KEY, (uint64_t) key, value, true);
+        r = table_slot(&h->map, ID_KEY, (uint64_t) key, true, &slot);
+        if (r < 0)
+                return r;
+        table_fill(&h->map, slot, ID_KEY, (uint64_t) key, value);
+        return 0;
 }
 
 void *idmap_get(const IdMap *h, int64_t key) {

@@ -21,6 +21,11 @@ void *hashmap_remove(Hashmap *h, const char *key);
 /* The same when match(value, userdata) holds (one look-up); else the entry stays and NULL. */
 void *hashmap_remove_if(Hashmap *h, const char *key, bool (*match)(const void *value, const void *userdata),
                         const void *userdata);
+/* The map's keyed hash of key, for a caller that puts and later removes the same key: the _hashed
+ * forms take it instead of hashing the key again. hash must be hashmap_hash(key). */
+uint64_t hashmap_hash(const char *key);
+int hashmap_put_hashed(Hashmap *h, const char *key, uint64_t hash, void *value);
+void *hashmap_remove_hashed(Hashmap *h, const char *key, uint64_t hash);
 size_t hashmap_size(const Hashmap *h);
 /* Iteration: *state starts at 0; returns 0 at the end. Removing the current entry is allowed. */
 int hashmap_iterate(Hashmap *h, size_t *state, const char **ret_key, void **ret_value);

@@ -179,6 +179,7 @@ void route_set_client_id(Route *r, char *id) {
         if (r->client_id != r->own_id)
                 free(r->client_id);
         r->client_id = id;
+        r->client_id_hash = hashmap_hash(id);
 }
 
 void route_set_sent(Route *r, char *text, size_t len) {
@@ -198,7 +199,7 @@ static void route_remove(Instance *i, Route *r) {
         if (r->backend_token && r->client_token && streq(r->backend_token, r->client_token))
                 progress_token_ended(i, r->client_token);
         if (r->client)
-                hashmap_remove(r->client->pending, r->client_id);
+                hashmap_remove_hashed(r->client->pending, r->client_id, r->client_id_hash);
         route_free(r);
 }
 
@@ -549,13 +550,14 @@ static void forward_request(Instance *i, Client *c, const Message *m) {
         };
         r->client_id = r->own_id = memcpy((char *) (r + 1) + method_len + 1, m->id_text, id_len + 1);
         r->own_sent = r->own_id + id_len + 1;
-        k = hashmap_put(c->pending, r->client_id, r);
+        r->client_id_hash = hashmap_hash(r->client_id);
+        k = hashmap_put_hashed(c->pending, r->client_id, r->client_id_hash, r);
         if (k == -EEXIST) {
                 route_free(r);
                 return reply_failure(c, m->id_text, false, "request id is already used by a request still in flight");
         }
         if (k < 0 || idmap_put(i->routes, r->backend_id, r) < 0) {
-                hashmap_remove(c->pending, r->client_id);
+                hashmap_remove_hashed(c->pending, r->client_id, r->client_id_hash);
                 route_free(r);
                 return client_fail_request(c, m, "out of memory");
         }

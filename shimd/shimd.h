@@ -81,8 +81,9 @@ typedef struct Route {
         char *sent; /* what went to the backend, for a backend that dies before reading it */
         size_t sent_len;
         char *own_id, *own_sent; /* room in the route's own allocation: the first client_id and sent */
-        uint64_t sent_end; /* its end in the backend's stdin (channel_sent_bytes()) */
-        bool resend;       /* the backend died before reading it: it goes to the next one */
+        uint64_t client_id_hash; /* hashmap_hash(client_id): removing it from Client.pending hashes nothing */
+        uint64_t sent_end;       /* its end in the backend's stdin (channel_sent_bytes()) */
+        bool resend;             /* the backend died before reading it: it goes to the next one */
         /* A handshake-era client's request at a modern backend (bridge.c). */
         bool legacy_client;
         char *request; /* as sent, for a retry with the client's answers (tools/call, prompts/get, resources/read) */

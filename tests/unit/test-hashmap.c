@@ -51,6 +51,10 @@ static void check_fifo(bool strings) {
                         snprintf(k, sizeof k, "c%zu", j);
                         void *got = strings ? hashmap_get(h, k) : idmap_get(ids, (int64_t) j);
                         ok = ok && got == (in[j] ? (void *) (uintptr_t) (j + 16) : NULL);
+                        /* a put finds a key present behind tombstones: one probe looks and places */
+                        if (in[j] && j % 5 == 0)
+                                ok = ok && (strings ? hashmap_put(h, k, (void *) 3)
+                                                    : idmap_put(ids, (int64_t) j, (void *) 3)) == -EEXIST;
                 }
         }
         CHECK(ok);
@@ -126,6 +130,20 @@ int main(void) {
         CHECK(hashmap_size(h) == 2499);
         hashmap_free(h);
 
+        /* A borrowed key put and removed with the hash its owner keeps; the hash is the map's. */
+        h = hashmap_new_borrowed();
+        CHECK(h);
+        const char *borrowed = "mcp-lazy-route:1";
+        uint64_t hash = hashmap_hash(borrowed);
+        CHECK(hash == hashmap_hash("mcp-lazy-route:1") && hash != hashmap_hash("mcp-lazy-route:2"));
+        CHECK(hashmap_put_hashed(h, borrowed, hash, (void *) 5) == 0);
+        CHECK(hashmap_put(h, "mcp-lazy-route:1", (void *) 6) == -EEXIST);
+        CHECK(hashmap_put_hashed(h, borrowed, hash, (void *) 6) == -EEXIST);
+        CHECK(hashmap_get(h, "mcp-lazy-route:1") == (void *) 5);
+        CHECK(hashmap_remove_hashed(h, borrowed, hash) == (void *) 5 && hashmap_size(h) == 0);
+        CHECK(!hashmap_remove_hashed(h, borrowed, hash) && !hashmap_get(h, borrowed));
+        hashmap_free(h);
+
         /* The id map: sequential ids in flight while older ones go (tombstones, resizes), negative ids,
          * and lookups of ids never put. */
         IdMap *ids = idmap_new();
@@ -141,7 +159,8 @@ int main(void) {
         CHECK(idmap_put(ids, 20000, (void *) 2) == -EEXIST);
         CHECK(idmap_put(ids, 5, NULL) == -EINVAL);
         CHECK(idmap_put(ids, 9, (void *) 1) == 0 && idmap_remove(ids, 9) == (void *) 1); /* any value but NULL */
-        CHECK(idmap_get(ids, 19937) == (void *) (uintptr_t) (19937 + 16) && !idmap_get(ids, 19936) && !idmap_get(ids, -3));
+        CHECK(idmap_get(ids, 19937) == (void *) (uintptr_t) (19937 + 16) && !idmap_get(ids, 19936) &&
+              !idmap_get(ids, -3));
         CHECK(idmap_put(ids, -100, (void *) 7) == 0 && idmap_get(ids, -100) == (void *) 7);
         CHECK(idmap_put(ids, INT64_MIN, (void *) 8) == 0 && idmap_get(ids, INT64_MIN) == (void *) 8);
         CHECK(!idmap_remove(ids, 12345));
