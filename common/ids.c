@@ -186,38 +186,11 @@ int ids_translate_buf(const Message *m, id_map_t map, void *userdata, char *buf,
                       size_t *ret_len) {
         Splice s[ELEMENTSOF(id_rules)];
         char *owned[ELEMENTSOF(id_rules)] = {};
-        size_t k = 0, len = m->len, at = 0, o = 0;
-        char *out = NULL;
+        size_t k = 0;
         int r = ids_splices(m, map, userdata, s, owned, &k);
 
-        for (size_t i = 0; r >= 0 && i < k; i++) {
-                if (s[i].span.start < at || s[i].span.start + s[i].span.len > m->len)
-                        r = -EINVAL;
-                else {
-                        at = s[i].span.start + s[i].span.len;
-                        len = len - s[i].span.len + s[i].len;
-                }
-        }
-        if (r >= 0) {
-                out = len < size ? buf : malloc(len + 1);
-                if (!out)
-                        r = -ENOMEM;
-        }
-        if (r >= 0) {
-                at = 0;
-                for (size_t i = 0; i < k; i++) {
-                        memcpy(out + o, m->text + at, s[i].span.start - at);
-                        o += s[i].span.start - at;
-                        memcpy(out + o, s[i].text, s[i].len);
-                        o += s[i].len;
-                        at = s[i].span.start + s[i].span.len;
-                }
-                memcpy(out + o, m->text + at, m->len - at);
-                o += m->len - at;
-                out[o] = 0;
-                *ret_text = out;
-                *ret_len = o;
-        }
+        if (r >= 0)
+                r = message_splice_buf(m, s, k, buf, size, ret_text, ret_len);
         for (size_t i = 0; i < k; i++)
                 free(owned[i]);
         return r;

@@ -1090,7 +1090,8 @@ int message_split_batch(const char *line, size_t len, unsigned max_depth, Span *
         return 0;
 }
 
-int message_splice(const Message *m, const Splice *s, size_t n, char **ret_text, size_t *ret_len) {
+int message_splice_buf(const Message *m, const Splice *s, size_t n, char *buf, size_t size, char **ret_text,
+                       size_t *ret_len) {
         size_t len = m->len, at = 0, o = 0;
         char *out;
 
@@ -1100,7 +1101,7 @@ int message_splice(const Message *m, const Splice *s, size_t n, char **ret_text,
                 at = s[i].span.start + s[i].span.len;
                 len = len - s[i].span.len + s[i].len;
         }
-        out = malloc(len + 1);
+        out = len < size ? buf : malloc(len + 1);
         if (!out)
                 return -ENOMEM;
         at = 0;
@@ -1117,6 +1118,10 @@ int message_splice(const Message *m, const Splice *s, size_t n, char **ret_text,
         *ret_text = out;
         *ret_len = o;
         return 0;
+}
+
+int message_splice(const Message *m, const Splice *s, size_t n, char **ret_text, size_t *ret_len) {
+        return message_splice_buf(m, s, n, NULL, 0, ret_text, ret_len);
 }
 
 /* Walks the validated text from the value at p along path (object keys); at its end, *ret spans that

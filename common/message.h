@@ -92,6 +92,10 @@ typedef struct Splice {
         size_t len;
 } Splice;
 int message_splice(const Message *m, const Splice *s, size_t n, char **ret_text, size_t *ret_len);
+/* The same into buf when it fits (size bytes, its NUL included), else into a malloc'd line: *ret_text is
+ * buf or what to free. */
+int message_splice_buf(const Message *m, const Splice *s, size_t n, char *buf, size_t size, char **ret_text,
+                       size_t *ret_len);
 
 /* A number's text is an integer (any size) or a value a double holds as an integer. */
 bool json_id_valid(const cJSON *id, const char *text, size_t len);
