@@ -51,13 +51,27 @@ static size_t skip_value(const char *s, size_t n, size_t i) {
         return n;
 }
 
-/* Whether the JSON string token s (quotes included) spells name, escapes decoded. */
+/* Whether the JSON string token s (quotes included) decodes to one with a NUL in it. */
+static bool token_has_nul(const char *s, size_t n) {
+        for (size_t i = 1; i + 1 < n; i++)
+                if (s[i] == '\\') {
+                        if (s[i + 1] == 'u' && i + 5 < n && memcmp(s + i + 2, "0000", 4) == 0)
+                                return true;
+                        i++;
+                }
+        return false;
+}
+
+/* Whether the JSON string token s (quotes included) spells name, escapes decoded: all of it, as the
+ * next hop reads it ("id\u0000x" is not "id", though cJSON's string ends at the NUL). */
 static bool key_is(const char *s, size_t n, const char *name, size_t name_len) {
         cJSON *k;
         bool r;
 
         if (!memchr(s, '\\', n))
                 return n == name_len + 2 && memcmp(s + 1, name, name_len) == 0;
+        if (token_has_nul(s, n))
+                return false;
         k = cJSON_ParseWithLength(s, n);
         r = cJSON_IsString(k) && strlen(k->valuestring) == name_len && memcmp(k->valuestring, name, name_len) == 0;
         cJSON_Delete(k);
@@ -99,6 +113,27 @@ static bool peek_member_span(const char *s, size_t n, const char *name, size_t *
         *ret_start = id_start;
         *ret_end = id_end;
         return true;
+}
+
+bool json_peek_has_key(const char *s, size_t n, const char *name) {
+        size_t i = skip_ws(s, n, 0), name_len = strlen(name);
+
+        if (i >= n || s[i] != '{')
+                return false;
+        for (i = skip_ws(s, n, i + 1); i < n && s[i] == '"';) {
+                size_t key = i, key_end = skip_string(s, n, i);
+
+                i = skip_ws(s, n, key_end);
+                if (key_end >= n || i >= n || s[i] != ':')
+                        break;
+                if (key_is(s + key, key_end - key, name, name_len))
+                        return true;
+                i = skip_ws(s, n, skip_value(s, n, skip_ws(s, n, i + 1)));
+                if (i >= n || s[i] != ',')
+                        break;
+                i = skip_ws(s, n, i + 1);
+        }
+        return false;
 }
 
 cJSON *json_peek_member(const char *s, size_t n, const char *name) {

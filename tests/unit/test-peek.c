@@ -46,5 +46,32 @@ int main(void) {
                                     "method");
         CHECK(cJSON_IsString(m) && strcmp(m->valuestring, "notifications/message") == 0);
         cJSON_Delete(m);
+
+        /* A key that decodes with a NUL in it is not the key its first bytes spell (the next hop reads
+         * all of it); an escaped backslash before "u0000" is no NUL. */
+        check_id("{\"id\\u0000\":7,\"x\":\"", NULL);
+        check_id("{\"i\\u0064\":7,\"x\":\"", "7");
+        CHECK(!json_peek_has_key("{\"method\\u0000x\":\"a\",\"id\":1", 27, "method"));
+        CHECK(json_peek_has_key("{\"metho\\u0064\":\"a\",\"id\":1", 25, "method"));
+
+        /* A key shows whatever its value: cut off, repeated, or after members that are whole. */
+        const char *with[] = {
+                "{\"id\":1,\"method\":\"sampling/createMessage\",\"params\":{\"x\":[[[",
+                "{\"id\":1,\"method\":\"sampl",
+                "{\"method\":\"a\",\"method\":\"b\",\"id\":\"x\",\"params\":{",
+                " { \"id\" : \"a\\\"b\" , \"params\":{\"p\":[1,{\"q\":\"}\"}]}, \"method\":",
+        };
+        for (size_t i = 0; i < sizeof with / sizeof with[0]; i++)
+                CHECK(json_peek_has_key(with[i], strlen(with[i]), "method"));
+        /* Not at the top level, not yet shown, or no key at all. */
+        const char *without[] = {
+                "{\"id\":1,\"result\":{\"method\":\"x\",\"content\":[",
+                "{\"id\":1,\"result\":{\"content\":[\"a\"]},\"meth",
+                "{\"id\":1,\"params\":{\"a\":\"\\\"method\\\":\"}",
+                "[{\"method\":\"x\"}]",
+                "",
+        };
+        for (size_t i = 0; i < sizeof without / sizeof without[0]; i++)
+                CHECK(!json_peek_has_key(without[i], strlen(without[i]), "method"));
         return tests_finish("test-peek");
 }
