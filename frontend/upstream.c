@@ -9,6 +9,7 @@
 #include "log.h"
 #include "macros.h"
 #include "peek.h"
+#include "printable.h"
 
 struct UpConn {
         Upstream *up;
@@ -177,6 +178,56 @@ static void upconn_drain(UpConn *c) {
 
 static void upconn_bad_answer(UpConn *c, const char *id_text, const char *problem);
 
+/* JSON-RPC answers a message whose id could not be read with id null: that names none of our calls
+ * (all we send is valid, with its id), and closing the connection would fail calls it does not
+ * concern. Such an answer is dropped with a warning, whether it is valid or not (then problem says why). */
+static void upconn_null_id(UpConn *c, const Message *m, const char *problem) {
+        const cJSON *err = !problem && message_json(m) ? cJSON_GetObjectItemCaseSensitive(m->json, "error") : NULL;
+        _cleanup_free_ char *text = NULL;
+
+        if (problem)
+                return (void) log_warning("Backend '%s' sent an invalid answer with \"id\": null (%s), ignoring it.",
+                                          up_name(c->up), problem);
+        text = text_printable(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(err, "message")) ?: "no message",
+                              200);
+        log_warning("Backend '%s' sent %s with \"id\": null (%s), ignoring it.", up_name(c->up),
+                    err ? "an error" : "a result", err ? text ?: "?" : "an answer to no request");
+}
+
+/* Whether a line's one top-level "id" is null, however broken the rest. */
+static bool line_id_null(const char *line, size_t len) {
+        _cleanup_json_ cJSON *id = json_peek_member(line, len, "id");
+        return cJSON_IsNull(id);
+}
+
+/* Whether id_text (an id's JSON text) is the id of our initialize. */
+static bool id_text_is_init(const char *id_text) {
+        _cleanup_json_ cJSON *v = NULL;
+
+        if (!id_text)
+                return false;
+        if (streq(id_text, "\"" UPSTREAM_INIT_ID "\""))
+                return true;
+        /* Spelt with escapes: decoded, as the valid path compares it (a NUL would cut it short). */
+        if (!strchr(id_text, '\\') || strstr(id_text, "\\u0000"))
+                return false;
+        v = cJSON_Parse(id_text);
+        return cJSON_IsString(v) && streq(v->valuestring, UPSTREAM_INIT_ID);
+}
+
+/* Our initialize got an answer we cannot use: the shim may not have taken this connection as we meant
+ * it, so nothing more goes on it. Its calls fail naming the backend and what was wrong; the next call
+ * connects again. */
+static void upconn_init_failed(UpConn *c, const char *problem) {
+        char why[256];
+
+        log_warning("Backend '%s' sent an invalid answer to initialize (%s): closing the connection, failing its "
+                    "calls.",
+                    up_name(c->up), problem);
+        snprintf(why, sizeof why, "it sent an invalid answer to initialize: %s", problem);
+        upconn_close(c, why);
+}
+
 static void upconn_handle_response(UpConn *c, const Message *m) {
         Session *s = c->up->s;
 
@@ -197,7 +248,9 @@ static void upconn_handle_response(UpConn *c, const Message *m) {
         }
         /* An id that is no id (an object, true) names no call: it could be any call's answer. One of
          * null is what an error to a message whose id could not be read carries, a notification's too. */
-        if (!m->id_text && !cJSON_IsNull(m->id))
+        if (cJSON_IsNull(m->id))
+                return upconn_null_id(c, m, NULL);
+        if (!m->id_text)
                 return upconn_bad_answer(c, NULL, "\"id\" must be a string or an integer");
         if (!session_complete(s, c, m))
                 log_debug("Dropping a response from backend '%s' that matches no request.", up_name(c->up));
@@ -212,6 +265,8 @@ static void upconn_bad_answer(UpConn *c, const char *id_text, const char *proble
         Pending *p = id_text ? hashmap_get(s->pending, id_text) : NULL;
         char text[512], why[256];
 
+        if (!c->established && id_text_is_init(id_text))
+                return upconn_init_failed(c, problem);
         if (p && p->conn == c) {
                 snprintf(text, sizeof text, "backend '%s' sent an invalid answer to this call (%s)", up_name(c->up),
                          problem);
@@ -229,19 +284,19 @@ static void upconn_bad_answer(UpConn *c, const char *id_text, const char *proble
         upconn_close(c, why);
 }
 
-/* An answer that breaks the rules still ends its call, with an error that says so. */
+/* An answer that breaks the rules still ends its call, with an error that says so. Keys as the scan
+ * reads them, as for a line that is not JSON (upconn_unreadable()): "method\u0000" is no "method". */
 static void upconn_handle_invalid(UpConn *c, const Message *m) {
         char text[512];
 
-        if (!message_json(m)) {
-                log_oom();
-                return upconn_close(c, "out of memory reading its message");
-        }
-        if (!cJSON_HasObjectItem(m->json, "method"))
+        if (!json_peek_has_key(m->text, m->len, "method")) {
+                if (line_id_null(m->text, m->len))
+                        return upconn_null_id(c, m, m->problem);
                 return upconn_bad_answer(c, m->id_text, m->problem);
+        }
 
         log_warning("Backend '%s' sent an invalid message (%s), ignoring it.", up_name(c->up), m->problem);
-        if (cJSON_HasObjectItem(m->json, "id")) {
+        if (json_peek_has_key(m->text, m->len, "id")) {
                 /* A request all the same: its sender waits, and gets why (under null if its id is bad). */
                 _cleanup_json_ cJSON *e = NULL;
                 snprintf(text, sizeof text, "Invalid Request: %s", m->problem);
@@ -342,11 +397,29 @@ static void upconn_upcall_cancelled(UpConn *c, const Message *m) {
         }
 }
 
+/* A line that cannot be read, but shows a "method": a request or a notification, never an answer, so
+ * it fails no call (client ids may look like a shim's request ids). A request's sender is told, under
+ * the id its beginning shows, rather than wait for ever. */
+static bool upconn_unreadable_request(UpConn *c, const char *line, size_t len, const cJSON *id, const char *problem) {
+        char text[512];
+
+        if (!json_peek_has_key(line, len, "method"))
+                return false;
+        if (!id) {
+                log_warning("Backend '%s' sent a notification that cannot be read (%s), ignoring it.", up_name(c->up),
+                            problem);
+                return true;
+        }
+        log_warning("Backend '%s' sent a request that cannot be read (%s), refusing it.", up_name(c->up), problem);
+        snprintf(text, sizeof text, "mcp-lazy cannot read this request (%s)", problem);
+        upconn_reply_error_id(c, id->valuestring, text);
+        return true;
+}
+
 /* A line that is not JSON: the call whose id its beginning shows fails saying so; with no id to read
- * and no method (a notification's line is dropped), it is handled as an invalid answer that names no
- * call. */
+ * and no method, it is handled as an invalid answer that names no call. */
 static void upconn_unreadable(UpConn *c, const char *line, size_t len, int error) {
-        _cleanup_json_ cJSON *id = jsonrpc_peek_id_raw(line, len), *method = NULL;
+        _cleanup_json_ cJSON *id = jsonrpc_peek_id_raw(line, len);
         char problem[128];
 
         if (error == -E2BIG)
@@ -355,8 +428,11 @@ static void upconn_unreadable(UpConn *c, const char *line, size_t len, int error
                 snprintf(problem, sizeof problem, "%s",
                          error == -ENOMEM ? "out of memory reading it" : "a line that is not valid UTF-8 JSON");
 
-        if (!id && (method = json_peek_member(line, len, "method")))
-                return (void) log_warning("Backend '%s' sent a line that is not JSON, ignoring it.", up_name(c->up));
+        if (upconn_unreadable_request(c, line, len, id, problem))
+                return;
+        if (!id && line_id_null(line, len))
+                return (void) log_warning("Backend '%s' sent an invalid answer with \"id\": null (%s), ignoring it.",
+                                          up_name(c->up), problem);
         upconn_bad_answer(c, id ? id->valuestring : NULL, problem);
 }
 
@@ -400,17 +476,21 @@ static void upconn_handle_line(UpConn *c, const char *line, size_t len) {
  * its calls) rather than left to hang one of them. */
 static void upconn_oversize(UpConn *c, const char *line, size_t len) {
         Session *s = c->up->s;
-        _cleanup_json_ cJSON *id = jsonrpc_peek_id_raw(line, len), *method = NULL;
+        _cleanup_json_ cJSON *id = jsonrpc_peek_id_raw(line, len);
         Pending *p = id ? hashmap_get(s->pending, id->valuestring) : NULL;
-        char text[512];
+        char text[512], problem[128];
 
-        snprintf(text, sizeof text,
-                 "backend '%s' answered with a message longer than the %zu-byte limit (see --max-line-bytes)",
-                 up_name(c->up), s->options->max_line);
+        snprintf(problem, sizeof problem, "a message longer than the %zu-byte limit (see --max-line-bytes)",
+                 s->options->max_line);
+        if (upconn_unreadable_request(c, line, len, id, problem))
+                return;
+        if (!c->established && id && id_text_is_init(id->valuestring))
+                return upconn_init_failed(c, problem);
+        snprintf(text, sizeof text, "backend '%s' answered with %s", up_name(c->up), problem);
         log_warning("%s", text);
         if (p && p->conn == c)
                 return session_fail(s, p, text);
-        if (!id && !(method = json_peek_member(line, len, "method")))
+        if (!id && !line_id_null(line, len))
                 upconn_close(c, "it sent a message past the line limit");
 }
 

@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { INIT, MCP_LAZY, RawPeer, SHIMD, SockPeer, TESTS, cleanupPeers, startShimOnSocket, sleep } from "./lib/env.mjs";
+import { INIT, MCP_LAZY, RawPeer, SHIMD, SockPeer, TESTS, cleanupPeers, startShimOnSocket, sleep, waitFor } from "./lib/env.mjs";
 import { onLines } from "./lib/lines.mjs";
 
 after(cleanupPeers);
@@ -373,6 +373,114 @@ describe("the frontend, with a shim that answers a call with a bad line", () => 
     assert.equal(text(r), "fine", JSON.stringify(r));
     assert.equal(conns.length, before);
   });
+});
+
+describe("the frontend, with a shim that sends null ids, requests it cannot read, and bad answers to initialize", () => {
+  // A stand-in shim again. Each tools/call's "mode" says what it writes before (or instead of) the
+  // call's answer; "init" says how the next connection's initialize is answered.
+  const sock = join(dir, "robust.sock");
+  const conns = [];
+  const got = []; // what the frontend sent that was not initialize, initialized or tools/call
+  let init = "ok";
+  const answer = (id) => JSON.stringify({ jsonrpc: "2.0", id, result: { content: [{ type: "text", text: "fine" }] } });
+  const deep = (n) => "[".repeat(n) + "]".repeat(n);
+  const before_ = {
+    // An error to a message the shim could not read: id null. Invalid (result and error both) or valid.
+    nullInvalid: () => JSON.stringify({ jsonrpc: "2.0", id: null, result: {}, error: { code: -32700, message: "Parse error" } }),
+    nullValid: () => JSON.stringify({ jsonrpc: "2.0", id: null, error: { code: -32700, message: "Parse error" } }),
+    // A request from the backend that cannot be read (nested too deep), under the id of the call.
+    deepRequest: (id) => `{"jsonrpc":"2.0","id":${JSON.stringify(id)},"method":"sampling/createMessage","params":{"x":${deep(200)}}}`,
+    // The same request past the line limit (--max-line-bytes 4096 below).
+    longRequest: (id) => `{"jsonrpc":"2.0","id":${JSON.stringify(id)},"method":"sampling/createMessage","params":{"x":"${"y".repeat(8192)}"}}`,
+  };
+  const initAnswer = {
+    ok: (id) => JSON.stringify({ jsonrpc: "2.0", id, result: { protocolVersion: "2025-06-18", capabilities: { tools: {} }, serverInfo: { name: "fake", version: "1" } } }),
+    invalid: (id) => JSON.stringify({ jsonrpc: "2.0", id, result: { protocolVersion: "2025-06-18" }, error: { code: 1, message: "both" } }),
+    // A lone surrogate escape: not JSON to the message layer, its id still readable.
+    notJson: (id) => `{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":{"protocolVersion":"2025-06-18","x":"\\ud800"}}`,
+    long: (id) => JSON.stringify({ jsonrpc: "2.0", id, result: { protocolVersion: "2025-06-18", x: "y".repeat(8192) } }),
+  };
+  let server, p;
+  before(async () => {
+    server = createServer((c) => {
+      conns.push(c);
+      c.on("error", () => {}); // the frontend closes a connection whose initialize was answered badly
+      const mode = init;
+      onLines(c, (line) => {
+        const m = JSON.parse(line);
+        if (m.method === "initialize") return c.write(initAnswer[mode](m.id) + "\n");
+        if (m.method === "tools/call") {
+          const how = before_[m.params?.arguments?.mode];
+          return c.write((how ? how(m.id) + "\n" : "") + answer(m.id) + "\n");
+        }
+        if (m.method !== "notifications/initialized") got.push(m);
+      });
+    });
+    await new Promise((r) => server.listen(sock, r));
+    const mf = join(dir, "robust.yaml");
+    writeFileSync(mf, `backends:\n  fake: {command: [x], socket: ${sock}}\ntools:\n  - {name: t, backend: fake, input_schema: {type: object}}\n`);
+    p = new RawPeer(MCP_LAZY, ["--manifest", mf, "--activation=systemd", "--max-line-bytes", "4096"]);
+    assert.ok((await p.request(INIT("2025-06-18"))).result);
+    const ok = await p.request(call("warm", "t"), 10000);
+    assert.equal(text(ok), "fine", JSON.stringify(ok));
+  });
+  after(async () => {
+    await p?.close();
+    conns.forEach((c) => c.destroy());
+    server?.close();
+  });
+
+  // The call gets its real answer, on the same connection (before: a null id or a request that could
+  // not be read closed it, or failed the call).
+  async function answered(id, mode, log) {
+    const n = conns.length;
+    const r = await p.request(call(id, "t", { mode }), 10000);
+    assert.equal(r.id, id, JSON.stringify(r));
+    assert.equal(text(r), "fine", `${JSON.stringify(r)}\n${p.stderr}`);
+    assert.equal(conns.length, n, "the connection stayed");
+    assert.ok(await waitFor(() => log.test(p.stderr), 5000), p.stderr);
+  }
+
+  test("an invalid answer with id null is dropped with a warning, as a valid one is: no call fails", async () => {
+    await answered("n1", "nullInvalid", /Backend 'fake' sent an invalid answer with "id": null \(a message needs .*\), ignoring it/);
+    await answered("n2", "nullValid", /Backend 'fake' sent an error with "id": null \(Parse error\), ignoring it/);
+  });
+
+  test("a request from the shim that cannot be read never fails the call its id names", async () => {
+    // Client ids may look like the shim's own request ids.
+    got.length = 0;
+    await answered("mcp-lazy-upcall:3", "deepRequest", /Backend 'fake' sent a request that cannot be read \(JSON nested deeper than 128 levels\)/);
+    // The shim is told, under the id it used: its backend's request does not wait for ever.
+    assert.ok(await waitFor(() => got.length > 0, 5000));
+    assert.equal(got[0].id, "mcp-lazy-upcall:3", JSON.stringify(got));
+    assert.match(got[0].error?.message ?? "", /nested deeper than 128 levels/, JSON.stringify(got));
+    got.length = 0;
+    await answered("mcp-lazy-upcall:4", "longRequest", /Backend 'fake' sent a request that cannot be read \(a message longer than the 4096-byte limit/);
+    assert.ok(await waitFor(() => got.length > 0, 5000));
+    assert.equal(got[0].id, "mcp-lazy-upcall:4", JSON.stringify(got));
+  });
+
+  // The connection is dropped by the shim; the next call makes a new one, whose initialize is answered
+  // as "mode" says: its calls fail naming the backend and why, and the call after that connects again.
+  for (const [mode, why] of [
+    ["invalid", 'a message needs "method", or "id" with exactly one of "result" and "error"'],
+    ["notJson", "a line that is not valid UTF-8 JSON"],
+    ["long", "a message longer than the 4096-byte limit \\(see --max-line-bytes\\)"],
+  ])
+    test(`a bad answer to initialize (${mode}) fails the calls on that connection and closes it`, async () => {
+      conns.at(-1).destroy();
+      await sleep(300);
+      init = mode;
+      const n = conns.length;
+      const r = await p.request(call(`i-${mode}`, "t"), 10000);
+      init = "ok";
+      assert.equal(r.result?.isError, true, JSON.stringify(r));
+      assert.match(text(r), new RegExp(`lost the connection to backend 'fake' \\(it sent an invalid answer to initialize: ${why}\\); the call may or may not have run`), JSON.stringify(r));
+      assert.equal(conns.length, n + 1);
+      const ok = await p.request(call(`ok-${mode}`, "t"), 10000);
+      assert.equal(text(ok), "fine", JSON.stringify(ok));
+      assert.equal(conns.length, n + 2, "the next call connected again");
+    });
 });
 
 describe("the frontend, with a client at the edges of framing", () => {
