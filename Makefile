@@ -53,7 +53,7 @@ S := build/san
 
 .PHONY: all check check-unit check-integration bench soak install uninstall clean deps demo fuzz check-fuzz
 
-all: $(B)/mcp-lazy $(B)/mcp-lazy-shimd
+all: $(B)/mcp-lazy $(B)/mcp-lazy-shimd $(B)/hot-path.checked
 
 # $(call objs,BUILDDIR,SOURCES)
 objs = $(patsubst %.c,$(1)/%.o,$(2))
@@ -74,27 +74,36 @@ $(S)/%.o: %.c
 # (valgrind lackey): code pages 42-45 -> 37-38 in the frontend, 49-55 -> 40-43 in the shim (a socat
 # relay: 15). The list is what `cd tests && node bench/hot-path.mjs` prints (valgrind's lackey over
 # 300 warm calls: our functions run per message, in the order they first ran); run it again when the
-# path changes. A name that is gone only stops being placed.
-HOT_PATH := on_in channel_dispatch_lines line_buffer_next channel_read line_buffer_reserve line_buffer_commit \
-	channel_emit on_upconn upconn_handle_line message_parse_envelope scan_text scan_value scan_object \
-	scan_number scan_array scanner_done integer_text string_decode ids_rules_of check_id_lengths \
-	session_complete hashmap_remove_if hash_string pending_on upconn_release message_unref \
-	session_send_text channel_send channel_sendv chunk_new channel_backed_up batch_end channel_flush \
-	chunk_free channel_update_reading on_client session_handle_line message_is_batch \
-	ids_method_kind_mismatch handle_message message_has_envelope handle_tools_call route_to routable \
-	hashmap_size hashmap_get hashmap_put message_ref modern_request session_upstream upstream_name \
-	upstream_forward client_handle_line client_handle_message mrtr_request_refused era_envelope_parse \
-	instance_submit channel_write_closed deliver mrtr_retry idmap_put track_subscription \
-	ids_translate_buf ids_splices ids_fields map_to_backend id_integer_format bridge_prepare_request \
-	route_send channel_sent_bytes shim_calls_changed instance_in_flight idmap_size idle_update \
-	status_arm line_buffer_pending on_backend instance_handle_backend_line idmap_get \
-	subscribe_handle_response mrtr_hold_answer bridge_response ids_translate_send map_to_client \
-	client_sendv_pieces client_sendv client_overflowed channel_queued client_check_peer_queued \
-	route_remove mrtr_route_gone bridge_route_gone idmap_remove hashmap_remove route_free mrtr_free
+# path changes. A name that is gone only stops being placed: the build warns (hot-path.checked below).
+HOT_PATH := on_in channel_dispatch_lines line_buffer_next channel_read line_buffer_reserve \
+	line_buffer_commit channel_emit on_upconn upconn_handle_line message_parse_envelope scan_text scan_value \
+	scan_object scan_number scan_array scanner_done integer_text string_decode ids_rules_of check_id_lengths \
+	session_complete hashmap_remove_if hash_string pending_on upconn_release message_unref session_send_text \
+	channel_send channel_sendv chunk_new channel_backed_up batch_end channel_flush chunk_free \
+	channel_update_reading on_client session_handle_line message_is_batch ids_method_kind_mismatch \
+	handle_message message_has_envelope handle_tools_call route_to routable hashmap_size hashmap_get \
+	hashmap_put hashmap_put_hashed message_ref modern_request session_upstream upstream_name upstream_forward \
+	client_handle_line client_handle_message mrtr_request_refused era_envelope_parse instance_submit \
+	channel_write_closed deliver mrtr_retry hashmap_hash idmap_put track_subscription ids_translate_buf \
+	ids_splices ids_fields map_to_backend id_integer_format message_splice_buf bridge_prepare_request \
+	route_send channel_sent_bytes shim_calls_changed instance_in_flight idmap_size idle_update status_arm \
+	line_buffer_pending on_backend instance_handle_backend_line idmap_get subscribe_handle_response \
+	mrtr_hold_answer bridge_response ids_translate_send map_to_client client_sendv_pieces client_sendv \
+	client_overflowed channel_queued client_check_peer_queued route_remove mrtr_route_gone bridge_route_gone \
+	idmap_remove hashmap_remove_hashed route_free mrtr_free
 $(B)/hot-path.ld: Makefile
 	@mkdir -p $(dir $@)
 	@{ echo 'SECTIONS { .text.hot_path : {'; for f in $(HOT_PATH); do echo "*(.text.$$f .text.$$f.*)"; done; \
 	  echo '} } INSERT BEFORE .text;'; } > $@
+
+# A name in HOT_PATH that no object of either program defines (renamed, gone, or inlined wherever it is
+# called) is no longer placed, and nothing else would tell: the build warns, naming it.
+$(B)/hot-path.checked: $(call objs,$(B),$(FRONTEND_SRC) $(SHIMD_SRC) $(COMMON_SRC)) Makefile
+	@readelf -SW $(filter %.o,$^) | sed -n 's/.* \.text\.\([A-Za-z0-9_]*\).*/\1/p' | sort -u > $@.defined
+	@gone=$$(for f in $(HOT_PATH); do grep -qxF "$$f" $@.defined || echo "$$f"; done); \
+	if [ -n "$$gone" ]; then echo "warning: Makefile HOT_PATH names functions no object defines:" $$gone \
+		"(regenerate the list: cd tests && node bench/hot-path.mjs)" >&2; fi
+	@rm -f $@.defined && touch $@
 
 $(B)/mcp-lazy: $(call objs,$(B),$(FRONTEND_LINK_ORDER)) $(B)/hot-path.ld
 	$(CC) $(LINK_FLAGS) -Wl,-T,$(B)/hot-path.ld -o $@ $(filter %.o,$^) $(DEP_LIBS)

@@ -36,6 +36,9 @@ struct Channel {
         bool out_is_pipe;               /* what the reader has not read yet can be asked (FIONREAD) */
         bool in_pollable, out_pollable; /* regular files cannot be polled: plain read/write them */
         sd_event_source *in_source, *out_source, *file_source, *error_source;
+        /* in_source is on, out_source may be on: what was last asked of them, so that a flush skips the
+         * calls that would change nothing (two per flush, into libsystemd, on the warm path). */
+        bool in_source_on, out_source_on;
         sd_event_source *dispatch_source; /* hands out lines already read when reading resumes */
         sd_event_source *closed_source;   /* reports CHANNEL_CLOSED */
         sd_event_source *stall_source;    /* FLUSHING: gives up on a peer that reads nothing */
@@ -201,6 +204,7 @@ Channel *channel_free(Channel *c) {
                 c->free_pending = true;
                 c->handler = NULL;
                 sd_event_source_set_enabled(c->in_source, SD_EVENT_OFF);
+                c->in_source_on = false;
                 sd_event_source_set_enabled(c->out_source, SD_EVENT_OFF);
                 sd_event_source_set_enabled(c->file_source, SD_EVENT_OFF);
                 sd_event_source_set_enabled(c->error_source, SD_EVENT_OFF);
@@ -309,8 +313,10 @@ static void channel_flush(Channel *c) {
                 if (!c->out_head)
                         c->out_tail = NULL;
         }
-        if (c->out_pollable && c->out_source)
+        if (c->out_pollable && c->out_source && (c->out_head || c->out_source_on)) {
                 sd_event_source_set_enabled(c->out_source, c->out_head ? SD_EVENT_ON : SD_EVENT_OFF);
+                c->out_source_on = c->out_head;
+        }
         if (!c->out_head && c->close_write_pending)
                 channel_finish_close_write(c);
         channel_update_reading(c);
@@ -534,8 +540,10 @@ static void channel_update_reading(Channel *c) {
         if (channel_may_read(c) && !c->reading_on && c->lines.end > c->lines.start && c->dispatch_source)
                 (void) sd_event_source_set_enabled(c->dispatch_source, SD_EVENT_ONESHOT);
         c->reading_on = channel_may_read(c);
-        if (c->in_source)
+        if (c->in_source && on != c->in_source_on) {
                 sd_event_source_set_enabled(c->in_source, on ? SD_EVENT_ON : SD_EVENT_OFF);
+                c->in_source_on = on;
+        }
         if (c->file_source)
                 sd_event_source_set_enabled(c->file_source, on ? SD_EVENT_ON : SD_EVENT_OFF);
 }
@@ -580,6 +588,7 @@ int channel_new(sd_event *e, int in_fd, int out_fd, size_t max_line, channel_han
         /* epoll refuses what never blocks (regular files, /dev/null): those are read and written plainly. */
         if (c->in_pollable) {
                 r = sd_event_add_io(e, &c->in_source, in_fd, EPOLLIN, on_in, c);
+                c->in_source_on = r >= 0; /* a new source is on */
                 if (r == -EPERM)
                         c->in_pollable = false;
                 else if (r < 0)
@@ -626,6 +635,7 @@ int channel_set_connecting(Channel *c) {
                 return -EINVAL;
         c->connecting = true;
         channel_update_reading(c);
+        c->out_source_on = true;
         return sd_event_source_set_enabled(c->out_source, SD_EVENT_ON);
 }
 

@@ -20,13 +20,18 @@ static const char *const removed_methods[] = {
 };
 
 int era_envelope_parse(const cJSON *params, Envelope *ret, const char **ret_problem) {
-        const cJSON *meta = cJSON_GetObjectItemCaseSensitive(params, "_meta");
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(meta, META_PROTOCOL_VERSION);
-        const cJSON *caps = cJSON_GetObjectItemCaseSensitive(meta, META_CLIENT_CAPABILITIES);
-        const cJSON *info = cJSON_GetObjectItemCaseSensitive(meta, META_CLIENT_INFO);
-        const cJSON *level = cJSON_GetObjectItemCaseSensitive(meta, META_LOG_LEVEL);
+        const cJSON *meta, *v, *caps, *info, *level;
 
         *ret = (Envelope){};
+        /* No params, or a message read envelope-only (its params have no _meta): no envelope, and no call
+         * into libcjson on the warm path. */
+        if (!params)
+                return 0;
+        meta = cJSON_GetObjectItemCaseSensitive(params, "_meta");
+        v = cJSON_GetObjectItemCaseSensitive(meta, META_PROTOCOL_VERSION);
+        caps = cJSON_GetObjectItemCaseSensitive(meta, META_CLIENT_CAPABILITIES);
+        info = cJSON_GetObjectItemCaseSensitive(meta, META_CLIENT_INFO);
+        level = cJSON_GetObjectItemCaseSensitive(meta, META_LOG_LEVEL);
         if (!v && !caps && !info && !level)
                 return 0;
         *ret_problem = NULL;

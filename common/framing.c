@@ -25,7 +25,8 @@ int line_buffer_reserve(LineBuffer *b, size_t want, char **ret_ptr, size_t *ret_
         }
         /* Move the unconsumed tail to the front before growing: most reads then need no realloc. */
         if (b->start > 0) {
-                memmove(b->data, b->data + b->start, b->end - b->start);
+                if (b->end > b->start) /* usually every line was taken: nothing to move */
+                        memmove(b->data, b->data + b->start, b->end - b->start);
                 b->end -= b->start;
                 b->start = 0;
         }

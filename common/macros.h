@@ -27,8 +27,12 @@
                 _fd_;            \
         })
 
+/* The cleanups test for NULL themselves: most of them find nothing to free, and on the warm path a call
+ * into another library costs its PLT and GOT lines and the callee's code page, cache-cold after a slow
+ * backend has run (tests/bench hot-path.mjs, bench section 2). */
 static inline void freep(void *p) {
-        free(*(void **) p);
+        if (*(void **) p)
+                free(*(void **) p);
 }
 
 static inline int safe_close(int fd) {
@@ -47,7 +51,8 @@ static inline void closep(int *fd) {
 #define _cleanup_free_  _cleanup_(freep)
 
 static inline void cJSON_Deletep(cJSON **j) {
-        cJSON_Delete(*j);
+        if (*j)
+                cJSON_Delete(*j);
 }
 #define _cleanup_json_ _cleanup_(cJSON_Deletep)
 

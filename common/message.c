@@ -1056,8 +1056,10 @@ Message *message_ref(Message *m) {
 Message *message_unref(Message *m) {
         if (!m || --m->n_ref > 0)
                 return NULL;
-        cJSON_Delete(m->json);
-        cJSON_Delete(m->id_value);
+        if (m->json) /* an envelope-only message has no tree: no call into libcjson */
+                cJSON_Delete(m->json);
+        if (m->id_value)
+                cJSON_Delete(m->id_value);
         free(m);
         return NULL;
 }

@@ -403,12 +403,16 @@ static void bridge_start(Instance *i, Route *r, const Message *m) {
 }
 
 int bridge_response(Instance *i, Route *r, const Message *m) {
-        const cJSON *result = cJSON_GetObjectItemCaseSensitive(m->json, "result");
-        const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(result, "resultType"));
+        const cJSON *result;
+        const char *type;
         _cleanup_free_ char *text = NULL;
         size_t len;
 
-        if (!r->legacy_client || !cJSON_IsObject(result))
+        if (!r->legacy_client) /* the usual answer, read envelope-only: nothing to look up in a tree */
+                return BRIDGE_PASS;
+        result = cJSON_GetObjectItemCaseSensitive(m->json, "result");
+        type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(result, "resultType"));
+        if (!cJSON_IsObject(result))
                 return BRIDGE_PASS;
         if (type && streq(type, "input_required") && r->request) {
                 bridge_start(i, r, m);

@@ -169,7 +169,8 @@ static void route_free(Route *r) {
         if (r->sent != r->own_sent)
                 free(r->sent);
         free(r->request);
-        cJSON_Delete(r->input_responses);
+        if (r->input_responses)
+                cJSON_Delete(r->input_responses);
         free(r->request_state);
         mrtr_free(r->mrtr);
         free(r);
@@ -829,7 +830,7 @@ static bool answer_read_by_bridge(const Instance *i, const Route *r) {
 static bool backend_id_of(const Message *m, int64_t *ret) {
         double d;
 
-        if (!cJSON_IsNumber(m->id))
+        if (!m->id || (m->id->type & 0xFF) != cJSON_Number) /* cJSON_IsNumber(), without a call into libcjson */
                 return false;
         d = m->id->valuedouble;
         if (!(d > -9007199254740992.0 && d < 9007199254740992.0) || d != (double) (int64_t) d)
