@@ -11,6 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
 #include "era.h"
 #include "framing.h"
 #include "macros.h"
@@ -133,9 +137,9 @@ static PathKey *path_index_key(unsigned level, const char *key) {
         return &path_index.keys[level][i];
 }
 
-/* The PathKey that k is at this level, or NULL. */
-static inline const PathKey *path_index_find(unsigned level, const Key *k) {
-        for (unsigned i = path_index.buckets[level][path_bucket(k)]; i; i = path_index.keys[level][i - 1].next)
+/* The PathKey that k (in bucket h, path_bucket()) is at this level, or NULL. */
+static inline const PathKey *path_index_find(unsigned level, unsigned h, const Key *k) {
+        for (unsigned i = path_index.buckets[level][h]; i; i = path_index.keys[level][i - 1].next)
                 if (key_same(k, &path_index.keys[level][i - 1].key))
                         return &path_index.keys[level][i - 1];
         return NULL;
@@ -237,12 +241,32 @@ static const uint8_t string_byte[256] = {
 #define ONES  0x0101010101010101ULL
 #define HIGHS 0x8080808080808080ULL
 
+#ifdef __SSE2__
+/* A bit for each of the 16 bytes at p that ends a plain run: '"', '\\', and below 0x20 or from 0x80 on,
+ * which one signed compare finds together. */
+static inline unsigned plain_stops16(const uint8_t *p) {
+        __m128i v = _mm_loadu_si128((const __m128i *) p);
+        __m128i x = _mm_or_si128(
+                _mm_or_si128(_mm_cmpeq_epi8(v, _mm_set1_epi8('"')), _mm_cmpeq_epi8(v, _mm_set1_epi8('\\'))),
+                _mm_cmplt_epi8(v, _mm_set1_epi8(0x20)));
+        return (unsigned) _mm_movemask_epi8(x);
+}
+#endif
+
 /* Past the plain bytes of a string from p (none of '"', '\\', a control character or a byte >= 0x80),
- * eight at a time where there are eight. In a word, a byte's high bit is set by the usual tests (below
- * 0x20, or 0 after an XOR with '"' or '\\': a borrow; >= 0x80: its own high bit) for every such byte
- * and for no plain byte before the first of them, since no borrow comes from a plain byte: the lowest
- * flagged byte is the first one to stop at. */
+ * sixteen at a time where there are sixteen (SSE2), then eight. In a word, a byte's high bit is set by the
+ * usual tests (below 0x20, or 0 after an XOR with '"' or '\\': a borrow; >= 0x80: its own high bit) for
+ * every such byte and for no plain byte before the first of them, since no borrow comes from a plain
+ * byte: the lowest flagged byte is the first one to stop at. */
 static inline const uint8_t *plain_run(const uint8_t *p, const uint8_t *e) {
+#ifdef __SSE2__
+        while (e - p >= 16) {
+                unsigned m = plain_stops16(p);
+                if (m)
+                        return p + __builtin_ctz(m);
+                p += 16;
+        }
+#endif
         while (e - p >= 8) {
                 uint64_t w, hits;
                 memcpy(&w, p, 8);
@@ -546,8 +570,9 @@ static void note_duplicate(Scanner *sc, const Key *k, bool top) {
         sc->has_dup = true;
 }
 
-/* A key of the object whose keys start at base: duplicates of the first few are found at once. */
-static int keys_push(Scanner *sc, size_t base, const Key *k, bool top) {
+/* A key of the object whose keys start at base: duplicates of the first few are found at once, among
+ * those that share its bucket (maybe_dup: one does; else none can be the same). */
+static int keys_push(Scanner *sc, size_t base, const Key *k, bool top, bool maybe_dup) {
         if (sc->n_keys == sc->max_keys) {
                 size_t n = sc->max_keys ? sc->max_keys * 2 : KEYS_INLINE;
                 Key *nk;
@@ -562,7 +587,7 @@ static int keys_push(Scanner *sc, size_t base, const Key *k, bool top) {
                 sc->keys = nk;
                 sc->max_keys = n;
         }
-        if (sc->n_keys - base < KEYS_PAIRWISE)
+        if (maybe_dup && sc->n_keys - base < KEYS_PAIRWISE)
                 for (size_t i = base; i < sc->n_keys; i++)
                         if (key_same(&sc->keys[i], k)) {
                                 note_duplicate(sc, k, top);
@@ -597,71 +622,40 @@ static int keys_pop(Scanner *sc, size_t base, bool top) {
         return 0;
 }
 
+/* A key at p (its opening quote), as the next hop reads it: past its closing quote. The usual key (plain
+ * bytes, its closing quote among the 16 bytes after the opening one) is taken from one look, its head
+ * with it. */
+static inline const uint8_t *scan_key(Scanner *sc, const uint8_t *p, Key *ret) {
+        const uint8_t *a, *b;
+        bool escaped;
+        int r;
+
+#if defined(__SSE2__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        if (sc->end - p > 16) {
+                unsigned m = plain_stops16(p + 1);
+                if (m) {
+                        unsigned len = (unsigned) __builtin_ctz(m);
+                        if (p[1 + len] == '"') {
+                                uint64_t w;
+                                memcpy(&w, p + 1, 8);
+                                *ret = (Key){(const char *) p + 1, len,
+                                             len >= 8 ? w : w & ((UINT64_C(1) << (8 * len)) - 1), NULL};
+                                return p + len + 2;
+                        }
+                }
+        }
+#endif
+        p = scan_string(sc, p, &a, &b, &escaped);
+        if (!p)
+                return NULL;
+        r = key_make(sc, a, b, escaped, ret);
+        return r < 0 ? scan_fail(sc, r) : p;
+}
+
 /* mask: the paths whose first 'level' keys lead here. */
 static const uint8_t *scan_value(Scanner *sc, const uint8_t *p, unsigned level, uint32_t mask, bool top);
 static const uint8_t *scan_object(Scanner *sc, const uint8_t *p, unsigned level, uint32_t mask);
 static const uint8_t *scan_array(Scanner *sc, const uint8_t *p, bool top);
-
-/* At a container's opening bracket: steps in. *ret_closed: it closes at once. */
-static const uint8_t *scan_open(Scanner *sc, const uint8_t *p, char close, bool *ret_closed) {
-        if (++sc->depth > sc->max_depth)
-                return scan_fail(sc, -E2BIG);
-        p = skip_ws(p + 1, sc->end);
-        *ret_closed = p < sc->end && *p == close;
-        if (*ret_closed) {
-                sc->depth--;
-                p++;
-        }
-        return p;
-}
-
-/* After a member or an element: past the closing bracket (*ret_closed) or past a comma. */
-static const uint8_t *scan_next(Scanner *sc, const uint8_t *p, char close, bool *ret_closed) {
-        p = skip_ws(p, sc->end);
-        if (p >= sc->end)
-                return scan_fail(sc, -EBADMSG);
-        *ret_closed = *p == close;
-        if (*ret_closed)
-                sc->depth--;
-        else if (*p != ',')
-                return scan_fail(sc, -EBADMSG);
-        return p + 1;
-}
-
-/* One member's key at p, pushed for the duplicate check; *ret_sub: the paths it is a step of,
- * *ret_member: the envelope member it names (top only), or -1. */
-static const uint8_t *scan_key(Scanner *sc, const uint8_t *p, size_t base, unsigned level, uint32_t mask, bool top,
-                               uint32_t *ret_sub, int *ret_member) {
-        const uint8_t *ka, *kb;
-        bool escaped;
-        Key k;
-        int r;
-
-        p = scan_string(sc, skip_ws(p, sc->end), &ka, &kb, &escaped);
-        if (!p)
-                return NULL;
-        r = key_make(sc, ka, kb, escaped, &k);
-        if (r < 0)
-                return scan_fail(sc, r);
-        r = keys_push(sc, base, &k, top);
-        if (r < 0) {
-                free(k.owned);
-                return scan_fail(sc, r);
-        }
-        *ret_sub = 0;
-        *ret_member = -1;
-        if (mask || top) {
-                const PathKey *pk = path_index_find(level, &k);
-                if (pk) {
-                        *ret_sub = pk->paths & mask;
-                        *ret_member = top ? pk->member : -1;
-                }
-        }
-        p = skip_ws(p, sc->end);
-        if (p >= sc->end || *p != ':')
-                return scan_fail(sc, -EBADMSG);
-        return skip_ws(p + 1, sc->end);
-}
 
 /* A value at p, past any white space before it. Inline where members' values are scanned: most are
  * strings, numbers and literals, which need no call. */
@@ -690,25 +684,73 @@ static inline __attribute__((always_inline)) const uint8_t *scan_value_at(Scanne
         }
 }
 
+/* At a container's opening bracket: steps in, past it and any white space. */
+static inline const uint8_t *scan_open(Scanner *sc, const uint8_t *p) {
+        if (++sc->depth > sc->max_depth)
+                return scan_fail(sc, -E2BIG);
+        return skip_ws(p + 1, sc->end);
+}
+
+/* After a member or an element: past a comma and any white space (*ret_more), or at the closing
+ * bracket. Most text has no white space: the byte after a value is looked at first. */
+static inline const uint8_t *scan_next(Scanner *sc, const uint8_t *p, char close, bool *ret_more) {
+        const uint8_t *e = sc->end;
+
+        if (p < e && *p <= ' ')
+                p = skip_ws(p, e);
+        if (p >= e)
+                return scan_fail(sc, -EBADMSG);
+        *ret_more = *p == ',';
+        if (*ret_more)
+                return skip_ws(p + 1, e);
+        return *p == close ? p : scan_fail(sc, -EBADMSG);
+}
+
 static const uint8_t *scan_object(Scanner *sc, const uint8_t *p, unsigned level, uint32_t mask) {
+        const uint8_t *e = sc->end;
         size_t base = sc->n_keys;
-        bool top = sc->depth == 0, closed;
+        bool top = sc->depth == 0, more = true;
+        uint64_t buckets = 0; /* the buckets (path_bucket()) of this object's keys so far */
         int r;
 
-        p = scan_open(sc, p, '}', &closed);
+        p = scan_open(sc, p);
         if (!p)
                 return NULL;
         sc->top_object = sc->top_object || top;
-        while (!closed) {
+        if (p < e && *p == '}')
+                more = false;
+        while (more) {
                 const uint8_t *vstart;
-                uint32_t sub, ends;
-                int member;
+                uint32_t sub = 0, ends = 0;
+                int member = -1;
+                unsigned h;
+                Key k;
 
-                p = scan_key(sc, p, base, level, mask, top, &sub, &member);
+                if (p >= e || *p != '"')
+                        return scan_fail(sc, -EBADMSG);
+                p = scan_key(sc, p, &k);
                 if (!p)
                         return NULL;
-                vstart = p;
-                ends = sub ? sub & path_index.ends[level] : 0;
+                h = path_bucket(&k);
+                r = keys_push(sc, base, &k, top, buckets & (UINT64_C(1) << h));
+                if (r < 0) {
+                        free(k.owned);
+                        return scan_fail(sc, r);
+                }
+                buckets |= UINT64_C(1) << h;
+                if (mask || top) {
+                        const PathKey *pk = path_index_find(level, h, &k);
+                        if (pk) {
+                                sub = pk->paths & mask;
+                                ends = sub & path_index.ends[level];
+                                member = top ? pk->member : -1;
+                        }
+                }
+                if (p < e && *p != ':')
+                        p = skip_ws(p, e);
+                if (p >= e || *p != ':')
+                        return scan_fail(sc, -EBADMSG);
+                vstart = p = skip_ws(p + 1, e);
                 p = scan_value_at(sc, p, level + 1, sub & ~ends, false);
                 if (!p)
                         return NULL;
@@ -716,44 +758,53 @@ static const uint8_t *scan_object(Scanner *sc, const uint8_t *p, unsigned level,
                         sc->noted |= ends;
                         sc->long_id = sc->long_id || ((ends & ((UINT32_C(1) << _ID_PATH_MAX) - 1)) &&
                                                       (size_t) (p - vstart) > MESSAGE_MAX_ID_BYTES);
-                        for (uint32_t e = ends; e; e &= e - 1)
-                                sc->spans[__builtin_ctz(e)] = (Span){offset_of(sc, vstart), (size_t) (p - vstart)};
+                        for (uint32_t b = ends; b; b &= b - 1)
+                                sc->spans[__builtin_ctz(b)] = (Span){offset_of(sc, vstart), (size_t) (p - vstart)};
                 }
                 if (member >= 0 && !sc->has_member[member]) {
                         sc->has_member[member] = true;
                         sc->members[member] = (Span){offset_of(sc, vstart), (size_t) (p - vstart)};
                 }
-                p = scan_next(sc, p, '}', &closed);
+                p = scan_next(sc, p, '}', &more);
                 if (!p)
                         return NULL;
         }
+        sc->depth--;
         r = keys_pop(sc, base, top);
-        return r < 0 ? scan_fail(sc, r) : p;
+        return r < 0 ? scan_fail(sc, r) : p + 1;
 }
 
 static const uint8_t *scan_array(Scanner *sc, const uint8_t *p, bool top) {
-        bool closed;
+        const uint8_t *e = sc->end;
+        bool more = true;
 
-        p = scan_open(sc, p, ']', &closed);
-        while (p && !closed) {
-                const uint8_t *start = p = skip_ws(p, sc->end);
-                p = scan_value(sc, p, 0, 0, false);
+        p = scan_open(sc, p);
+        if (!p)
+                return NULL;
+        if (p < e && *p == ']')
+                more = false;
+        while (more) {
+                const uint8_t *start = p;
+                p = scan_value_at(sc, p, 0, 0, false);
                 if (!p)
                         return NULL;
                 if (top && sc->want_elements) {
                         if (sc->n_elements >= sc->max_elements) {
                                 size_t n = sc->max_elements ? sc->max_elements * 2 : 16;
-                                Span *e = reallocarray(sc->elements, n, sizeof(Span));
-                                if (!e)
+                                Span *el = reallocarray(sc->elements, n, sizeof(Span));
+                                if (!el)
                                         return scan_fail(sc, -ENOMEM);
-                                sc->elements = e;
+                                sc->elements = el;
                                 sc->max_elements = n;
                         }
                         sc->elements[sc->n_elements++] = (Span){offset_of(sc, start), (size_t) (p - start)};
                 }
-                p = scan_next(sc, p, ']', &closed);
+                p = scan_next(sc, p, ']', &more);
+                if (!p)
+                        return NULL;
         }
-        return p;
+        sc->depth--;
+        return p + 1;
 }
 
 static const uint8_t *scan_value(Scanner *sc, const uint8_t *p, unsigned level, uint32_t mask, bool top) {
@@ -857,10 +908,14 @@ static const cJSON *id_item_set(Message *m, size_t len) {
                 it->type = cJSON_False;
                 return it;
         }
-        if (integer_text(t, len) && len - (t[0] == '-') <= 15) {
-                long long v = 0;
-                for (size_t i = t[0] == '-'; i < len; i++)
+        /* An integer of up to 15 digits (integer_text()), read as it is checked. */
+        size_t i = t[0] == '-', digits = len - i;
+        long long v = 0;
+        if (digits >= 1 && digits <= 15 && (t[i] != '0' || digits == 1)) {
+                for (; i < len && (unsigned) (t[i] - '0') <= 9; i++)
                         v = v * 10 + (t[i] - '0');
+        }
+        if (digits >= 1 && i == len) {
                 it->type = cJSON_Number;
                 it->valuedouble = (double) (t[0] == '-' ? -v : v);
                 it->valueint = it->valuedouble >= INT_MAX   ? INT_MAX
@@ -915,7 +970,9 @@ static void classify(Message *m, const Scanner *sc) {
                 return;
         }
         if (member_type(m, sc, MEMBER_JSONRPC) != '"' ||
-            !string_is(m->text, sc->members[MEMBER_JSONRPC], "2.0")) {
+            ((sc->members[MEMBER_JSONRPC].len != 5 ||
+              memcmp(m->text + sc->members[MEMBER_JSONRPC].start, "\"2.0\"", 5) != 0) &&
+             !string_is(m->text, sc->members[MEMBER_JSONRPC], "2.0"))) {
                 m->problem = "\"jsonrpc\" must be \"2.0\"";
                 return;
         }

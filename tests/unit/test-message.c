@@ -588,7 +588,125 @@ static void test_key_spellings(void) {
         }
 }
 
+/* The same for keys, at every length around the 16 bytes a key is first looked at in and the 8 of its
+ * head; then each key twice (plainly, and with its last byte escaped), which is a duplicate at every
+ * length, and a key that differs in its last byte, which is not; then each text cut short after every
+ * byte, which is never JSON. */
+static void test_key_bytes(void) {
+        static const struct {
+                const char *bytes;
+                int r;
+        } cases[] = {
+                {"\x01", -EBADMSG}, {"\x1f", -EBADMSG}, {"\t", -EBADMSG},   {"\"", -EBADMSG},
+                {"\\a", -EBADMSG},  {"\xff", -EBADMSG}, {"\xc3", -EBADMSG}, {"\x7f", 0},
+                {"\\n", 0},         {"\xc3\xa9", 0},    {"\\\"", 0},        {" ", 0},
+        };
+        static const char letters[] = "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOP";
+        char text[256];
+        unsigned bad = 0;
+
+        for (size_t c = 0; c < ELEMENTSOF(cases); c++)
+                for (size_t len = 0; len <= 40; len++)
+                        for (size_t at = 0; at <= len; at++) {
+                                _cleanup_message_ Message *m = NULL;
+                                size_t n = (size_t) snprintf(text, sizeof text, "{\"%.*s%s%.*s\":1}", (int) at, letters,
+                                                             cases[c].bytes, (int) (len - at), letters + 10);
+                                int r = message_parse_envelope(text, n, JSONRPC_DEFAULT_MAX_DEPTH, &m);
+                                if (r != cases[c].r && bad++ < 5)
+                                        fprintf(stderr, "%s: got %d for %s\n", __func__, r, text);
+                        }
+        for (size_t len = 1; len <= 40; len++)
+                for (int form = 0; form < 3; form++) {
+                        _cleanup_message_ Message *m = NULL;
+                        char last[8];
+                        /* form 0: the same bytes; 1: the last byte escaped; 2: the last byte different. */
+                        if (form == 1)
+                                snprintf(last, sizeof last, "\\u%04x", (unsigned char) letters[len - 1]);
+                        else
+                                snprintf(last, sizeof last, "%c", form == 0 ? letters[len - 1] : '_');
+                        snprintf(text, sizeof text,
+                                 "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"%.*s\":1,\"x\":0,\"%.*s%s\":2}}",
+                                 (int) len, letters, (int) len - 1, letters, last);
+                        m = parse(text);
+                        if ((!m || m->kind != (form == 2 ? JSONRPC_RESPONSE : JSONRPC_INVALID) ||
+                             (form < 2 && !strstr(m->problem, "duplicate"))) &&
+                            bad++ < 5)
+                                fprintf(stderr, "%s: wrong for %s\n", __func__, text);
+                }
+        {
+                const char *t =
+                        "{\"jsonrpc\":\"2.0\",\"id\":12,\"method\":\"tools/call\",\"params\":{\"name\":\"echo\","
+                        "\"arguments\":{\"abcdefghijklmnopq\":[1,2.5e3,true,false,null,\"x\"]}}}";
+                size_t n = strlen(t);
+                for (size_t k = 0; k < n; k++) {
+                        _cleanup_message_ Message *m = NULL;
+                        int r = message_parse_envelope(t, k, JSONRPC_DEFAULT_MAX_DEPTH, &m);
+                        if (r != -EBADMSG && bad++ < 5)
+                                fprintf(stderr, "%s: got %d for %.*s\n", __func__, r, (int) k, t);
+                }
+        }
+        CHECK(bad == 0);
+}
+
+/* White space wherever JSON allows it (any of its four bytes, in runs long and short) changes nothing
+ * the scan takes: the kind, the method, the id, the spans of what routing reads. */
+static void test_white_space(void) {
+        static const char *const tokens[] = {"{",
+                                             "\"jsonrpc\"",
+                                             ":",
+                                             "\"2.0\"",
+                                             ",",
+                                             "\"id\"",
+                                             ":",
+                                             "12",
+                                             ",",
+                                             "\"method\"",
+                                             ":",
+                                             "\"tools/call\"",
+                                             ",",
+                                             "\"params\"",
+                                             ":",
+                                             "{",
+                                             "\"name\"",
+                                             ":",
+                                             "\"echo\"",
+                                             ",",
+                                             "\"arguments\"",
+                                             ":",
+                                             "[",
+                                             "]",
+                                             "}",
+                                             "}"};
+        static const char *const runs[] = {"", " ", "\t", "\r\n", "  \t \n \r                 \t   "};
+        unsigned bad = 0;
+
+        for (size_t w = 0; w < ELEMENTSOF(runs); w++)
+                for (size_t at = 0; at <= ELEMENTSOF(tokens); at++) {
+                        char text[2048] = "";
+                        _cleanup_message_ Message *m = NULL;
+                        for (size_t k = 0; k < ELEMENTSOF(tokens); k++) {
+                                if (at == ELEMENTSOF(tokens) || k == at)
+                                        strcat(text, runs[w]);
+                                strcat(text, tokens[k]);
+                        }
+                        strcat(text, runs[w]);
+                        m = parse(text);
+                        if ((!m || m->kind != JSONRPC_REQUEST || !streq(m->method, "tools/call") ||
+                             !streq(m->id_text, "12") || m->route[ROUTE_PATH_PARAMS_NAME].len != 6 ||
+                             strncmp(m->text + m->route[ROUTE_PATH_PARAMS_NAME].start, "\"echo\"", 6) != 0) &&
+                            bad++ < 5)
+                                fprintf(stderr, "%s: wrong for %s\n", __func__, text);
+                }
+        CHECK(bad == 0);
+        CHECK(parse_result("{\"a\":1 \x0b}") == -EBADMSG);
+        CHECK(parse_result("{\"a\":1\x0c}") == -EBADMSG);
+        CHECK(parse_result("{\"a\"\x01:1}") == -EBADMSG);
+        CHECK(parse_result("[1\x00]") == -EBADMSG);
+}
+
 int main(void) {
+        test_key_bytes();
+        test_white_space();
         test_envelope();
         test_route();
         test_scan_edges();
