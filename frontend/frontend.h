@@ -48,15 +48,23 @@ typedef struct Batch {
 } Batch;
 
 /* A client request that went to a backend and awaits its response. */
+/* A client's id up to this long (with its quotes) is kept in the Pending itself. */
+#define PENDING_ID_INLINE 48U
+
 typedef struct Pending Pending;
 struct Pending {
-        Message *request; /* as the client sent it: what goes to the backend; its id_text is the key */
+        const char *id_text; /* the request's id as the client wrote it: the key in Session.pending */
+        /* The request, kept only where its answer needs more than its id (a 2026-07-28 request:
+         * modern.c), or where id_buf is too short for the id; else NULL: it is freed once it is sent,
+         * and a window of calls in flight holds no message. */
+        Message *request;
         Batch *batch;
         UpConn *conn;
         Upstream *upstream;
         bool is_tool_call;
         bool modern; /* the request carried the 2026-07-28 envelope */
         Pending *spare_next; /* kept for the next call (Session.spare_pending) */
+        char id_buf[PENDING_ID_INLINE];
 };
 
 struct Session {
@@ -194,8 +202,8 @@ void upstream_free_upcalls(Session *s);
 void upstream_era_changed(Session *s);
 void upstream_set_reading(Session *s, bool b);
 Upstream *upstream_free(Upstream *u);
-/* Sends p->request to the backend, connecting (and activating) first if needed. */
-void upstream_forward(Upstream *u, Pending *p);
+/* Sends request (p's) to the backend, connecting (and activating) first if needed. */
+void upstream_forward(Upstream *u, Pending *p, const Message *request);
 /* Takes over fd, a connection to the backend's shim, as the upstream's current one (the handshake sent). */
 int upstream_attach(Upstream *u, int fd);
 /* One line from the upstream's current connection (also the fuzz target's way in). */

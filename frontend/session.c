@@ -27,7 +27,7 @@ Session *session_new(sd_event *e, Manifest *m, const Options *o) {
         s->event = sd_event_ref(e);
         s->manifest = m;
         s->options = o;
-        /* Keyed by each Pending's request->id_text, which lives as long as the entry. */
+        /* Keyed by each Pending's id_text, which lives as long as the entry. */
         s->pending = hashmap_new_borrowed();
         s->upcalls = hashmap_new();
         s->tasks = hashmap_new();
@@ -288,7 +288,7 @@ static Batch *pending_done(Session *s, Pending *p) {
 }
 
 static Batch *pending_forget(Session *s, Pending *p) {
-        hashmap_remove(s->pending, p->request->id_text);
+        hashmap_remove(s->pending, p->id_text);
         return pending_done(s, p);
 }
 
@@ -334,9 +334,10 @@ bool session_complete(Session *s, const UpConn *c, const Message *answer) {
 }
 
 void session_fail(Session *s, Pending *p, const char *text) {
-        const cJSON *id = p->request->id_json;
-        cJSON *m = p->is_tool_call ? jsonrpc_result_new(id, tool_error_result_new(text))
-                                   : jsonrpc_error_new(id, JSONRPC_INTERNAL_ERROR, text);
+        /* The id as the client wrote it, which the answer copies. */
+        const cJSON id = {.type = cJSON_Raw, .valuestring = (char *) p->id_text};
+        cJSON *m = p->is_tool_call ? jsonrpc_result_new(&id, tool_error_result_new(text))
+                                   : jsonrpc_error_new(&id, JSONRPC_INTERNAL_ERROR, text);
         Batch *b;
 
         /* A modern client requires resultType on every result. */
@@ -572,20 +573,27 @@ Upstream *session_upstream(Session *s, const char *name) {
 
 static int pending_new(Session *s, Message *m, Batch *batch, Pending **ret) {
         Pending *p = pending_alloc(s);
+        size_t id_size;
         int r;
 
         if (!p)
                 return -ENOMEM;
-        r = hashmap_put(s->pending, m->id_text, p);
+        p->modern = modern_request(m);
+        id_size = strlen(m->id_text) + 1;
+        if (!p->modern && id_size <= sizeof p->id_buf)
+                p->id_text = memcpy(p->id_buf, m->id_text, id_size);
+        else {
+                p->request = message_ref(m);
+                p->id_text = m->id_text;
+        }
+        r = hashmap_put(s->pending, p->id_text, p);
         if (r < 0) {
-                free(p);
+                pending_free(p);
                 return r;
         }
-        p->request = message_ref(m);
         p->upstream = NULL;
         p->batch = batch;
         p->is_tool_call = streq(m->method, "tools/call");
-        p->modern = modern_request(m);
         if (batch)
                 batch->outstanding++;
         *ret = p;
@@ -630,7 +638,7 @@ static void route_to(Session *s, Message *m, Batch *batch, Upstream *u, const ch
         p->upstream = u ?: session_upstream(s, backend);
         if (!p->upstream)
                 return session_fail(s, p, "out of memory");
-        upstream_forward(p->upstream, p);
+        upstream_forward(p->upstream, p, m);
 }
 
 static void route_to_backend(Session *s, Message *m, size_t backend, Batch *batch) {

@@ -659,7 +659,7 @@ static int upstream_connect(Upstream *u, char **ret_text) {
         return upstream_attach_pair(u, sock, sock, NULL, r > 0);
 }
 
-void upstream_forward(Upstream *u, Pending *p) {
+void upstream_forward(Upstream *u, Pending *p, const Message *request) {
         Session *s = u->s;
         int r;
 
@@ -677,7 +677,7 @@ void upstream_forward(Upstream *u, Pending *p) {
         }
         p->conn = u->current;
         p->conn->n_pending++;
-        r = channel_send(p->conn->ch, p->request->text, p->request->len);
+        r = channel_send(p->conn->ch, request->text, request->len);
         if (r == -EPIPE && p->conn->child)
                 return; /* ssh has ended: its explanation fails this call with the others (upconn_remote_ended) */
         if (r < 0)

@@ -349,6 +349,15 @@ describe("the frontend, with a shim that answers a call with a bad line", () => 
     await failsThenRecovers("truncated", invalidAnswer("a line that is not valid UTF-8 JSON"));
   });
 
+  test("a failed call's answer carries the call's id as the client wrote it, one too long to be kept inline too", async () => {
+    for (const id of [`long-${"x".repeat(100)}`, `esc-\u00e9"\\-${++n}`, 9007199254740991]) {
+      const r = await p.request(call(id, "t", { mode: "truncated" }), 10000);
+      assert.equal(r.id, id, JSON.stringify(r));
+      assert.equal(r.result?.isError, true, JSON.stringify(r));
+      assert.match(text(r), invalidAnswer("a line that is not valid UTF-8 JSON"), JSON.stringify(r));
+    }
+  });
+
   test("a truncated line without an id closes the connection, failing its call; the next call reconnects", async () => {
     const before = conns.length;
     await failsThenRecovers("truncatedNoId", lost("a line that is not valid UTF-8 JSON"));
