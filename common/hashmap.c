@@ -1,5 +1,5 @@
-/* Open-addressing hash map with tombstones, keyed SipHash: small, and safe on ids a peer chooses; the
- * same table keyed by the process's own 64-bit ids (IdMap). */
+/* Open-addressing hash map with tombstones, keyed SipHash: small, and safe on ids a peer chooses; and
+ * a table of the process's own 64-bit ids (IdMap), in order. */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -15,14 +15,13 @@
 typedef struct Entry {
         char *key;
         void *value;
-        uint64_t hash; /* of key (an IdMap's: the id): probes compare it before the key, and a resize reuses it */
+        uint64_t hash; /* of key: probes compare it before the key, and a resize reuses it */
 } Entry;
 
 struct Hashmap {
         Entry *entries;
         size_t size, used, n_buckets; /* used counts tombstones too */
         bool borrowed;                /* the keys are the caller's (hashmap_new_borrowed()) */
-        bool ids;                     /* an IdMap's: every key is ID_KEY, the hash is the id */
 };
 
 #define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
@@ -103,38 +102,27 @@ static uint64_t hash_string(const char *s) {
         return siphash_words(hash_k0, hash_k1, s, strlen(s), 1, 3); /* SipHash-1-3: ids are short */
 }
 
-/* One open-addressing table for both kinds of map. An entry's key is a string (Hashmap), or ID_KEY for
- * an entry of an IdMap, whose id is its hash: ids are the process's own, so no hashing is needed to
- * keep them apart, and a bucket comes from a multiplicative (Fibonacci) spread of the id. NULL: empty;
- * TOMBSTONE: removed. */
-#define ID_KEY ((char *) 2)
-
-/* ids: the map is an IdMap's. The functions on every call's path take it as a constant, so that each
- * kind of map gets code of its own. */
+/* An entry's key: NULL: empty; TOMBSTONE: removed. */
 #define _always_inline_ inline __attribute__((always_inline))
 
-static _always_inline_ size_t bucket_of(const Hashmap *h, uint64_t hash, bool ids) {
-        if (ids)
-                hash = (hash * 0x9E3779B97F4A7C15ULL) >> 32;
+static _always_inline_ size_t bucket_of(const Hashmap *h, uint64_t hash) {
         return (size_t) hash & (h->n_buckets - 1);
 }
 
-static Hashmap *map_new(bool borrowed, bool ids) {
+static Hashmap *map_new(bool borrowed) {
         Hashmap *h = calloc(1, sizeof(Hashmap));
 
-        if (h) {
+        if (h)
                 h->borrowed = borrowed;
-                h->ids = ids;
-        }
         return h;
 }
 
 Hashmap *hashmap_new(void) {
-        return map_new(false, false);
+        return map_new(false);
 }
 
 Hashmap *hashmap_new_borrowed(void) {
-        return map_new(true, false);
+        return map_new(true);
 }
 
 Hashmap *hashmap_free(Hashmap *h) {
@@ -148,15 +136,14 @@ Hashmap *hashmap_free(Hashmap *h) {
         return NULL;
 }
 
-/* key: the string, or ID_KEY (then hash is the id). */
-static _always_inline_ Entry *find(const Hashmap *h, const char *key, uint64_t hash, bool ids) {
+static _always_inline_ Entry *find(const Hashmap *h, const char *key, uint64_t hash) {
         if (h->n_buckets == 0)
                 return NULL;
-        for (size_t i = bucket_of(h, hash, ids), n = 0; n < h->n_buckets; i = (i + 1) & (h->n_buckets - 1), n++) {
+        for (size_t i = bucket_of(h, hash), n = 0; n < h->n_buckets; i = (i + 1) & (h->n_buckets - 1), n++) {
                 Entry *e = &h->entries[i];
                 if (!e->key)
                         return NULL;
-                if (e->key != TOMBSTONE && e->hash == hash && (ids || strcmp(e->key, key) == 0))
+                if (e->key != TOMBSTONE && e->hash == hash && strcmp(e->key, key) == 0)
                         return e;
         }
         return NULL;
@@ -176,7 +163,7 @@ static int resize(Hashmap *h, size_t n_buckets) {
         for (size_t i = 0; i < old_n; i++) {
                 if (!old[i].key || old[i].key == TOMBSTONE)
                         continue;
-                size_t j = bucket_of(h, old[i].hash, h->ids);
+                size_t j = bucket_of(h, old[i].hash);
                 while (h->entries[j].key)
                         j = (j + 1) & (n_buckets - 1);
                 h->entries[j] = old[i];
@@ -188,30 +175,30 @@ static int resize(Hashmap *h, size_t n_buckets) {
 
 /* The first tombstone or empty bucket on key's probe: one probe both looks for key and finds its
  * place. */
-static _always_inline_ int table_probe(const Hashmap *h, const char *key, uint64_t hash, bool ids, size_t *ret_slot) {
+static _always_inline_ int table_probe(const Hashmap *h, const char *key, uint64_t hash, size_t *ret_slot) {
         size_t i, slot = SIZE_MAX;
 
-        for (i = bucket_of(h, hash, ids); h->entries[i].key; i = (i + 1) & (h->n_buckets - 1)) {
+        for (i = bucket_of(h, hash); h->entries[i].key; i = (i + 1) & (h->n_buckets - 1)) {
                 const Entry *e = &h->entries[i];
                 if (e->key == TOMBSTONE) {
                         if (slot == SIZE_MAX)
                                 slot = i;
-                } else if (e->hash == hash && (ids || strcmp(e->key, key) == 0))
+                } else if (e->hash == hash && strcmp(e->key, key) == 0)
                         return -EEXIST;
         }
         *ret_slot = slot == SIZE_MAX ? i : slot;
         return 0;
 }
 
-/* Where key (a string, or ID_KEY) with its hash goes; -EEXIST if present. Taking an empty bucket that
+/* Where key with its hash goes; -EEXIST if present. Taking an empty bucket that
  * would fill the table to 3/4 (tombstones counted) first rehashes it, doubling it if a quarter is
  * live: an empty bucket always stays, so every probe ends. Nothing moves when key is present. */
-static _always_inline_ int table_slot(Hashmap *h, const char *key, uint64_t hash, bool ids, size_t *ret_slot) {
+static _always_inline_ int table_slot(Hashmap *h, const char *key, uint64_t hash, size_t *ret_slot) {
         size_t slot;
         int r;
 
         if (h->n_buckets > 0) {
-                r = table_probe(h, key, hash, ids, &slot);
+                r = table_probe(h, key, hash, &slot);
                 if (r < 0)
                         return r;
                 if (h->entries[slot].key || (h->used + 1) * 4 < h->n_buckets * 3) {
@@ -222,10 +209,10 @@ static _always_inline_ int table_slot(Hashmap *h, const char *key, uint64_t hash
         r = resize(h, h->n_buckets == 0 ? 16 : (h->size + 1) * 4 >= h->n_buckets ? h->n_buckets * 2 : h->n_buckets);
         if (r < 0)
                 return r;
-        return table_probe(h, key, hash, ids, ret_slot);
+        return table_probe(h, key, hash, ret_slot);
 }
 
-/* Puts key (the caller's string, taken as it is, or ID_KEY) in the slot table_slot() gave. */
+/* Puts key (the caller's string, taken as it is) in the slot table_slot() gave. */
 static _always_inline_ void table_fill(Hashmap *h, size_t slot, char *key, uint64_t hash, void *value) {
         if (!h->entries[slot].key)
                 h->used++;
@@ -269,7 +256,7 @@ int hashmap_put_hashed(Hashmap *h, const char *key, uint64_t hash, void *value) 
         char *k;
         int r;
 
-        r = table_slot(h, key, hash, false, &slot);
+        r = table_slot(h, key, hash, &slot);
         if (r < 0)
                 return r;
         k = h->borrowed ? (char *) key : strdup(key);
@@ -284,21 +271,21 @@ int hashmap_put(Hashmap *h, const char *key, void *value) {
 }
 
 void *hashmap_get(const Hashmap *h, const char *key) {
-        Entry *e = h->n_buckets > 0 ? find(h, key, hash_string(key), false) : NULL;
+        Entry *e = h->n_buckets > 0 ? find(h, key, hash_string(key)) : NULL;
         return e ? e->value : NULL;
 }
 
 void *hashmap_remove(Hashmap *h, const char *key) {
-        return table_take(h, h->n_buckets > 0 ? find(h, key, hash_string(key), false) : NULL);
+        return table_take(h, h->n_buckets > 0 ? find(h, key, hash_string(key)) : NULL);
 }
 
 void *hashmap_remove_hashed(Hashmap *h, const char *key, uint64_t hash) {
-        return table_take(h, find(h, key, hash, false));
+        return table_take(h, find(h, key, hash));
 }
 
 void *hashmap_remove_if(Hashmap *h, const char *key, bool (*match)(const void *value, const void *userdata),
                         const void *userdata) {
-        Entry *e = h->n_buckets > 0 ? find(h, key, hash_string(key), false) : NULL;
+        Entry *e = h->n_buckets > 0 ? find(h, key, hash_string(key)) : NULL;
 
         return e && match(e->value, userdata) ? table_take(h, e) : NULL;
 }
@@ -321,49 +308,176 @@ int hashmap_iterate(Hashmap *h, size_t *state, const char **ret_key, void **ret_
         return 0;
 }
 
-/* IdMap: the same table, its entries keyed ID_KEY with the id as their hash. */
+/* IdMap: the process's own ids, which a counter hands out in order and which mostly go in the order
+ * they came (calls answered first in, first out). An id's bucket is the id itself (its low bits): the
+ * ids in flight then sit side by side, in order, so that a burst of calls and their answers touch a few
+ * cache lines of 16-byte entries, not one line per id scattered over the table as a hash would. A
+ * removed entry leaves a tombstone (no entry moves: an iteration may remove the current one); the
+ * table is rebuilt, sized to the ids in flight (a quarter full at most), when tombstones and entries
+ * together fill three quarters of it. max_dist, the farthest any entry sits from its bucket, bounds
+ * every probe: a look-up of an id that is not there (a peer's answer to a call long gone) reads
+ * max_dist + 1 entries at most, however long the tombstones behind the ids in flight reach. */
+typedef struct IdEntry {
+        int64_t key;
+        void *value; /* NULL: empty; ID_TOMBSTONE: removed */
+} IdEntry;
+
+static const char id_tombstone;
+#define ID_TOMBSTONE ((void *) &id_tombstone)
+
 struct IdMap {
-        Hashmap map;
+        IdEntry *entries;
+        size_t size, used, n_buckets; /* used counts tombstones too */
+        size_t max_dist;
 };
 
 IdMap *idmap_new(void) {
-        return (IdMap *) map_new(true, true);
+        return calloc(1, sizeof(IdMap));
 }
 
 IdMap *idmap_free(IdMap *h) {
-        return (IdMap *) hashmap_free(h ? &h->map : NULL);
+        if (h) {
+                free(h->entries);
+                free(h);
+        }
+        return NULL;
+}
+
+static inline size_t id_bucket(const IdMap *h, int64_t key) {
+        return (size_t) (uint64_t) key & (h->n_buckets - 1);
+}
+
+static IdEntry *id_find(const IdMap *h, int64_t key) {
+        size_t mask = h->n_buckets - 1, i;
+
+        if (h->n_buckets == 0)
+                return NULL;
+        i = id_bucket(h, key);
+        for (size_t d = 0; d <= h->max_dist; d++, i = (i + 1) & mask) {
+                IdEntry *e = &h->entries[i];
+                if (!e->value)
+                        return NULL;
+                if (e->key == key && e->value != ID_TOMBSTONE)
+                        return e;
+        }
+        return NULL;
+}
+
+/* The first free bucket (empty or a tombstone) from key's own. */
+static size_t id_free_slot(const IdMap *h, int64_t key) {
+        size_t mask = h->n_buckets - 1, i = id_bucket(h, key);
+
+        while (h->entries[i].value && h->entries[i].value != ID_TOMBSTONE)
+                i = (i + 1) & mask;
+        return i;
+}
+
+static void id_place(IdMap *h, size_t slot, int64_t key, void *value) {
+        size_t dist = (slot - id_bucket(h, key)) & (h->n_buckets - 1);
+
+        if (!h->entries[slot].value)
+                h->used++;
+        h->entries[slot] = (IdEntry){key, value};
+        h->size++;
+        if (dist > h->max_dist)
+                h->max_dist = dist;
+}
+
+/* Rebuilt without tombstones, at the size what is in flight wants: at most a quarter full. */
+static int id_rebuild(IdMap *h) {
+        IdEntry *old = h->entries;
+        size_t old_n = h->n_buckets, n = 16;
+
+        while (n < (h->size + 1) * 4)
+                n *= 2;
+        h->entries = calloc(n, sizeof(IdEntry));
+        if (!h->entries) {
+                h->entries = old;
+                return -ENOMEM;
+        }
+        h->n_buckets = n;
+        h->size = h->used = h->max_dist = 0;
+        for (size_t i = 0; i < old_n; i++)
+                if (old[i].value && old[i].value != ID_TOMBSTONE)
+                        id_place(h, id_free_slot(h, old[i].key), old[i].key, old[i].value);
+        free(old);
+        return 0;
+}
+
+/* One probe: key, if there, sits at most max_dist past its bucket; its place is the first free bucket
+ * from there (an empty one always comes: the table is never more than three quarters used). */
+static int id_probe(const IdMap *h, int64_t key, size_t *ret_slot) {
+        size_t mask = h->n_buckets - 1, i = id_bucket(h, key), slot = SIZE_MAX;
+
+        for (size_t d = 0;; d++, i = (i + 1) & mask) {
+                const IdEntry *e = &h->entries[i];
+                if (!e->value || e->value == ID_TOMBSTONE) {
+                        if (slot == SIZE_MAX)
+                                slot = i;
+                        if (!e->value)
+                                break;
+                } else if (e->key == key)
+                        return -EEXIST;
+                if (d >= h->max_dist && slot != SIZE_MAX)
+                        break;
+        }
+        *ret_slot = slot;
+        return 0;
 }
 
 int idmap_put(IdMap *h, int64_t key, void *value) {
         size_t slot;
         int r;
 
-        if (!value)
+        if (!value || value == ID_TOMBSTONE)
                 return -EINVAL;
-        r = table_slot(&h->map, ID_KEY, (uint64_t) key, true, &slot);
+        if (h->n_buckets > 0) {
+                r = id_probe(h, key, &slot);
+                if (r < 0)
+                        return r;
+                if (h->entries[slot].value || (h->used + 1) * 4 <= h->n_buckets * 3) {
+                        id_place(h, slot, key, value);
+                        return 0;
+                }
+        }
+        r = id_rebuild(h);
         if (r < 0)
                 return r;
-        table_fill(&h->map, slot, ID_KEY, (uint64_t) key, value);
+        id_place(h, id_free_slot(h, key), key, value);
         return 0;
 }
 
 void *idmap_get(const IdMap *h, int64_t key) {
-        Entry *e = find(&h->map, ID_KEY, (uint64_t) key, true);
+        IdEntry *e = id_find(h, key);
         return e ? e->value : NULL;
 }
 
 void *idmap_remove(IdMap *h, int64_t key) {
-        return table_take(&h->map, find(&h->map, ID_KEY, (uint64_t) key, true));
+        IdEntry *e = id_find(h, key);
+        void *v;
+
+        if (!e)
+                return NULL;
+        v = e->value;
+        e->value = ID_TOMBSTONE;
+        h->size--;
+        return v;
 }
 
 size_t idmap_size(const IdMap *h) {
-        return h ? h->map.size : 0;
+        return h ? h->size : 0;
 }
 
 int idmap_iterate(IdMap *h, size_t *state, int64_t *ret_key, void **ret_value) {
-        if (!hashmap_iterate(&h->map, state, NULL, ret_value))
-                return 0;
-        if (ret_key)
-                *ret_key = (int64_t) h->map.entries[*state - 1].hash; /* the entry just returned */
-        return 1;
+        for (; *state < h->n_buckets; (*state)++) {
+                IdEntry *e = &h->entries[*state];
+                if (e->value && e->value != ID_TOMBSTONE) {
+                        (*state)++;
+                        if (ret_key)
+                                *ret_key = e->key;
+                        *ret_value = e->value;
+                        return 1;
+                }
+        }
+        return 0;
 }

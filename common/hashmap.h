@@ -32,10 +32,11 @@ int hashmap_iterate(Hashmap *h, size_t *state, const char **ret_key, void **ret_
 /* SipHash-c-d of data under a 128-bit key (the map uses SipHash-1-3 with a random key per process). */
 uint64_t siphash(const uint8_t key[16], const void *data, size_t len, unsigned c_rounds, unsigned d_rounds);
 
-/* A map keyed by 64-bit ids the process makes itself (the request ids a shim gives a backend): the
- * same table as Hashmap's, without formatting or string hashing. Not for keys a peer chooses: a peer's
- * id is only looked up, which probes at most as far as the process's own keys reach. Values are never
- * NULL. */
+/* A map keyed by 64-bit ids the process makes itself (the request ids a shim gives a backend), best
+ * when they come from a counter and mostly go in order: an id is its own bucket, so the ids in flight
+ * sit side by side; no formatting or string hashing. Not for keys a peer chooses: a peer's id is only
+ * looked up, which probes at most as far as the process's own keys sit from their buckets. Values are
+ * never NULL. */
 typedef struct IdMap IdMap;
 
 IdMap *idmap_new(void);

@@ -178,6 +178,31 @@ int main(void) {
         CHECK(idmap_size(ids) == 65 && !idmap_get(ids, -100));
         idmap_free(ids);
 
+        /* Ids in order, each its own bucket: one that stays in flight while the others come and go
+         * (a slow call) is met again by the ids after it each time the table comes round, which then sit
+         * past their buckets; all stay found, and so do none of those gone. Rebuilds on the way shrink the
+         * table to what is in flight (a burst of 6,400, then 64 again). */
+        ids = idmap_new();
+        CHECK(ids);
+        ok = idmap_put(ids, 1, (void *) 1) == 0;
+        for (int64_t id = 2, oldest = 2; id <= 100000; id++) {
+                int64_t window = id >= 30000 && id < 40000 ? 6400 : 64;
+                ok = ok && idmap_put(ids, id, (void *) (uintptr_t) (id + 16)) == 0;
+                for (; id - oldest >= window; oldest++)
+                        ok = ok && idmap_remove(ids, oldest) == (void *) (uintptr_t) (oldest + 16);
+                ok = ok && idmap_get(ids, 1) == (void *) 1 && idmap_get(ids, id) == (void *) (uintptr_t) (id + 16) &&
+                     idmap_get(ids, oldest) == (void *) (uintptr_t) (oldest + 16) &&
+                     (oldest == 2 || !idmap_get(ids, oldest - 1)) && !idmap_get(ids, id + 1);
+        }
+        CHECK(ok);
+        CHECK(idmap_size(ids) == 64 + 1);
+        ok = true;
+        for (int64_t id = 2; id <= 100000; id++)
+                ok = ok && (idmap_get(ids, id) != NULL) == (id > 100000 - 64);
+        CHECK(ok);
+        CHECK(idmap_remove(ids, 1) == (void *) 1 && !idmap_get(ids, 1) && idmap_size(ids) == 64);
+        idmap_free(ids);
+
         check_fifo(false);
         check_fifo(true);
         return tests_finish("test-hashmap");
