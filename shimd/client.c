@@ -245,8 +245,8 @@ void client_fail_request(Client *c, const Message *m, const char *text) {
 
         if (m->kind != JSONRPC_REQUEST)
                 return; /* notifications get no answer, not even a failure */
-        r = streq(m->method, "tools/call") ? jsonrpc_result_new(m->id_json, tool_error_result_new(text))
-                                           : jsonrpc_error_new(m->id_json, JSONRPC_INTERNAL_ERROR, text);
+        r = method_is(m->method, "tools/call") ? jsonrpc_result_new(m->id_json, tool_error_result_new(text))
+                                               : jsonrpc_error_new(m->id_json, JSONRPC_INTERNAL_ERROR, text);
         if (r)
                 client_send(c, r);
 }
@@ -312,8 +312,8 @@ void client_handle_message(Client *c, Message *m) {
         }
         /* A peer's requests are routes or queued at the instances: all of theirs bound its count, which
          * is walked only when they reach the limit. */
-        if (m->kind == JSONRPC_REQUEST && c->uid != c->shim->own_uid && !streq(m->method, "initialize") &&
-            !streq(m->method, "ping") && shim_in_flight(c->shim) >= PEER_MAX_PENDING &&
+        if (m->kind == JSONRPC_REQUEST && c->uid != c->shim->own_uid && !method_is(m->method, "initialize") &&
+            !method_is(m->method, "ping") && shim_in_flight(c->shim) >= PEER_MAX_PENDING &&
             peer_pending(c->shim, c->uid) >= PEER_MAX_PENDING) {
                 snprintf(text, sizeof text,
                          "uid %u already has %u requests in flight at backend '%s', the most one user may; call again "
@@ -333,11 +333,11 @@ void client_handle_message(Client *c, Message *m) {
         }
         switch (m->kind) {
         case JSONRPC_REQUEST:
-                if (!streq(m->method, "initialize") && mrtr_request_refused(c, m))
+                if (!method_is(m->method, "initialize") && mrtr_request_refused(c, m))
                         return;
-                if (streq(m->method, "initialize"))
+                if (method_is(m->method, "initialize"))
                         return handle_initialize(c, m);
-                if (streq(m->method, "ping")) {
+                if (method_is(m->method, "ping")) {
                         _cleanup_json_ cJSON *r = jsonrpc_result_new(m->id_json, cJSON_CreateObject());
                         if (r)
                                 client_send(c, r);
@@ -352,7 +352,7 @@ void client_handle_message(Client *c, Message *m) {
                 return instance_submit(c->instance, c, m);
         case JSONRPC_NOTIFICATION:
                 /* The backend got its own notifications/initialized when it started. */
-                if (streq(m->method, "notifications/initialized"))
+                if (method_is(m->method, "notifications/initialized"))
                         return;
                 if (!c->instance && roots_pending(c))
                         return (void) roots_hold(c, m);
@@ -360,15 +360,15 @@ void client_handle_message(Client *c, Message *m) {
                         return;
                 /* Roots that key its pool: the shim asks again, and moves it if they changed; a backend
                  * shared with other sessions never hears of one session's roots. */
-                if (streq(m->method, "notifications/roots/list_changed") && roots_pooled(c)) {
+                if (method_is(m->method, "notifications/roots/list_changed") && roots_pooled(c)) {
                         if (roots_ask(c) < 0)
                                 log_warning("Cannot ask connection %llu for its roots again.",
                                             (unsigned long long) c->serial);
                         return;
                 }
-                if (streq(m->method, "notifications/cancelled"))
+                if (method_is(m->method, "notifications/cancelled"))
                         return instance_cancel(c->instance, c, m);
-                if (streq(m->method, "notifications/progress"))
+                if (method_is(m->method, "notifications/progress"))
                         return client_progress(c, m);
                 return instance_submit(c->instance, c, m);
         case JSONRPC_RESPONSE:

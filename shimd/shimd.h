@@ -4,6 +4,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 #include <systemd/sd-event.h>
 
@@ -44,6 +45,13 @@
 /* initialize of a backend started ahead of any call (lifecycle warm, resident) */
 #define SHIM_AHEAD_PROTOCOL_VERSION "2025-11-25"
 
+/* A message's method against a name: the first two bytes settle most comparisons inline (a request's
+ * path compares its method with half a dozen names), and only a name that begins alike costs a call. */
+static inline bool method_is(const char *method, const char *name) {
+        return method[0] == name[0] &&
+               (!name[0] || (method[1] == name[1] && (!name[1] || strcmp(method + 2, name + 2) == 0)));
+}
+
 typedef struct Shim Shim;
 typedef struct Client Client;
 typedef struct Instance Instance;
@@ -77,7 +85,8 @@ typedef struct Route {
         char *backend_token; /* the token the backend got: the client's, or one of ours if that one
                               * was taken at this backend; the key in Instance.tokens */
         const char *method;  /* in the route's own allocation */
-        bool is_tool_call;
+        bool is_tool_call, is_tasks_list;
+        bool block; /* a block of ROUTE_BLOCK bytes (instance.c): to the free list when it goes */
         char *sent; /* what went to the backend, for a backend that dies before reading it */
         size_t sent_len;
         char *own_id, *own_sent; /* room in the route's own allocation: the first client_id and sent */
