@@ -502,13 +502,37 @@ bool modern_envelope_settled(const Session *s, const Message *m) {
                len == strlen(level) && streq(level, s->log_level) && era_log_level_rank(level) >= 0;
 }
 
+/* -32022, naming the version as the client wrote it (the tree's ends at a decoded NUL): the scan's
+ * text of that string. */
+static cJSON *unsupported_version_new(const Message *m, const Envelope *e) {
+        cJSON *err = era_unsupported_version_new(m->id_json, e->version);
+        cJSON *data = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(err, "error"), "data");
+        _cleanup_free_ char *raw = NULL;
+        Span vs;
+
+        if (data && message_find(m, (const char *const[]){"params", "_meta", META_PROTOCOL_VERSION, NULL}, &vs) >= 0 &&
+            (raw = message_span_dup(m, vs))) {
+                cJSON *item = cJSON_CreateRaw(raw);
+                if (!cJSON_ReplaceItemInObjectCaseSensitive(data, "requested", item))
+                        cJSON_Delete(item);
+        }
+        return err;
+}
+
 bool modern_intercept(Session *s, Message *m, Batch *batch) {
         const char *problem = NULL;
         bool discover = streq(m->method, "server/discover");
         Envelope e;
+        Span vs;
         int r;
 
         r = era_envelope_parse(m->params, &e, &problem);
+        /* The tree's version ends at a decoded NUL; the next hop reads all of it: "2026-07-28\u0000x"
+         * is a version we do not speak. */
+        if (r == 1 &&
+            (message_find(m, (const char *const[]){"params", "_meta", META_PROTOCOL_VERSION, NULL}, &vs) < 0 ||
+             !route_string_is(m, vs, ERA_MODERN_VERSION)))
+                r = -EPROTONOSUPPORT;
         if (r == 0 && !discover)
                 return false; /* a handshake-era request: served as always */
         if (r == 0)
@@ -524,7 +548,7 @@ bool modern_intercept(Session *s, Message *m, Batch *batch) {
                 return true;
         }
         if (r == -EPROTONOSUPPORT) {
-                session_reply(s, batch, era_unsupported_version_new(m->id_json, e.version));
+                session_reply(s, batch, unsupported_version_new(m, &e));
                 return true;
         }
         if (discover) {

@@ -449,6 +449,8 @@ cJSON *session_initialize_result_new(const Manifest *mf, const char *version) {
         return TAKE_PTR(r);
 }
 
+static bool param_has_nul(const Message *m, const char *key);
+
 static void handle_initialize(Session *s, Message *m, Batch *batch) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(m->params, "protocolVersion");
         const Manifest *mf;
@@ -460,7 +462,8 @@ static void handle_initialize(Session *s, Message *m, Batch *batch) {
                                    "initialize needs params with a string protocolVersion");
         if (s->protocol_version)
                 return reply_error(s, batch, m->id_json, JSONRPC_INVALID_REQUEST, "the session is already initialized");
-        k = negotiate_version(v->valuestring);
+        /* "2025-06-18\u0000x" is no version we speak: the newest is offered, as for any other. */
+        k = negotiate_version(param_has_nul(m, "protocolVersion") ? "" : v->valuestring);
         version = protocol_versions[k];
         s->protocol_version = strdup(version);
         /* A modern request may have come first (a probe, then the fallback): initialize says it all. */
@@ -761,7 +764,10 @@ static void route_by(Session *s, Message *m, Batch *batch, const Backend *b, con
 
 static void handle_completion(Session *s, Message *m, Batch *batch) {
         const cJSON *ref = cJSON_GetObjectItemCaseSensitive(m->params, "ref");
-        const char *type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ref, "type")) ?: "";
+        /* "ref/prompt\u0000x" is no ref/prompt to the backend: none here either. */
+        const char *type = !ref_has_nul(m, "type")
+                                   ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ref, "type")) ?: ""
+                                   : "";
         const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ref, "name"));
         const char *uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ref, "uri"));
 

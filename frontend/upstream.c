@@ -357,7 +357,10 @@ bool upstream_answer_upcall(Session *s, const Message *m) {
         size_t len;
         Upcall *u;
 
-        if (!message_id_is_string(m) || !(u = hashmap_remove(s->upcalls, m->id->valuestring)))
+        /* Our ids have no escapes: one that decodes with a NUL ("...:3\u0000x") is not ours, though
+         * its tree's string ends there. */
+        if (!message_id_is_string(m) || strstr(m->id_text, "\\u0000") ||
+            !(u = hashmap_remove(s->upcalls, m->id->valuestring)))
                 return false;
         if (ids_translate(m, map_upcall_id, u->shim_id, &out, &len) >= 0)
                 (void) channel_send(u->conn->ch, out ?: m->text, len);

@@ -208,7 +208,10 @@ bool upcall_answer(Client *c, const Message *m) {
         Shim *s = c->shim;
         Upcall *u;
 
-        if (!cJSON_IsString(m->id) || strncmp(m->id->valuestring, UPCALL_ID_PREFIX, strlen(UPCALL_ID_PREFIX)) != 0)
+        /* Our ids have no escapes: one that decodes with a NUL ("...:3\u0000x") is not ours, though its
+         * tree's string ends there. */
+        if (!cJSON_IsString(m->id) || strncmp(m->id->valuestring, UPCALL_ID_PREFIX, strlen(UPCALL_ID_PREFIX)) != 0 ||
+            strstr(m->id_text, "\\u0000"))
                 return false;
         u = hashmap_get(s->upcalls, m->id->valuestring);
         if (!u || u->client != c)

@@ -222,6 +222,19 @@ describe("a hostile session on a pooled backend (issue 7's review)", () => {
     assert.equal(JSON.parse(text(await a.request(call("s2", "seen", { marker: "ownmarker" })))).length, 1, "b's own progress reached it");
   });
 
+  test("a session's answer to the backend's request counts only under the id it was given, all of it", async () => {
+    const b = await session();
+    b.send(call("b1", "ask"));
+    const ask = await b.next();
+    assert.equal(ask.method, "sampling/createMessage", JSON.stringify(ask));
+    const answer = (id, t) => `{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":{"role":"assistant","content":{"type":"text","text":"${t}"},"model":"m"}}`;
+    // Cut at its NUL this id is the one given (mcp-lazy-upcall:N); it is not: the answer goes nowhere.
+    b.sock.write(answer(ask.id + "\u0000x", "wrong") + "\n" + answer(ask.id, "right") + "\n");
+    const r = await b.next();
+    assert.equal(r.id, "b1", JSON.stringify(r));
+    assert.match(text(r), /right/, JSON.stringify(r));
+  });
+
   test("an invalid request from the backend is answered with the JSON-RPC error", async () => {
     const a = await session();
     const r = await a.request(call(1, "badreq"), 5000);

@@ -15,7 +15,7 @@ const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-message-"));
 after(() => rmSync(dir, { recursive: true, force: true }));
 const ECHO = join(TESTS, "fixtures/echo-backend.mjs");
 const manifest = join(dir, "m.yaml");
-const tools = ["raw", "big", "slow", "levels", "upcall", "progress", "seen", "dupanswer", "dupwide", "task"];
+const tools = ["raw", "big", "slow", "levels", "upcall", "progress", "seen", "dupanswer", "dupwide", "task", "ask"];
 writeFileSync(
   manifest,
   `backends:
@@ -247,9 +247,53 @@ describe("the frontend and its shim", () => {
     assert.deepEqual(task.error, { code: -32602, message: `Unknown task: '${taskId}'` }, JSON.stringify(task));
     const got = await p.request({ jsonrpc: "2.0", id: 29, method: "tasks/get", params: { taskId } });
     assert.equal(got.result?.taskId, taskId, JSON.stringify(got));
+    // A completion's ref.type too: "ref/prompt\u0000x" is no ref/prompt to the backend.
+    p.send('{"jsonrpc":"2.0","id":30,"method":"completion/complete","params":{"ref":{"type":"ref/prompt\\u0000x","name":"pr"},"argument":{"name":"a","value":""},"marker":"nul"}}');
+    const type = JSON.parse(await p.nextLine());
+    assert.equal(type.id, 30);
+    assert.deepEqual(type.error, { code: -32602, message: "completion/complete needs a ref/prompt or ref/resource" }, JSON.stringify(type));
     // What was refused never reached the backend.
     const seen = await p.request(call(23, "seen", { marker: "nul" }));
     assert.deepEqual(JSON.parse(text(seen)), []);
+  });
+
+  test("a protocol version with a NUL in it is no version we speak, in initialize or in a 2026-07-28 envelope", async () => {
+    // Cut at the NUL it would be 2025-06-18 (or 2026-07-28), which the backend would not read.
+    const q = new RawPeer(MCP_LAZY, ["--manifest", manifest, "--activation=direct", "--shimd", SHIMD]);
+    const r = new RawPeer(MCP_LAZY, ["--manifest", manifest, "--activation=direct", "--shimd", SHIMD]);
+    try {
+      const init = await q.request({ ...INIT("2025-06-18"), params: { ...INIT("2025-06-18").params, protocolVersion: "2025-06-18\u0000x" } });
+      assert.equal(init.result?.protocolVersion, "2025-11-25", JSON.stringify(init));
+      const env = { "io.modelcontextprotocol/protocolVersion": "2026-07-28\u0000x", "io.modelcontextprotocol/clientCapabilities": {} };
+      const bad = await r.request(call(1, "seen", { marker: "nulversion" }, { _meta: env }));
+      assert.equal(bad.error?.code, -32022, JSON.stringify(bad));
+      assert.equal(bad.error.data?.requested, "2026-07-28\u0000x", "named as the client wrote it");
+      const env2 = { ...env, "io.modelcontextprotocol/protocolVersion": "2026-07-28" };
+      const seen = await r.request(call(2, "seen", { marker: "nulversion" }, { _meta: env2 }));
+      assert.equal(text(seen), "[]", "the refused call never reached the backend");
+    } finally {
+      await q.close();
+      await r.close();
+    }
+  });
+
+  test("a client's answer to a backend's request counts only under the id it was given, all of it", async () => {
+    const q = new RawPeer(MCP_LAZY, ["--manifest", manifest, "--activation=direct", "--shimd", SHIMD]);
+    const answer = (id, t) => `{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":{"role":"assistant","content":{"type":"text","text":"${t}"},"model":"m"}}`;
+    try {
+      assert.ok((await q.request(INIT("2025-06-18", { sampling: {} }))).result);
+      q.send(call(1, "ask"));
+      const [ask] = await q.next(1, 30000);
+      assert.equal(ask.method, "sampling/createMessage", JSON.stringify(ask));
+      // Cut at its NUL this id is the one given; it is not, and the answer under it goes nowhere.
+      q.send(answer(ask.id + "\u0000x", "wrong"));
+      q.send(answer(ask.id, "right"));
+      const [r] = await q.next(1, 30000);
+      assert.equal(r.id, 1, JSON.stringify(r));
+      assert.match(text(r), /right/, JSON.stringify(r));
+    } finally {
+      await q.close();
+    }
   });
 
   test("a 2026-07-28 call goes on as it is only while its envelope changes nothing: a new log level still reaches the backend", async () => {
