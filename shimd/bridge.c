@@ -299,6 +299,7 @@ static void bridge_retry(Instance *i, Route *r) {
         Splice s[2];
         Span ps;
         size_t n, len;
+        int k;
 
         if (!add || message_parse(r->request, r->request_len, JSONRPC_DEFAULT_MAX_DEPTH, &m) < 0 ||
             message_find(m, (const char *const[]){"params", NULL}, &ps) < 0 ||
@@ -315,8 +316,9 @@ static void bridge_retry(Instance *i, Route *r) {
         if (splice_sorted(m, s, 2, &text, &len) < 0)
                 return route_fail(i, r, "out of memory");
         route_set_sent(r, TAKE_PTR(text), len);
-        if (route_send(i, r) < 0)
-                route_fail(i, r, "the backend's stdin is closed");
+        k = route_send(i, r);
+        if (k < 0)
+                route_fail(i, r, route_send_strerror(k));
 }
 
 /* One input request's params as the backend wrote them (NULL: none, or a key we cannot find by its text). */

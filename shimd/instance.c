@@ -368,8 +368,9 @@ static void resend_routes(Instance *i) {
         for (size_t k = 0; k < n; k++) {
                 Route *r = list[k];
                 r->resend = false;
-                if (route_send(i, r) < 0) {
-                        reply_failure(r->client, r->client_id, r->is_tool_call, "out of memory");
+                int e = route_send(i, r);
+                if (e < 0) {
+                        reply_failure(r->client, r->client_id, r->is_tool_call, route_send_strerror(e));
                         route_remove(i, r);
                 }
         }
@@ -437,20 +438,42 @@ int instance_send_text(Instance *i, const char *text, size_t len) {
 static void instance_terminate(Instance *i, bool close_stdin);
 
 /* A send the channel refuses whole (-EPIPE: the backend's stdin is closed, whether it died or not;
- * -ENOTCONN) never reached it: the route waits for the next process, as a call that arrives once the
- * backend is stopping does (instance_submit()), and counts as sent. */
+ * -ENOTCONN) never reached it: the backend is stopped (it is ending, or lives on without its stdin),
+ * and what waits for that send waits for the next process. True when k was such a refusal. */
+static bool instance_send_refused(Instance *i, int k) {
+        if ((k != -EPIPE && k != -ENOTCONN) || i->state == INSTANCE_DOWN)
+                return false;
+        i->broken = true;
+        instance_terminate(i, false);
+        return true;
+}
+
+/* A route whose send was refused so waits, as a call that arrives once the backend is stopping does
+ * (instance_submit()), and counts as sent. */
 int route_send(Instance *i, Route *r) {
         int k = instance_send_text(i, r->sent, r->sent_len);
 
-        if ((k == -EPIPE || k == -ENOTCONN) && i->state != INSTANCE_DOWN) {
+        if (instance_send_refused(i, k)) {
                 r->resend = true;
-                i->broken = true;
-                instance_terminate(i, false);
                 return 0;
         }
         if (k >= 0)
                 r->sent_end = channel_sent_bytes(i->ch);
         return k;
+}
+
+const char *route_send_strerror(int k) {
+        switch (k) {
+        case -ENOMEM:
+                return "out of memory";
+        case -ENOENT:
+                return "unknown task: no call of this session created it";
+        case -EPIPE:
+        case -ENOTCONN:
+                return "the backend's stdin is closed";
+        default:
+                return "mcp-lazy-shimd cannot pass it on to the backend (an internal error; its log may say more)";
+        }
 }
 
 static int track_subscription(Client *c, const Message *m) {
@@ -623,10 +646,7 @@ static void forward_request(Instance *i, Client *c, const Message *m) {
         if (k >= 0)
                 k = route_send(i, r);
         if (k < 0) {
-                client_fail_request(c, m,
-                                    k == -ENOENT   ? "unknown task: no call of this session created it"
-                                    : k == -ENOMEM ? "out of memory"
-                                                   : "the backend's stdin is closed");
+                client_fail_request(c, m, route_send_strerror(k));
                 route_remove(i, r);
         }
 }
@@ -791,6 +811,7 @@ static void handle_init_response(Instance *i, const Message *m) {
         const cJSON *err = cJSON_GetObjectItemCaseSensitive(msg, "error");
         _cleanup_json_ cJSON *initialized = NULL;
         char text[512];
+        int k;
 
         if (!cJSON_IsObject(result) && i->late_discover) {
                 /* It answered server/discover after all, as a modern server that refuses initialize. */
@@ -819,8 +840,16 @@ static void handle_init_response(Instance *i, const Message *m) {
         }
         i->init_result = cJSON_Duplicate(result, true);
         initialized = jsonrpc_notification_new("notifications/initialized", NULL);
-        if (!i->init_result || !initialized || instance_send(i, initialized) < 0) {
-                fail_everything(i, "out of memory");
+        k = i->init_result && initialized ? instance_send(i, initialized) : -ENOMEM;
+        /* Its stdin closed as it answered: what waits for it never reached it, and goes to the next
+         * process once this one is gone (on_child()), as a call refused so does (route_send()). */
+        if (instance_send_refused(i, k))
+                return (void) log_warning(
+                        "Backend '%s' (pid %d) closed its stdin before it got notifications/initialized; "
+                        "stopping it, the calls that wait for it go to the next one.",
+                        iname(i), (int) i->pid);
+        if (k < 0) {
+                fail_everything(i, route_send_strerror(k));
                 return instance_stop(i);
         }
         i->era = BACKEND_ERA_LEGACY;

@@ -393,6 +393,8 @@ int route_retarget(Instance *i, Route *r);
 /* Sends r->sent (again: a retry), and notes where it ends in the backend's stdin; when that stdin is
  * closed, nothing of it reached the backend: it waits for the next process. */
 int route_send(Instance *i, Route *r);
+/* Why a request could not be sent to the backend (route_send() and what prepares it), for its caller. */
+const char *route_send_strerror(int k);
 /* A route's client_id or sent replaced by text of the caller's, which the route takes over (the old
  * one is freed unless it lived in the route's own allocation). */
 void route_set_client_id(Route *r, char *id);

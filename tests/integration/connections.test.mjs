@@ -4,7 +4,7 @@
 // No systemd needed: the shim runs behind systemd-socket-activate, or is started by the frontend.
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -440,4 +440,85 @@ test("a backend killed again and again under pipelined calls: every call answere
   console.log(`${N} calls, ${kills} kills, ${failed} failed (read by a killed backend, or waiting through the crash-loop backoff), ${held} sent again to the next backend, 0 run twice ${JSON.stringify(texts)}`);
   assert.equal(kills, 5);
   await p.close();
+});
+
+// A backend that closes its stdin while it starts (the first process only; the next ones are plain):
+// it reads initialize, closes its stdin, asks the client something, and answers initialize only once
+// the shim is held (SIGSTOP) with the client's answer to its request waiting too. The shim's write of
+// that answer fails, and so would its notifications/initialized: whichever its event loop takes first
+// (a write error while starting, or the refused notifications/initialized, which failed every waiting
+// call with "out of memory" before), the calls that waited never reached a backend and go to the next.
+const initCloser = join(dir, "init-closer.mjs");
+writeFileSync(
+  initCloser,
+  `import { closeSync, existsSync, readSync, writeFileSync } from "node:fs";
+const mark = process.argv[2];
+const out = (m) => process.stdout.write(JSON.stringify(m) + "\\n");
+const first = !existsSync(mark + ".started");
+writeFileSync(mark + ".started", "");
+const buf = Buffer.alloc(65536);
+let text = "";
+const line = () => {
+  let nl;
+  while ((nl = text.indexOf("\\n")) < 0) {
+    const n = readSync(0, buf);
+    if (n === 0) process.exit(0);
+    text += buf.toString("utf8", 0, n);
+  }
+  const m = JSON.parse(text.slice(0, nl));
+  text = text.slice(nl + 1);
+  return m;
+};
+const init = (id) => ({ jsonrpc: "2.0", id, result: { protocolVersion: "2025-06-18", capabilities: { tools: {} }, serverInfo: { name: "ic", version: "1" } } });
+if (first) {
+  const m = line();
+  closeSync(0);
+  out({ jsonrpc: "2.0", id: "s1", method: "sampling/createMessage", params: { messages: [], maxTokens: 1 } });
+  const wait = new Int32Array(new SharedArrayBuffer(4));
+  while (!existsSync(mark + ".go")) Atomics.wait(wait, 0, 0, 20);
+  out(init(m.id));
+  writeFileSync(mark + ".wrote", "");
+  setInterval(() => {}, 1000);
+} else
+  for (;;) {
+    const m = line();
+    if (m.id === undefined) continue;
+    if (m.method === "initialize") out(init(m.id));
+    else out({ jsonrpc: "2.0", id: m.id, result: { content: [{ type: "text", text: "echo " + process.pid }] } });
+  }
+`,
+);
+
+test("a backend whose stdin closed while it started: the calls that waited for it go to the next one", async () => {
+  const mark = join(dir, "ic");
+  const m = join(dir, "ic.yaml");
+  writeFileSync(m, `backends:\n  ic: {command: [node, ${initCloser}, ${mark}], idle_timeout: 0, protocol: legacy}\ntools:\n  - {name: echo, backend: ic, input_schema: {type: object}}\n`);
+  const shim = await startShimOnSocket(join(dir, "ic.sock"), m, "ic");
+  const c = net.connect(join(dir, "ic.sock"));
+  const lines = [];
+  c.setEncoding("utf8").on("data", (d) => lines.push(...d.split("\n").filter(Boolean).map((l) => JSON.parse(l))));
+  try {
+    c.write(JSON.stringify(INIT("2025-06-18", { sampling: {} })) + "\n");
+    c.write(JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "echo", arguments: {} } }) + "\n");
+    assert.ok(await waitFor(() => lines.some((l) => l.method === "sampling/createMessage"), 20000), `${JSON.stringify(lines)}\n${shim.stderr()}`);
+    const ask = lines.find((l) => l.method === "sampling/createMessage");
+    process.kill(shim.child.pid, "SIGSTOP");
+    try {
+      c.write(JSON.stringify({ jsonrpc: "2.0", id: ask.id, result: { role: "assistant", content: { type: "text", text: "x" }, model: "m" } }) + "\n");
+      writeFileSync(mark + ".go", "");
+      assert.ok(await waitFor(() => existsSync(mark + ".wrote"), 20000));
+      await sleep(100);
+    } finally {
+      process.kill(shim.child.pid, "SIGCONT");
+    }
+    assert.ok(await waitFor(() => lines.some((l) => l.id === 1), 30000), `${JSON.stringify(lines)}\n${shim.stderr()}`);
+    const init = lines.find((l) => l.id === 0);
+    const call = lines.find((l) => l.id === 1);
+    assert.ok(init?.result, `${JSON.stringify(init)}\n${shim.stderr()}`);
+    assert.match(call.result?.content?.[0]?.text ?? "", /^echo \d+$/, `${JSON.stringify(call)}\n${shim.stderr()}`);
+    assert.match(shim.stderr(), /Backend 'ic' \(pid \d+\) closed its stdin/);
+  } finally {
+    c.destroy();
+    shim.child.kill("SIGTERM");
+  }
 });
