@@ -248,7 +248,7 @@ static void upconn_handle_response(UpConn *c, const Message *m) {
         }
         /* An id that is no id (an object, true) names no call: it could be any call's answer. One of
          * null is what an error to a message whose id could not be read carries, a notification's too. */
-        if (cJSON_IsNull(m->id))
+        if (m->id && (m->id->type & 0xFF) == cJSON_NULL) /* cJSON_IsNull(), no call into libcjson per answer */
                 return upconn_null_id(c, m, NULL);
         if (!m->id_text)
                 return upconn_bad_answer(c, NULL, "\"id\" must be a string or an integer");

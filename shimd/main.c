@@ -91,6 +91,9 @@ static void shim_notify_status(Shim *s) {
         StatusShape shape;
         uint64_t now = 0;
 
+        if (!status_source)
+                return; /* no service manager listens (a shim mcp-lazy started itself): no line to make */
+
         /* Every call changes the counts, but PID 1 only hears of it when the line really changes; a
          * change of the counts alone not more often than STATUS_MIN_INTERVAL_USEC (it goes out when
          * the interval ends). The backends' states, the sessions and the contract go out at once.
@@ -445,9 +448,11 @@ static int run(const char *manifest_path, const char *name_arg, size_t max_line)
                 r = sd_event_add_time(e, &s.drain_source, CLOCK_MONOTONIC, 0, 0, on_drain_grace, &s);
         if (r >= 0)
                 r = sd_event_add_time(e, &s.accept_retry_source, CLOCK_MONOTONIC, 0, 0, on_accept_retry, &s);
-        if (r >= 0)
+        /* The status line only for a service manager that hears it: without $NOTIFY_SOCKET no timer
+         * wakes the shim for it, and no call makes it. */
+        if (r >= 0 && getenv("NOTIFY_SOCKET"))
                 r = sd_event_add_time(e, &status_source, CLOCK_MONOTONIC, 0, 0, on_status, &s);
-        if (r >= 0)
+        if (r >= 0 && status_source)
                 r = sd_event_source_set_enabled(status_source, SD_EVENT_OFF);
         if (r < 0)
                 return log_error_errno(r, "Failed to set up event sources: %m");
