@@ -58,6 +58,7 @@ struct Channel {
         unsigned dispatching;
         bool free_pending;
         bool batched; /* output queued during a burst, written when the burst ends (see batch_end()) */
+        unsigned burst_head; /* 0, or: what the first so many lines of a burst read here queue goes out at once */
         Channel *batch_next;
         channel_handler_t handler;
         channel_read_hook_t read_hook;
@@ -118,16 +119,20 @@ static void batch_forget(Channel *c) {
         c->batched = false;
 }
 
-static void batch_end(void) {
-        if (--batch_depth > 0)
-                return;
-        /* A flush calls no handler (errors are reported from a defer source): the list holds still. */
+/* A flush calls no handler (errors are reported from a defer source): the list holds still. */
+static void batch_flush(void) {
         while (batch_head) {
                 Channel *c = batch_head;
                 batch_head = c->batch_next;
                 c->batched = false;
                 channel_flush(c);
         }
+}
+
+static void batch_end(void) {
+        if (--batch_depth > 0)
+                return;
+        batch_flush();
 }
 
 static int fd_make_nonblocking(int fd, bool *ret_pollable) {
@@ -361,6 +366,8 @@ static bool channel_may_read(const Channel *c) {
 
 /* Hand every complete line to the handler, until reading is paused. */
 static bool channel_dispatch_lines(Channel *c) {
+        unsigned n = 0;
+
         while (channel_may_read(c)) {
                 const char *line;
                 size_t len;
@@ -370,6 +377,10 @@ static bool channel_dispatch_lines(Channel *c) {
                         break;
                 if (!channel_emit(c, k == LINE_OK ? CHANNEL_LINE : CHANNEL_OVERSIZE, line, len, 0))
                         return false;
+                /* The head of a long burst goes out now: the next process starts on it while the rest
+                 * is handled (else a window of calls travels as one convoy, one process at a time). */
+                if (c->burst_head > 0 && ++n == c->burst_head && batch_depth == 1)
+                        batch_flush();
         }
         return true;
 }
@@ -771,6 +782,10 @@ void channel_set_reading(Channel *c, bool b) {
 void channel_set_backpressure(Channel *c, bool b) {
         c->backpressure = b;
         channel_update_reading(c);
+}
+
+void channel_set_burst_head(Channel *c, unsigned n) {
+        c->burst_head = n;
 }
 
 void channel_set_last_line(Channel *c, bool b) {

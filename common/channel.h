@@ -69,6 +69,10 @@ void channel_set_reading(Channel *c, bool b);
  * 8 MiB wait for it. Off for channels whose reading must go on for our own output to drain (a
  * backend's stdout, the frontend's socket to a shim), or they could wait on each other for ever. */
 void channel_set_backpressure(Channel *c, bool b);
+/* While a burst of lines read from c is handed out, what the handler queued (on any channel) for the
+ * first n of them is written once they are handled, the rest when the burst ends (0, the default: all
+ * then): the next process starts on the head of the burst while this one handles the rest. */
+void channel_set_burst_head(Channel *c, unsigned n);
 /* On by default, for channels to clients: a last line without its newline at EOF is still a line (a
  * client that wrote its request and closed). Off for a backend's stdout and the socket to a shim: there
  * it is an answer cut off by a crash, which the crash handling reports better than a parse error. */

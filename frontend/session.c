@@ -1094,7 +1094,11 @@ static void on_client(Channel *c, ChannelEvent ev, const char *line, size_t len,
 }
 
 int session_start(Session *s, int in_fd, int out_fd) {
-        return channel_new(s->event, in_fd, out_fd, s->options->max_line, on_client, s, &s->client);
+        int r = channel_new(s->event, in_fd, out_fd, s->options->max_line, on_client, s, &s->client);
+
+        if (r >= 0)
+                channel_set_burst_head(s->client, SESSION_BURST_HEAD);
+        return r;
 }
 
 /* The printed form of one list across the manifest, to see whether a reload changed it. */

@@ -602,6 +602,7 @@ static int upstream_attach_pair(Upstream *u, int in_fd, int out_fd, RemoteChild 
         }
         channel_set_backpressure(c->ch, false);
         channel_set_last_line(c->ch, false);
+        channel_set_burst_head(c->ch, SESSION_BURST_HEAD);
         r = connecting ? channel_set_connecting(c->ch) : 0;
         if (r >= 0)
                 r = upconn_handshake(c);

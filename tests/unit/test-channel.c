@@ -307,6 +307,43 @@ static void test_burst_one_write(void) {
         sd_event_unref(e);
 }
 
+/* With a burst head set on the channel read, what its first lines sent goes out once they are
+ * handled (one record on a SOCK_SEQPACKET socket), the rest when the burst ends; a burst no longer
+ * than the head goes out once. */
+static void test_burst_head(void) {
+        sd_event *e = NULL;
+        Channel *in = NULL;
+        Relay r = {};
+        Seen s = {};
+        char buf[256];
+        int a[2], b[2];
+        ssize_t n;
+
+        CHECK(sd_event_new(&e) >= 0);
+        CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a) == 0);
+        CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, b) == 0);
+        CHECK(channel_new(e, a[0], a[0], 1024, relay_handler, &r, &in) >= 0);
+        CHECK(channel_new(e, b[0], b[0], 1024, handler, &s, &r.to) >= 0);
+        channel_set_burst_head(in, 2);
+        CHECK(write(a[1], "1\n2\n3\n4\n5\n", 10) == 10);
+        run_for(e, 20);
+        n = recv(b[1], buf, sizeof buf - 1, MSG_DONTWAIT);
+        CHECK(n == 12 && memcmp(buf, "got 1\ngot 2\n", 12) == 0);
+        n = recv(b[1], buf, sizeof buf - 1, MSG_DONTWAIT);
+        CHECK(n == 18 && memcmp(buf, "got 3\ngot 4\ngot 5\n", 18) == 0);
+        CHECK(recv(b[1], buf, sizeof buf, MSG_DONTWAIT) < 0 && errno == EAGAIN);
+        CHECK(write(a[1], "6\n7\n", 4) == 4);
+        run_for(e, 20);
+        n = recv(b[1], buf, sizeof buf - 1, MSG_DONTWAIT);
+        CHECK(n == 12 && memcmp(buf, "got 6\ngot 7\n", 12) == 0);
+        CHECK(recv(b[1], buf, sizeof buf, MSG_DONTWAIT) < 0 && errno == EAGAIN);
+        channel_free(in);
+        channel_free(r.to);
+        close(a[1]);
+        close(b[1]);
+        sd_event_unref(e);
+}
+
 /* A non-blocking connect under way (TCP on loopback: EINPROGRESS, like a vsock connect): what is sent
  * meanwhile goes out once it is done; a failed one is one CHANNEL_WRITE_ERROR with the connect's error,
  * and nothing read. */
@@ -429,6 +466,7 @@ static void test_borrow(void) {
 
 int main(void) {
         test_burst_one_write();
+        test_burst_head();
         test_last_line_without_newline();
         test_resume_dispatches_buffered();
         test_shutdown_flushes();
