@@ -79,7 +79,7 @@ HOT_PATH := on_in channel_dispatch_lines line_buffer_next channel_read line_buff
 	line_buffer_commit channel_emit on_upconn upconn_handle_line message_parse_envelope scan_text scan_value \
 	scan_object scan_number scan_array scanner_done ids_rules_of check_id_lengths session_complete \
 	hashmap_remove_if hash_string pending_on upconn_release message_unref session_send_text channel_send \
-	channel_sendv chunk_new channel_backed_up batch_end channel_flush chunk_free channel_update_reading \
+	channel_sendv chunk_new channel_backed_up channel_flush chunk_free channel_update_reading \
 	on_client session_handle_line message_is_batch ids_method_kind_mismatch handle_message \
 	message_has_envelope handle_tools_call route_to routable hashmap_size hashmap_get modern_request \
 	hashmap_put hashmap_put_hashed session_upstream upstream_name upstream_forward client_handle_line \
