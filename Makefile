@@ -108,7 +108,13 @@ $(B)/hot-path.checked: $(call objs,$(B),$(FRONTEND_SRC) $(SHIMD_SRC) $(COMMON_SR
 $(B)/mcp-lazy: $(call objs,$(B),$(FRONTEND_LINK_ORDER)) $(B)/hot-path.ld
 	$(CC) $(LINK_FLAGS) -Wl,-T,$(B)/hot-path.ld -o $@ $(filter %.o,$^) $(DEP_LIBS)
 
-$(B)/mcp-lazy-shimd: $(call objs,$(B),$(SHIMD_SRC) $(COMMON_SRC)) $(B)/hot-path.ld
+# The shim's objects that a relayed message runs, linked first, as the frontend's: their read-only data (the
+# method names compared per message, the scan's tables) then sits on fewer pages, not between the cold
+# objects' log strings (lackey, per loop wakeup: the shim's own data 29/27 lines on 6/5 pages -> 27/25 on 4/4).
+SHIMD_FIRST := $(filter $(SHIMD_SRC) $(COMMON_SRC),shimd/client.c shimd/instance.c shimd/main.c shimd/mrtr.c shimd/bridge.c \
+	shimd/subscribe.c common/message.c common/channel.c common/framing.c common/ids.c common/hashmap.c common/era.c)
+SHIMD_LINK_ORDER := $(SHIMD_FIRST) $(filter-out $(SHIMD_FIRST),$(SHIMD_SRC) $(COMMON_SRC))
+$(B)/mcp-lazy-shimd: $(call objs,$(B),$(SHIMD_LINK_ORDER)) $(B)/hot-path.ld
 	$(CC) $(LINK_FLAGS) -Wl,-T,$(B)/hot-path.ld -o $@ $(filter %.o,$^) $(DEP_LIBS)
 
 $(S)/mcp-lazy: $(call objs,$(S),$(FRONTEND_SRC) $(COMMON_SRC))
