@@ -964,6 +964,21 @@ static void handle_notification(Session *s, Message *m) {
         log_debug("Notification '%s' from the client.", m->method);
 }
 
+/* A client's answer to a backend's request that breaks the rules, or cannot be read: that request fails
+ * saying why, rather than wait for ever (an error to the client's own answer would help nobody). A line
+ * with a "method" is no answer; an id with a NUL in it ("...:3\u0000x") is none of ours. True when the
+ * line was such an answer. */
+static bool client_bad_answer(Session *s, const char *line, size_t len, const char *problem) {
+        _cleanup_json_ cJSON *raw = NULL, *id = NULL;
+        char text[256];
+
+        if (json_peek_has_key(line, len, "method") || !(raw = jsonrpc_peek_id_raw(line, len)) ||
+            strstr(raw->valuestring, "\\u0000") || !(id = jsonrpc_peek_id(line, len)))
+                return false;
+        snprintf(text, sizeof text, "the client's answer was invalid (%s)", problem);
+        return upstream_fail_upcall(s, id, text);
+}
+
 static void handle_message(Session *s, Message *m, Batch *batch) {
         switch (m->kind) {
         case JSONRPC_REQUEST:
@@ -975,6 +990,8 @@ static void handle_message(Session *s, Message *m, Batch *batch) {
                         log_debug("Dropping a response to a request mcp-lazy never sent.");
                 return;
         case JSONRPC_INVALID:
+                if (client_bad_answer(s, m->text, m->len, m->problem))
+                        return;
                 return reply_error(s, batch, m->id_json, JSONRPC_INVALID_REQUEST, "Invalid Request: %s", m->problem);
         }
 }
@@ -1038,6 +1055,11 @@ void session_handle_line(Session *s, const char *line, size_t len) {
                 return handle_batch(s, line, len);
         /* The envelope alone: whatever reads params builds the tree (handle_request()). */
         r = message_parse_envelope(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &m);
+        if (r < 0 && client_bad_answer(s, line, len,
+                                       r == -E2BIG    ? "JSON nested too deeply"
+                                       : r == -ENOMEM ? "out of memory reading it"
+                                                      : "not one line of valid UTF-8 JSON"))
+                return;
         if (r < 0)
                 return parse_error(s, NULL, r);
         handle_message(s, m, NULL);

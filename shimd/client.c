@@ -303,6 +303,21 @@ static void handle_initialize(Client *c, Message *m) {
         instance_submit(c->instance, c, m);
 }
 
+/* A session's answer to a backend's request that breaks the rules, or cannot be read: that request
+ * fails saying why, rather than wait for ever (an error to the session's own answer would help nobody).
+ * A line with a "method" is no answer; an id with a NUL in it is none of ours. True when the line was
+ * such an answer. */
+static bool client_bad_answer(Client *c, const char *line, size_t len, const char *problem) {
+        _cleanup_json_ cJSON *raw = NULL, *id = NULL;
+        char text[256];
+
+        if (json_peek_has_key(line, len, "method") || !(raw = jsonrpc_peek_id_raw(line, len)) ||
+            strstr(raw->valuestring, "\\u0000") || !(id = jsonrpc_peek_id(line, len)))
+                return false;
+        snprintf(text, sizeof text, "the client's answer was invalid (%s)", problem);
+        return upcall_fail(c, id, text);
+}
+
 void client_handle_message(Client *c, Message *m) {
         char text[512];
 
@@ -379,6 +394,8 @@ void client_handle_message(Client *c, Message *m) {
                                   (unsigned long long) c->serial);
                 return;
         case JSONRPC_INVALID:
+                if (client_bad_answer(c, m->text, m->len, m->problem))
+                        return;
                 return reply_error(c, m->id_json, JSONRPC_INVALID_REQUEST, m->problem);
         }
 }
@@ -404,6 +421,11 @@ void client_handle_line(Client *c, const char *line, size_t len) {
         r = message_parse_envelope(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &m);
         if (r >= 0 && client_reads_tree(m) && !message_json(m))
                 r = -ENOMEM;
+        if (r < 0 && client_bad_answer(c, line, len,
+                                       r == -E2BIG    ? "JSON nested too deeply"
+                                       : r == -ENOMEM ? "out of memory reading it"
+                                                      : "not one line of valid UTF-8 JSON"))
+                return;
         if (r == -E2BIG)
                 return reply_error(c, NULL, JSONRPC_INVALID_REQUEST, "JSON nested too deeply");
         if (r == -ENOMEM)

@@ -235,6 +235,22 @@ describe("a hostile session on a pooled backend (issue 7's review)", () => {
     assert.match(text(r), /right/, JSON.stringify(r));
   });
 
+  test("a session's invalid or unreadable answer to the backend's request fails that request, which waited for ever", async () => {
+    const b = await session();
+    for (const [k, bad, why] of [
+      [1, (id) => `{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":{},"error":{"code":1,"message":"both"}}`, /the client's answer was invalid \(a message needs .*method/],
+      [2, (id) => `{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":{"x":"\\ud800"}}`, /the client's answer was invalid \(not one line of valid UTF-8 JSON\)/],
+    ]) {
+      b.send(call(`b${k}`, "ask"));
+      const ask = await b.next();
+      assert.equal(ask.method, "sampling/createMessage", JSON.stringify(ask));
+      b.sock.write(bad(ask.id) + "\n");
+      const r = await b.next(10000);
+      assert.equal(r.id, `b${k}`, JSON.stringify(r));
+      assert.match(text(r), why, JSON.stringify(r));
+    }
+  });
+
   test("an invalid request from the backend is answered with the JSON-RPC error", async () => {
     const a = await session();
     const r = await a.request(call(1, "badreq"), 5000);

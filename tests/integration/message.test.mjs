@@ -296,6 +296,27 @@ describe("the frontend and its shim", () => {
     }
   });
 
+  test("a client's invalid or unreadable answer to a backend's request fails that request, which waited for ever", async () => {
+    const q = new RawPeer(MCP_LAZY, ["--manifest", manifest, "--activation=direct", "--shimd", SHIMD]);
+    try {
+      assert.ok((await q.request(INIT("2025-06-18", { sampling: {} }))).result);
+      for (const [k, bad, why] of [
+        [1, (id) => `{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":{},"error":{"code":1,"message":"both"}}`, /the client's answer was invalid \(a message needs .*method/],
+        [2, (id) => `{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":{"x":"\\ud800"}}`, /the client's answer was invalid \(not one line of valid UTF-8 JSON\)/],
+      ]) {
+        q.send(call(k, "ask"));
+        const [ask] = await q.next(1, 30000);
+        assert.equal(ask.method, "sampling/createMessage", JSON.stringify(ask));
+        q.send(bad(ask.id));
+        const [r] = await q.next(1, 10000);
+        assert.equal(r.id, k, JSON.stringify(r));
+        assert.match(text(r), why, JSON.stringify(r));
+      }
+    } finally {
+      await q.close();
+    }
+  });
+
   test("a 2026-07-28 call goes on as it is only while its envelope changes nothing: a new log level still reaches the backend", async () => {
     const q = new RawPeer(MCP_LAZY, ["--manifest", manifest, "--activation=direct", "--shimd", SHIMD]);
     const env = (level) => ({
