@@ -919,13 +919,15 @@ static bool backend_id_of(const Message *m, int64_t *ret) {
 /* An answer that breaks the rules (duplicate keys, say) still ends its call: with an error. */
 static void handle_backend_invalid(Instance *i, const Message *m) {
         char text[512];
+        bool method;
         int64_t id;
         Route *r;
 
         log_warning("Backend '%s' sent an invalid message (%s), ignoring it.", iname(i), m->problem);
-        if (!message_json(m))
-                return (void) log_oom();
-        if (cJSON_HasObjectItem(m->json, "method") && cJSON_HasObjectItem(m->json, "id")) {
+        /* Keys as the scan reads them, not as cJSON's case-insensitive, NUL-cut look-up does: an answer
+         * with "METHOD" or "method\u0000" is no request. */
+        method = json_peek_has_key(m->text, m->len, "method");
+        if (method && json_peek_has_key(m->text, m->len, "id")) {
                 /* A request all the same: its sender waits for an answer, and gets why (its own id when
                  * that could be read, else null). */
                 _cleanup_json_ cJSON *e = NULL;
@@ -935,7 +937,7 @@ static void handle_backend_invalid(Instance *i, const Message *m) {
                         (void) instance_send(i, e);
                 return;
         }
-        if (cJSON_HasObjectItem(m->json, "method") || !backend_id_of(m, &id) || !(r = route_find(i, id)))
+        if (method || !backend_id_of(m, &id) || !(r = route_find(i, id)))
                 return;
         snprintf(text, sizeof text, "backend '%s' sent an invalid answer to this call (%s)", iname(i), m->problem);
         if (r->client)
@@ -1075,15 +1077,38 @@ static void handle_backend_request(Instance *i, const Message *m) {
 
 /* A line that is not JSON (NaN, bytes that are not UTF-8, nesting past the limit): when its beginning
  * shows the id of a call and no method, that call fails saying so, rather than wait for ever. */
+/* A backend's line that shows a "method" but cannot be read is a request or a notification, never an
+ * answer, however its "method" reads (twice, cut off) and whatever its id (the backend's own ids may
+ * look like ours): it fails no call. A request's sender is told, under the id its beginning shows,
+ * rather than wait for ever. True when the line was one. */
+static bool backend_unreadable_request(Instance *i, const char *line, size_t len, const char *problem) {
+        _cleanup_json_ cJSON *raw = NULL, *e = NULL;
+        char text[256];
+
+        if (!json_peek_has_key(line, len, "method"))
+                return false;
+        raw = jsonrpc_peek_id_raw(line, len);
+        log_warning("Backend '%s' sent a %s that cannot be read (%s), ignoring it.", iname(i),
+                    raw ? "request" : "notification", problem);
+        snprintf(text, sizeof text, "mcp-lazy-shimd cannot read this request (%s)", problem);
+        e = raw ? jsonrpc_error_new(raw, JSONRPC_INVALID_REQUEST, text) : NULL;
+        if (e)
+                (void) instance_send(i, e);
+        return true;
+}
+
 static void handle_backend_garbage(Instance *i, const char *line, size_t len, int error) {
-        _cleanup_json_ cJSON *id = jsonrpc_peek_id(line, len), *method = NULL;
+        _cleanup_json_ cJSON *id = jsonrpc_peek_id(line, len);
         Route *r = NULL;
         char text[512];
 
+        if (backend_unreadable_request(i, line, len,
+                                       error == -E2BIG ? "JSON nested too deeply" : "not valid UTF-8 JSON"))
+                return;
         log_warning("Backend '%s' wrote a line that is not JSON-RPC to stdout, ignoring it: %.*s", iname(i),
                     (int) (len < 80 ? len : 80), line);
         /* jsonrpc_peek_id() gives integers below 10^15 only. */
-        if (cJSON_IsNumber(id) && !(method = json_peek_member(line, len, "method")))
+        if (cJSON_IsNumber(id))
                 r = route_find(i, (int64_t) id->valuedouble);
         if (!r)
                 return;
@@ -1118,10 +1143,13 @@ void instance_handle_backend_line(Instance *i, const char *line, size_t len) {
  * nor a method could be any call's answer: the backend is restarted rather than leave that call
  * hanging (and the shim never idle). */
 static void backend_oversize(Instance *i, const char *line, size_t len) {
-        _cleanup_json_ cJSON *id = jsonrpc_peek_id(line, len), *method = NULL;
+        _cleanup_json_ cJSON *id = jsonrpc_peek_id(line, len);
         Route *r = cJSON_IsNumber(id) ? route_find(i, (int64_t) id->valuedouble) : NULL;
         char text[512];
 
+        snprintf(text, sizeof text, "longer than the %zu-byte limit", i->shim->max_line);
+        if (backend_unreadable_request(i, line, len, text))
+                return;
         snprintf(text, sizeof text,
                  "backend '%s' answered with a message longer than the %zu-byte limit (see --max-line-bytes "
                  "of mcp-lazy-shimd)",
@@ -1139,7 +1167,7 @@ static void backend_oversize(Instance *i, const char *line, size_t len) {
                 i->broken = true;
                 return instance_stop(i);
         }
-        if (id || (method = json_peek_member(line, len, "method"))) {
+        if (id) {
                 log_warning("Backend '%s' wrote a message past the %zu-byte line limit, dropped it.", iname(i),
                             i->shim->max_line);
                 return;

@@ -24,7 +24,7 @@ writeFileSync(
     command: [${process.execPath}, ${ECHO}]
     socket: ${dir}/absent.sock
 tools:
-${["raw", "slow", "seen", "task", "progress", "ask", "touch", "nan", "late", "askp", "badreq"].map((t) => `  - {name: ${t}, backend: echo, input_schema: {type: object}}`).join("\n")}
+${["raw", "slow", "seen", "task", "progress", "ask", "touch", "nan", "late", "askp", "badreq", "send"].map((t) => `  - {name: ${t}, backend: echo, input_schema: {type: object}}`).join("\n")}
 `,
 );
 
@@ -249,6 +249,28 @@ describe("a hostile session on a pooled backend (issue 7's review)", () => {
       assert.equal(r.id, `b${k}`, JSON.stringify(r));
       assert.match(text(r), why, JSON.stringify(r));
     }
+  });
+
+  test("a backend's invalid answer fails its call whatever other keys it has; a line with a method is never an answer", async () => {
+    const a = await session();
+    // Keys as the scan reads them: "METHOD" or "method\u0000" makes no request of an invalid answer
+    // (cJSON's look-up, case-insensitive and cut at the NUL, took both for one, and the call waited).
+    for (const [k, line, why] of [
+      [1, '{"jsonrpc":"2.0","id":$ID,"METHOD":"x","result":{},"error":{"code":1,"message":"m"}}', /a message needs .*method/],
+      [2, '{"jsonrpc":"2.0","id":$ID,"method\\u0000":"x","result":{}}', /an object key must not hold a NUL/],
+    ]) {
+      const r = await a.request(call(`k${k}`, "send", { lines: [line] }), 10000);
+      assert.equal(r.id, `k${k}`, JSON.stringify(r));
+      assert.equal(r.result?.isError, true, JSON.stringify(r));
+      assert.match(text(r), /backend 'echo' sent an invalid answer to this call/, JSON.stringify(r));
+      assert.match(text(r), why, JSON.stringify(r));
+    }
+    // A request the shim cannot read, under the shim's own id for the call (a backend's ids may look
+    // like ours), with "method" twice: no answer, so the call gets its real one; the backend is told.
+    const r = await a.request(call("k3", "send", { answer: true, lines: ['{"jsonrpc":"2.0","id":$ID,"method":"sampling/createMessage","method":"x","params":{"a":"\\ud800"}}'] }), 10000);
+    assert.equal(text(r), "sent", JSON.stringify(r));
+    const seen = await a.request(call("k4", "seen", { marker: "cannot read this request" }));
+    assert.match(text(seen), /mcp-lazy-shimd cannot read this request \(not valid UTF-8 JSON\)/, JSON.stringify(seen));
   });
 
   test("an invalid request from the backend is answered with the JSON-RPC error", async () => {
