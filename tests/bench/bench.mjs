@@ -346,7 +346,7 @@ function ratioInterval(r, k, resamples = 400) {
   const range = (v) => [quantile(v, 0.05), quantile(v, 0.95)];
   return { med: range(med), p99: range(p99s) };
 }
-const interval = ([lo, hi]) => (Number.isFinite(lo) && Number.isFinite(hi) ? `${lo.toFixed(2)}-${hi.toFixed(2)}x` : "-");
+const interval = ([lo, hi]) => (Number.isFinite(lo) && Number.isFinite(hi) ? `${lo.toFixed(2)}..${hi.toFixed(2)}x` : "-");
 
 // Rows for one backend: each path's latency, then what each relay path adds over the direct call,
 // paired per round (the paths of one round run back to back, every order in turn: each difference is
