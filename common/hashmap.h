@@ -24,6 +24,8 @@ void *hashmap_remove_if(Hashmap *h, const char *key, bool (*match)(const void *v
 /* The map's keyed hash of key, for a caller that puts and later removes the same key: the _hashed
  * forms take it instead of hashing the key again. hash must be hashmap_hash(key). */
 uint64_t hashmap_hash(const char *key);
+/* The same of key's first len bytes (its strlen()), for a caller that knows it. */
+uint64_t hashmap_hash_len(const char *key, size_t len);
 int hashmap_put_hashed(Hashmap *h, const char *key, uint64_t hash, void *value);
 void *hashmap_remove_hashed(Hashmap *h, const char *key, uint64_t hash);
 size_t hashmap_size(const Hashmap *h);

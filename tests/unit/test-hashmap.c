@@ -136,6 +136,7 @@ int main(void) {
         const char *borrowed = "mcp-lazy-route:1";
         uint64_t hash = hashmap_hash(borrowed);
         CHECK(hash == hashmap_hash("mcp-lazy-route:1") && hash != hashmap_hash("mcp-lazy-route:2"));
+        CHECK(hashmap_hash_len("mcp-lazy-route:12", 16) == hash && hashmap_hash_len("", 0) == hashmap_hash(""));
         CHECK(hashmap_put_hashed(h, borrowed, hash, (void *) 5) == 0);
         CHECK(hashmap_put(h, "mcp-lazy-route:1", (void *) 6) == -EEXIST);
         CHECK(hashmap_put_hashed(h, borrowed, hash, (void *) 6) == -EEXIST);
