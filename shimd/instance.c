@@ -602,8 +602,9 @@ static void forward_request(Instance *i, Client *c, const Message *m) {
 
         if (hashmap_size(c->pending) >= CLIENT_MAX_PENDING)
                 return client_fail_request(c, m, "too many requests in flight on this connection");
-        /* One allocation holds the route, the method's name, the client's id and what goes to the
-         * backend (the request with our ids, which are seldom much longer than the client's). */
+        /* One allocation holds the route, the client's id (next to the route's fields: an answer reads
+         * both), the method's name and what goes to the backend (the request with our ids, which are
+         * seldom much longer than the client's). */
         method_len = strlen(m->method);
         id_len = strlen(m->id_text);
         room = m->len + ROUTE_SENT_SLACK + 1;
@@ -616,13 +617,14 @@ static void forward_request(Instance *i, Client *c, const Message *m) {
                 .backend_id = i->next_id++,
                 .instance = i,
                 .client = c,
-                .method = memcpy((char *) (r + 1), m->method, method_len + 1),
                 .is_tool_call = method_is(m->method, "tools/call"),
                 .is_tasks_list = method_is(m->method, "tasks/list"),
         };
-        r->client_id = r->own_id = memcpy((char *) (r + 1) + method_len + 1, m->id_text, id_len + 1);
-        r->own_sent = r->own_id + id_len + 1;
-        r->client_id_hash = hashmap_hash(r->client_id);
+        r->client_id = r->own_id = memcpy((char *) (r + 1), m->id_text, id_len + 1);
+        r->method = memcpy(r->own_id + id_len + 1, m->method, method_len + 1);
+        r->own_sent = (char *) r->method + method_len + 1;
+        /* From the message's text, read by the scan already: the copy was just written. */
+        r->client_id_hash = hashmap_hash_len(m->id_text, id_len);
         k = hashmap_put_hashed(c->pending, r->client_id, r->client_id_hash, r);
         if (k == -EEXIST) {
                 route_free(r);
