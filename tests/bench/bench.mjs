@@ -83,7 +83,9 @@ const RUNS = {
   // (1200 in 3 before: a p99 of the 12th largest difference moved 2x from run to run), and each ratio
   // printed with the interval its rounds allow (ratioInterval()).
   warm: {
-    floor: { rounds: QUICK ? 300 : 2000, epochs: 1 },
+    // The C backend too: one slow direct process (52 µs median where 14-21 is usual, load 6) had made
+    // every relay's 'added' negative for a whole run; two epochs and the control row show and halve that.
+    floor: { rounds: QUICK ? 300 : 1000, epochs: 2 },
     memory: { rounds: QUICK ? 100 : 750, epochs: QUICK ? 2 : 4, warmUp: QUICK ? 50 : 100 },
   },
   // Rounds of section 3: the C backend (100, for a p99: 3-4 s), each node server and the pooled shim
@@ -230,10 +232,10 @@ function sdRelayPair(sock, command, { env = process.env } = {}) {
 // relays to a socket, not a pipe, so it applies to the C backend only).
 const SOCKET_PROXYD = "/usr/lib/systemd/systemd-socket-proxyd";
 const SOCKET_ACTIVATE = "/usr/bin/systemd-socket-activate";
-async function proxydPair(dir) {
+async function proxydPair(dir, tag = "") {
   for (const f of [SOCKET_PROXYD, SOCKET_ACTIVATE, "socat"].filter((f) => f.startsWith("/")))
     if (!existsSync(f)) throw new Error(`${f} is missing (Debian's systemd package)`);
-  const [a, b] = [join(dir, "proxyd-front.sock"), join(dir, "proxyd-back.sock")];
+  const [a, b] = [join(dir, `proxyd-front${tag}.sock`), join(dir, `proxyd-back${tag}.sock`)];
   const backend = new Peer("setsid", [FLOOR, "listen", b], { stderr: true }); // a session of its own: see relayPair()
   // It exits once its one connection is gone (else closeRelay() waits its 3 s for it).
   const proxy = new Peer(SOCKET_ACTIVATE, ["-l", a, SOCKET_PROXYD, "--exit-idle-time=10ms", b], { stderr: true });
@@ -250,7 +252,7 @@ async function proxydPair(dir) {
 // Which backends section 2 calls: the C floor backend (what mcp-lazy adds, nothing else) and server-memory
 // (with a second direct process beside the first, as a control: see RUNS.warm).
 const WARM = {
-  floor: { label: "C backend", command: () => [FLOOR, "backend"], call: ["floor_echo", {}], env: () => process.env, proxyd: true },
+  floor: { label: "C backend", command: () => [FLOOR, "backend"], call: ["floor_echo", {}], env: () => process.env, proxyd: true, control: true },
   memory: {
     label: "memory read_graph", command: () => [NODE, SCRIPT.memory], call: BACKENDS.memory.call, env: (path) => memoryEnv(`memory-${path}.jsonl`),
     control: true,
@@ -285,7 +287,7 @@ async function warmEpoch(name, manifest, epoch) {
       closers.push(() => closeRelay(peers.sdrelay));
     }
     if (w.proxyd) {
-      peers.proxyd = await proxydPair(WORK);
+      peers.proxyd = await proxydPair(WORK, `-${epoch}`);
       closers.push(() => closeRelay(peers.proxyd));
     }
     peers.lazy = lazyDirect(manifest);
