@@ -228,6 +228,29 @@ static void upconn_init_failed(UpConn *c, const char *problem) {
         upconn_close(c, why);
 }
 
+/* An invalid answer to one of our own requests (a stream's subscribe, logging/setLevel): it ends as a
+ * refusal saying why, so that what waits on it (the stream's acknowledgement) does not wait for ever.
+ * True when id_text was one of ours. */
+static bool upconn_own_bad_answer(UpConn *c, const char *id_text, const char *problem) {
+        _cleanup_json_ cJSON *id = NULL, *e = NULL;
+        _cleanup_free_ char *line = NULL;
+        _cleanup_message_ Message *m = NULL;
+        char text[512];
+
+        if (!id_text || strncmp(id_text, "\"" UPSTREAM_OWN_PREFIX, strlen(UPSTREAM_OWN_PREFIX) + 1) != 0)
+                return false;
+        snprintf(text, sizeof text, "backend '%s' sent an invalid answer (%s)", up_name(c->up), problem);
+        log_warning("%s", text);
+        id = cJSON_CreateRaw(id_text);
+        e = id ? jsonrpc_error_new(id, JSONRPC_INTERNAL_ERROR, text) : NULL;
+        line = e ? cJSON_PrintUnformatted(e) : NULL;
+        if (line && message_parse(line, strlen(line), JSONRPC_DEFAULT_MAX_DEPTH, &m) >= 0)
+                (void) modern_own_answer(c->up->s, m);
+        else
+                log_oom();
+        return true;
+}
+
 static void upconn_handle_response(UpConn *c, const Message *m) {
         Session *s = c->up->s;
 
@@ -267,6 +290,8 @@ static void upconn_bad_answer(UpConn *c, const char *id_text, const char *proble
 
         if (!c->established && id_text_is_init(id_text))
                 return upconn_init_failed(c, problem);
+        if (upconn_own_bad_answer(c, id_text, problem))
+                return;
         if (p && p->conn == c) {
                 snprintf(text, sizeof text, "backend '%s' sent an invalid answer to this call (%s)", up_name(c->up),
                          problem);
@@ -489,6 +514,8 @@ static void upconn_oversize(UpConn *c, const char *line, size_t len) {
                 return;
         if (!c->established && id && id_text_is_init(id->valuestring))
                 return upconn_init_failed(c, problem);
+        if (id && upconn_own_bad_answer(c, id->valuestring, problem))
+                return;
         snprintf(text, sizeof text, "backend '%s' answered with %s", up_name(c->up), problem);
         log_warning("%s", text);
         if (p && p->conn == c)

@@ -460,6 +460,7 @@ describe("the frontend, with a shim that sends null ids, requests it cannot read
     notJson: (id) => `{"jsonrpc":"2.0","id":${JSON.stringify(id)},"result":{"protocolVersion":"2025-06-18","x":"\\ud800"}}`,
     long: (id) => JSON.stringify({ jsonrpc: "2.0", id, result: { protocolVersion: "2025-06-18", x: "y".repeat(8192) } }),
   };
+  const mf = join(dir, "robust.yaml");
   let server, p;
   before(async () => {
     server = createServer((c) => {
@@ -469,6 +470,7 @@ describe("the frontend, with a shim that sends null ids, requests it cannot read
       onLines(c, (line) => {
         const m = JSON.parse(line);
         if (m.method === "initialize") return c.write(initAnswer[mode](m.id) + "\n");
+        if (m.method === "resources/subscribe") return c.write(initAnswer.invalid(m.id) + "\n");
         if (m.method === "tools/call") {
           const how = before_[m.params?.arguments?.mode];
           return c.write((how ? how(m.id) + "\n" : "") + answer(m.id) + "\n");
@@ -477,8 +479,7 @@ describe("the frontend, with a shim that sends null ids, requests it cannot read
       });
     });
     await new Promise((r) => server.listen(sock, r));
-    const mf = join(dir, "robust.yaml");
-    writeFileSync(mf, `backends:\n  fake: {command: [x], socket: ${sock}}\ntools:\n  - {name: t, backend: fake, input_schema: {type: object}}\n`);
+    writeFileSync(mf, `backends:\n  fake: {command: [x], socket: ${sock}, resources: [{uri: "x://y", name: y}]}\ntools:\n  - {name: t, backend: fake, input_schema: {type: object}}\n`);
     p = new RawPeer(MCP_LAZY, ["--manifest", mf, "--activation=systemd", "--max-line-bytes", "4096"]);
     assert.ok((await p.request(INIT("2025-06-18"))).result);
     const ok = await p.request(call("warm", "t"), 10000);
@@ -541,6 +542,21 @@ describe("the frontend, with a shim that sends null ids, requests it cannot read
       assert.equal(text(ok), "fine", JSON.stringify(ok));
       assert.equal(conns.length, n + 2, "the next call connected again");
     });
+
+  test("an invalid answer to the frontend's own subscribe refuses it: the 2026-07-28 stream is still acknowledged", async () => {
+    // Before: it was "an answer to no call", and the stream waited for ever for its acknowledgement.
+    const q = new RawPeer(MCP_LAZY, ["--manifest", mf, "--activation=systemd"]);
+    const env = { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} };
+    try {
+      q.send({ jsonrpc: "2.0", id: "s1", method: "subscriptions/listen", params: { notifications: { resourceSubscriptions: ["x://y"] }, _meta: env } });
+      const [ack] = await q.next(1, 10000);
+      assert.equal(ack.method, "notifications/subscriptions/acknowledged", JSON.stringify(ack));
+      assert.equal(ack.params?.notifications?.resourceSubscriptions, undefined, JSON.stringify(ack));
+      assert.ok(await waitFor(() => /Backend 'fake' refused a subscription to 'x:\/\/y': backend 'fake' sent an invalid answer \(a message needs/.test(q.stderr), 5000), q.stderr);
+    } finally {
+      await q.close();
+    }
+  });
 });
 
 describe("the frontend, with a client at the edges of framing", () => {
