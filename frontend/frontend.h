@@ -67,6 +67,8 @@ struct Pending {
         Upstream *upstream;
         bool is_tool_call;
         bool modern; /* the request carried the 2026-07-28 envelope */
+        uint64_t hash;        /* of id_text, as the pending table hashes it */
+        Pending *older, *newer; /* in Session's list of calls in flight, in the order they were sent */
         Pending *spare_next; /* kept for the next call (Session.spare_pending) */
         char id_buf[PENDING_ID_INLINE];
 };
@@ -81,6 +83,8 @@ struct Session {
         char *protocol_version; /* negotiated */
         bool batches_allowed;
         Hashmap *pending;   /* id key -> Pending */
+        Pending *oldest, *newest; /* the calls in flight in the order they were sent: answers mostly
+                                   * come in that order, and the oldest is found without hashing */
         Pending *spare_pending; /* answered ones kept for the next calls (session.c) */
         unsigned n_spare_pending;
         Hashmap *upstreams; /* backend name -> Upstream, created on first use */

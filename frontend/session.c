@@ -281,6 +281,9 @@ static void track_task(Session *s, const Pending *p, const Message *answer) {
 static Batch *pending_done(Session *s, Pending *p) {
         Batch *b = p->batch;
 
+        *(p->older ? &p->older->newer : &s->oldest) = p->newer;
+        *(p->newer ? &p->newer->older : &s->newest) = p->older;
+
         if (p->conn)
                 upconn_release(p->conn);
         pending_recycle(s, p);
@@ -288,7 +291,7 @@ static Batch *pending_done(Session *s, Pending *p) {
 }
 
 static Batch *pending_forget(Session *s, Pending *p) {
-        hashmap_remove(s->pending, p->id_text);
+        hashmap_remove_hashed(s->pending, p->id_text, p->hash);
         return pending_done(s, p);
 }
 
@@ -303,9 +306,22 @@ static void batch_member_done(Session *s, Batch *b) {
         batch_maybe_finish(s, b);
 }
 
-bool session_complete(Session *s, const UpConn *c, const Message *answer) {
+/* The call an answer from c is for, taken out of the pending table; NULL when none is. */
+static Pending *pending_take(Session *s, const UpConn *c, const Message *answer) {
+        Pending *p = s->oldest;
+
+        if (!answer->id_text)
+                return NULL;
+        /* Answers mostly come in the order the calls went: the oldest call's id is compared, not
+         * hashed again. */
+        if (p && p->conn == c && streq(p->id_text, answer->id_text))
+                return hashmap_remove_hashed(s->pending, p->id_text, p->hash);
         /* Taken out of the table in the same look-up that finds it, if c is where it went. */
-        Pending *p = answer->id_text ? hashmap_remove_if(s->pending, answer->id_text, pending_on, c) : NULL;
+        return hashmap_remove_if(s->pending, answer->id_text, pending_on, c);
+}
+
+bool session_complete(Session *s, const UpConn *c, const Message *answer) {
+        Pending *p = pending_take(s, c, answer);
         Batch *b;
 
         if (!p)
@@ -589,11 +605,15 @@ static int pending_new(Session *s, Message *m, Batch *batch, Pending **ret) {
                 p->request = message_ref(m);
                 p->id_text = m->id_text;
         }
-        r = hashmap_put(s->pending, p->id_text, p);
+        p->hash = hashmap_hash_len(p->id_text, id_size - 1);
+        r = hashmap_put_hashed(s->pending, p->id_text, p->hash, p);
         if (r < 0) {
                 pending_free(p);
                 return r;
         }
+        p->older = s->newest;
+        *(s->newest ? &s->newest->newer : &s->oldest) = p;
+        s->newest = p;
         p->upstream = NULL;
         p->batch = batch;
         p->is_tool_call = streq(m->method, "tools/call");

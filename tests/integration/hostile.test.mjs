@@ -335,6 +335,7 @@ describe("the frontend, with a shim that answers a call with a bad line", () => 
   // invalid answer without an id, was only logged, and the call it answered waited for ever.
   const sock = join(dir, "bad-lines.sock");
   const conns = [];
+  const held = [];
   const answer = (id) => JSON.stringify({ jsonrpc: "2.0", id, result: { content: [{ type: "text", text: "fine" }] } });
   const bad = {
     // Bytes that are not UTF-8 inside a string: the id can still be read.
@@ -359,7 +360,10 @@ describe("the frontend, with a shim that answers a call with a bad line", () => 
           c.write(JSON.stringify({ jsonrpc: "2.0", id: m.id, result: { protocolVersion: "2025-06-18", capabilities: { tools: {} }, serverInfo: { name: "fake", version: "1" } } }) + "\n");
         if (m.method === "tools/call") {
           const mode = m.params?.arguments?.mode;
+          // "later": answered after the next call with mode "now" (answers out of order).
+          if (mode === "later") return void held.push(m.id);
           c.write(mode in bad ? bad[mode](m.id) : answer(m.id) + "\n");
+          if (mode === "now") for (const id of held.splice(0)) c.write(answer(id) + "\n");
         }
       });
     });
@@ -425,6 +429,17 @@ describe("the frontend, with a shim that answers a call with a bad line", () => 
     const before = conns.length;
     await failsThenRecovers("badId", lost('"id" must be a string or an integer'));
     assert.equal(conns.length, before + 1, "the next call made a new connection");
+  });
+
+  test("answers out of the order of their calls each reach their call", async () => {
+    p.send(call(`first-${++n}`, "t", { mode: "later" }));
+    p.send(call(`second-${n}`, "t", { mode: "later" }));
+    p.send(call(`third-${n}`, "t", { mode: "now" }));
+    const got = await p.next(3, 10000);
+    assert.deepEqual(got.map((r) => r.id), [`third-${n}`, `first-${n}`, `second-${n}`], JSON.stringify(got));
+    for (const r of got) assert.equal(text(r), "fine", JSON.stringify(r));
+    const ok = await p.request(call(`ok-${++n}`, "t"), 10000);
+    assert.equal(text(ok), "fine", JSON.stringify(ok));
   });
 
   test("a notification that is not JSON is dropped, and the call's answer still arrives", async () => {
