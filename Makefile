@@ -77,7 +77,7 @@ $(S)/%.o: %.c
 # path changes. A name that is gone only stops being placed: the build warns (hot-path.checked below).
 HOT_PATH := on_in channel_dispatch_lines line_buffer_next channel_read line_buffer_reserve \
 	line_buffer_commit channel_emit on_upconn upconn_handle_line message_parse_envelope scan_text scan_value \
-	scan_object scan_number scan_array scanner_done ids_rules_of check_id_lengths session_complete \
+	scan_object scan_array ids_rules_of check_id_lengths session_complete \
 	hashmap_remove_if hash_string pending_on upconn_release message_unref session_send_text channel_send \
 	channel_sendv chunk_new channel_backed_up channel_flush chunk_free channel_update_reading on_client \
 	session_handle_line message_is_batch ids_method_kind_mismatch handle_message message_has_envelope \

@@ -100,8 +100,8 @@ static inline bool key_same(const Key *x, const Key *y) {
 typedef struct PathKey {
         Key key;
         uint32_t paths;
-        int member;   /* level 0: the EnvelopeMember it names, or -1 */
-        uint8_t next; /* the next key of its bucket (index + 1), or 0 */
+        int member;                 /* level 0: the EnvelopeMember it names, or -1 */
+        const struct PathKey *next; /* the next key of its bucket */
 } PathKey;
 
 #define PATH_BUCKETS 64U
@@ -110,8 +110,8 @@ static struct {
         bool made;
         PathKey keys[ID_PATH_DEPTH][SCAN_PATHS + _MEMBER_MAX];
         size_t n_keys[ID_PATH_DEPTH];
-        uint8_t buckets[ID_PATH_DEPTH][PATH_BUCKETS]; /* a key's first PathKey (index + 1), or 0 */
-        uint32_t ends[ID_PATH_DEPTH];                 /* the paths whose last key is at this level */
+        const PathKey *buckets[ID_PATH_DEPTH][PATH_BUCKETS]; /* each bucket's first PathKey */
+        uint32_t ends[ID_PATH_DEPTH];                        /* the paths whose last key is at this level */
 } path_index;
 
 static inline unsigned path_bucket(const Key *k) {
@@ -125,23 +125,23 @@ static PathKey *path_index_key(unsigned level, const char *key) {
                 i++;
         if (i == *n) {
                 PathKey *pk = &path_index.keys[level][(*n)++];
-                uint8_t *b;
+                const PathKey **b;
                 *pk = (PathKey){
                         .key = {key, len, key_head(key, len, key + len + 1), NULL},
                         .member = -1,
                 };
                 b = &path_index.buckets[level][path_bucket(&pk->key)];
                 pk->next = *b;
-                *b = (uint8_t) *n;
+                *b = pk;
         }
         return &path_index.keys[level][i];
 }
 
 /* The PathKey that k (in bucket h, path_bucket()) is at this level, or NULL. */
 static inline const PathKey *path_index_find(unsigned level, unsigned h, const Key *k) {
-        for (unsigned i = path_index.buckets[level][h]; i; i = path_index.keys[level][i - 1].next)
-                if (key_same(k, &path_index.keys[level][i - 1].key))
-                        return &path_index.keys[level][i - 1];
+        for (const PathKey *pk = path_index.buckets[level][h]; pk; pk = pk->next)
+                if (key_same(k, &pk->key))
+                        return pk;
         return NULL;
 }
 
@@ -188,13 +188,20 @@ static void scanner_init(Scanner *sc, const char *text, size_t len, unsigned max
         sc->max_depth = max_depth;
 }
 
-static void scanner_done(Scanner *sc) {
+static void scanner_free_keys(Scanner *sc) {
         for (size_t i = 0; sc->n_owned > 0 && i < sc->n_keys; i++)
                 free(sc->keys[i].owned);
         if (sc->keys != sc->keys_inline)
                 free(sc->keys);
         sc->keys = NULL;
         sc->n_keys = sc->max_keys = sc->n_owned = 0;
+}
+
+/* What a scan holds past its end: keys it decoded, and its keys' room when it outgrew the caller's. */
+static inline void scanner_done(Scanner *sc) {
+        if (sc->n_owned > 0 || sc->keys != sc->keys_inline)
+                scanner_free_keys(sc);
+        sc->keys = NULL;
 }
 
 /* Every scan function returns where it stopped, or NULL with sc->error set. */
@@ -403,7 +410,7 @@ static const uint8_t *skip_digits(const uint8_t *p, const uint8_t *e) {
         return p;
 }
 
-static const uint8_t *scan_number(Scanner *sc, const uint8_t *p) {
+static const uint8_t *scan_number_slow(Scanner *sc, const uint8_t *p) {
         const uint8_t *e = sc->end;
 
         if (p < e && *p == '-')
@@ -425,6 +432,20 @@ static const uint8_t *scan_number(Scanner *sc, const uint8_t *p) {
                 p = skip_digits(p, e);
         }
         return p;
+}
+
+/* A number at p (not past the end): the usual one, an integer that does not start with 0, inline. */
+static inline const uint8_t *scan_number(Scanner *sc, const uint8_t *p) {
+        const uint8_t *e = sc->end, *q = p + (*p == '-');
+
+        if (q < e && (unsigned) (*q - '1') <= 8) {
+                do
+                        q++;
+                while (q < e && (unsigned) (*q - '0') <= 9);
+                if (q >= e || (*q != '.' && *q != 'e' && *q != 'E'))
+                        return q;
+        }
+        return scan_number_slow(sc, p);
 }
 
 static const uint8_t *scan_literal(Scanner *sc, const uint8_t *p, const char *word, size_t l) {
@@ -524,15 +545,11 @@ static bool string_is(const char *s, Span span, const char *name) {
         return string_decode(s, span.start + 1, span.start + span.len - 1, buf) == l && memcmp(buf, name, l) == 0;
 }
 
-static int key_make(Scanner *sc, const uint8_t *a, const uint8_t *b, bool escaped, Key *ret) {
+/* A key with an escape, decoded into a string of its own. */
+static int key_decode(Scanner *sc, const uint8_t *a, const uint8_t *b, Key *ret) {
         size_t len = (size_t) (b - a), n;
-        char *d;
+        char *d = malloc(len + 1);
 
-        if (!escaped) {
-                *ret = (Key){(const char *) a, len, key_head((const char *) a, len, (const char *) sc->end), NULL};
-                return 0;
-        }
-        d = malloc(len + 1);
         if (!d)
                 return -ENOMEM;
         n = string_decode((const char *) sc->s, offset_of(sc, a), offset_of(sc, b), d);
@@ -540,6 +557,16 @@ static int key_make(Scanner *sc, const uint8_t *a, const uint8_t *b, bool escape
         len = strlen(d);
         sc->nul_key = sc->nul_key || n != len;
         *ret = (Key){d, len, key_head(d, len, d + len + 1), d};
+        sc->n_owned++;
+        return 0;
+}
+
+static inline int key_make(Scanner *sc, const uint8_t *a, const uint8_t *b, bool escaped, Key *ret) {
+        size_t len = (size_t) (b - a);
+
+        if (escaped)
+                return key_decode(sc, a, b, ret);
+        *ret = (Key){(const char *) a, len, key_head((const char *) a, len, (const char *) sc->end), NULL};
         return 0;
 }
 
@@ -570,36 +597,36 @@ static void note_duplicate(Scanner *sc, const Key *k, bool top) {
         sc->has_dup = true;
 }
 
-/* A key of the object whose keys start at base: duplicates of the first few are found at once, among
- * those that share its bucket (maybe_dup: one does; else none can be the same). */
-static int keys_push(Scanner *sc, size_t base, const Key *k, bool top, bool maybe_dup) {
-        if (sc->n_keys == sc->max_keys) {
-                size_t n = sc->max_keys ? sc->max_keys * 2 : KEYS_INLINE;
-                Key *nk;
-                if (sc->keys == sc->keys_inline || !sc->keys) {
-                        nk = malloc(n * sizeof *nk);
-                        if (nk && sc->n_keys)
-                                memcpy(nk, sc->keys, sc->n_keys * sizeof *nk);
-                } else
-                        nk = reallocarray(sc->keys, n, sizeof *nk);
-                if (!nk)
-                        return -ENOMEM;
-                sc->keys = nk;
-                sc->max_keys = n;
-        }
-        if (maybe_dup && sc->n_keys - base < KEYS_PAIRWISE)
-                for (size_t i = base; i < sc->n_keys; i++)
-                        if (key_same(&sc->keys[i], k)) {
-                                note_duplicate(sc, k, top);
-                                break;
-                        }
-        sc->keys[sc->n_keys++] = *k;
-        sc->n_owned += !!k->owned;
+/* Room for one more key. */
+static int keys_grow(Scanner *sc) {
+        size_t n = sc->max_keys ? sc->max_keys * 2 : KEYS_INLINE;
+        Key *nk;
+
+        if (sc->keys == sc->keys_inline || !sc->keys) {
+                nk = malloc(n * sizeof *nk);
+                if (nk && sc->n_keys)
+                        memcpy(nk, sc->keys, sc->n_keys * sizeof *nk);
+        } else
+                nk = reallocarray(sc->keys, n, sizeof *nk);
+        if (!nk)
+                return -ENOMEM;
+        sc->keys = nk;
+        sc->max_keys = n;
         return 0;
 }
 
-/* The object's keys are all there: a large one is checked sorted; then they go. */
-static int keys_pop(Scanner *sc, size_t base, bool top) {
+/* A key k of the object whose keys start at base, written at keys[n_keys]: duplicates of the first
+ * few are found at once, among the keys that share its bucket (only called when one does: else none
+ * can be the same). */
+static void keys_compare(Scanner *sc, size_t base, const Key *k, bool top) {
+        for (size_t i = base; i < sc->n_keys; i++)
+                if (key_same(&sc->keys[i], k)) {
+                        note_duplicate(sc, k, top);
+                        break;
+                }
+}
+
+static int keys_pop_slow(Scanner *sc, size_t base, bool top) {
         size_t n = sc->n_keys - base;
 
         if (n > KEYS_PAIRWISE) {
@@ -622,10 +649,18 @@ static int keys_pop(Scanner *sc, size_t base, bool top) {
         return 0;
 }
 
+/* The object's keys are all there: a large one is checked sorted; then they go (decoded ones freed). */
+static inline __attribute__((always_inline)) int keys_pop(Scanner *sc, size_t base, bool top) {
+        if (sc->n_keys - base > KEYS_PAIRWISE || sc->n_owned > 0)
+                return keys_pop_slow(sc, base, top);
+        sc->n_keys = base;
+        return 0;
+}
+
 /* A key at p (its opening quote), as the next hop reads it: past its closing quote. The usual key (plain
  * bytes, its closing quote among the 16 bytes after the opening one) is taken from one look, its head
  * with it. */
-static inline const uint8_t *scan_key(Scanner *sc, const uint8_t *p, Key *ret) {
+static inline __attribute__((always_inline)) const uint8_t *scan_key(Scanner *sc, const uint8_t *p, Key *ret) {
         const uint8_t *a, *b;
         bool escaped;
         int r;
@@ -691,9 +726,9 @@ static inline const uint8_t *scan_open(Scanner *sc, const uint8_t *p) {
         return skip_ws(p + 1, sc->end);
 }
 
-/* After a member or an element: past a comma and any white space (*ret_more), or at the closing
- * bracket. Most text has no white space: the byte after a value is looked at first. */
-static inline const uint8_t *scan_next(Scanner *sc, const uint8_t *p, char close, bool *ret_more) {
+/* After a member or an element: past a comma (*ret_more; and any white space after it, ws_after), or
+ * at the closing bracket. Most text has no white space: the byte after a value is looked at first. */
+static inline const uint8_t *scan_next(Scanner *sc, const uint8_t *p, char close, bool ws_after, bool *ret_more) {
         const uint8_t *e = sc->end;
 
         if (p < e && *p <= ' ')
@@ -702,7 +737,7 @@ static inline const uint8_t *scan_next(Scanner *sc, const uint8_t *p, char close
                 return scan_fail(sc, -EBADMSG);
         *ret_more = *p == ',';
         if (*ret_more)
-                return skip_ws(p + 1, e);
+                return ws_after ? skip_ws(p + 1, e) : p + 1;
         return *p == close ? p : scan_fail(sc, -EBADMSG);
 }
 
@@ -724,37 +759,44 @@ static const uint8_t *scan_object(Scanner *sc, const uint8_t *p, unsigned level,
                 uint32_t sub = 0, ends = 0;
                 int member = -1;
                 unsigned h;
-                Key k;
+                Key *k;
 
-                if (p >= e || *p != '"')
-                        return scan_fail(sc, -EBADMSG);
-                p = scan_key(sc, p, &k);
+                if (p >= e || *p != '"') {
+                        p = skip_ws(p, e);
+                        if (p >= e || *p != '"')
+                                return scan_fail(sc, -EBADMSG);
+                }
+                /* The key is written where it is kept, and kept from then on (for the duplicate check,
+                 * and to be freed if it was decoded). */
+                if (sc->n_keys == sc->max_keys && (r = keys_grow(sc)) < 0)
+                        return scan_fail(sc, r);
+                k = &sc->keys[sc->n_keys];
+                p = scan_key(sc, p, k);
                 if (!p)
                         return NULL;
-                h = path_bucket(&k);
-                r = keys_push(sc, base, &k, top, buckets & (UINT64_C(1) << h));
-                if (r < 0) {
-                        free(k.owned);
-                        return scan_fail(sc, r);
-                }
+                h = path_bucket(k);
+                if ((buckets & (UINT64_C(1) << h)) && sc->n_keys - base < KEYS_PAIRWISE)
+                        keys_compare(sc, base, k, top);
+                sc->n_keys++;
                 buckets |= UINT64_C(1) << h;
                 if (mask || top) {
-                        const PathKey *pk = path_index_find(level, h, &k);
+                        const PathKey *pk = path_index_find(level, h, k);
                         if (pk) {
                                 sub = pk->paths & mask;
                                 ends = sub & path_index.ends[level];
                                 member = top ? pk->member : -1;
                         }
                 }
-                if (p < e && *p != ':')
+                if (p >= e || *p != ':') {
                         p = skip_ws(p, e);
-                if (p >= e || *p != ':')
-                        return scan_fail(sc, -EBADMSG);
+                        if (p >= e || *p != ':')
+                                return scan_fail(sc, -EBADMSG);
+                }
                 vstart = p = skip_ws(p + 1, e);
                 p = scan_value_at(sc, p, level + 1, sub & ~ends, false);
                 if (!p)
                         return NULL;
-                if (sc->spans && ends) {
+                if (ends && sc->spans) {
                         sc->noted |= ends;
                         sc->long_id = sc->long_id || ((ends & ((UINT32_C(1) << _ID_PATH_MAX) - 1)) &&
                                                       (size_t) (p - vstart) > MESSAGE_MAX_ID_BYTES);
@@ -765,7 +807,7 @@ static const uint8_t *scan_object(Scanner *sc, const uint8_t *p, unsigned level,
                         sc->has_member[member] = true;
                         sc->members[member] = (Span){offset_of(sc, vstart), (size_t) (p - vstart)};
                 }
-                p = scan_next(sc, p, '}', &more);
+                p = scan_next(sc, p, '}', false, &more);
                 if (!p)
                         return NULL;
         }
@@ -799,7 +841,7 @@ static const uint8_t *scan_array(Scanner *sc, const uint8_t *p, bool top) {
                         }
                         sc->elements[sc->n_elements++] = (Span){offset_of(sc, start), (size_t) (p - start)};
                 }
-                p = scan_next(sc, p, ']', &more);
+                p = scan_next(sc, p, ']', true, &more);
                 if (!p)
                         return NULL;
         }
