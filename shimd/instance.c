@@ -922,6 +922,19 @@ static bool backend_id_of(const Message *m, int64_t *ret) {
 }
 
 /* An answer that breaks the rules (duplicate keys, say) still ends its call: with an error. */
+/* An answer to our initialize that cannot be used: the start fails at once saying why, as a refused
+ * initialize does, rather than after init_timeout with "did not answer". True when id is initialize's
+ * and initialize is what the backend was last sent. */
+static bool init_answer_bad(Instance *i, int64_t id, const char *problem) {
+        char text[512];
+
+        if (id != INIT_REQUEST_ID || i->state != INSTANCE_STARTING || i->probing)
+                return false;
+        snprintf(text, sizeof text, "backend '%s' sent an invalid answer to initialize (%s)", iname(i), problem);
+        refuse_start(i, text);
+        return true;
+}
+
 static void handle_backend_invalid(Instance *i, const Message *m) {
         char text[512];
         bool method;
@@ -942,7 +955,7 @@ static void handle_backend_invalid(Instance *i, const Message *m) {
                         (void) instance_send(i, e);
                 return;
         }
-        if (method || !backend_id_of(m, &id) || !(r = route_find(i, id)))
+        if (method || !backend_id_of(m, &id) || init_answer_bad(i, id, m->problem) || !(r = route_find(i, id)))
                 return;
         snprintf(text, sizeof text, "backend '%s' sent an invalid answer to this call (%s)", iname(i), m->problem);
         if (r->client)
@@ -1113,6 +1126,10 @@ static void handle_backend_garbage(Instance *i, const char *line, size_t len, in
         log_warning("Backend '%s' wrote a line that is not JSON-RPC to stdout, ignoring it: %.*s", iname(i),
                     (int) (len < 80 ? len : 80), line);
         /* jsonrpc_peek_id() gives integers below 10^15 only. */
+        if (cJSON_IsNumber(id) &&
+            init_answer_bad(i, (int64_t) id->valuedouble,
+                            error == -E2BIG ? "JSON nested too deeply" : "a line that is not valid UTF-8 JSON"))
+                return;
         if (cJSON_IsNumber(id))
                 r = route_find(i, (int64_t) id->valuedouble);
         if (!r)

@@ -522,3 +522,49 @@ test("a backend whose stdin closed while it started: the calls that waited for i
     shim.child.kill("SIGTERM");
   }
 });
+
+// A backend that answers initialize with a message that breaks the rules (argv[2] says how); any
+// later process answers properly.
+const badInit = join(dir, "bad-init.mjs");
+writeFileSync(
+  badInit,
+  `import { existsSync, writeFileSync } from "node:fs";
+import readline from "node:readline";
+const [mode, mark] = process.argv.slice(2);
+const first = !existsSync(mark);
+writeFileSync(mark, "");
+const out = (t) => process.stdout.write(t + "\\n");
+readline.createInterface({ input: process.stdin }).on("line", (l) => {
+  const m = JSON.parse(l);
+  if (m.id === undefined) return;
+  const ok = { protocolVersion: "2025-06-18", capabilities: { tools: {} }, serverInfo: { name: "bi", version: "1" } };
+  if (m.method === "initialize" && first && mode === "invalid") return out(JSON.stringify({ jsonrpc: "2.0", id: m.id, result: ok, error: { code: 1, message: "both" } }));
+  if (m.method === "initialize" && first) return out(\`{"jsonrpc":"2.0","id":\${m.id},"result":{"x":"\\\\ud800"}}\`);
+  if (m.method === "initialize") return out(JSON.stringify({ jsonrpc: "2.0", id: m.id, result: ok }));
+  out(JSON.stringify({ jsonrpc: "2.0", id: m.id, result: { content: [{ type: "text", text: "fine" }] } }));
+});
+`,
+);
+
+test("a backend's invalid or unreadable answer to initialize fails the start at once, saying so, not after init_timeout", async () => {
+  for (const [mode, why] of [
+    ["invalid", /backend 'bi' sent an invalid answer to initialize \(a message needs .*method/],
+    ["notJson", /backend 'bi' sent an invalid answer to initialize \(a line that is not valid UTF-8 JSON\)/],
+  ]) {
+    const m = join(dir, `bi-${mode}.yaml`);
+    writeFileSync(m, `backends:\n  bi: {command: [node, ${badInit}, ${mode}, ${join(dir, `bi-${mode}.mark`)}], idle_timeout: 0, protocol: legacy}\ntools:\n  - {name: t, backend: bi, input_schema: {type: object}}\n`);
+    const p = new RawPeer(MCP_LAZY, ["--manifest", m, "--activation=direct", "--shimd", SHIMD]);
+    try {
+      assert.ok((await p.request(INIT("2025-06-18"))).result);
+      // Before: the call waited for init_timeout (2 minutes), then failed with "did not answer initialize".
+      const [r] = await p.next((p.send({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "t", arguments: {} } }), 1), 20000);
+      assert.equal(r.result?.isError, true, JSON.stringify(r));
+      assert.match(r.result.content[0].text, why, JSON.stringify(r));
+      // The next call starts the next process, which answers properly.
+      const [ok] = await p.next((p.send({ jsonrpc: "2.0", id: 2, method: "tools/call", params: { name: "t", arguments: {} } }), 1), 20000);
+      assert.equal(ok.result?.content?.[0]?.text, "fine", `${JSON.stringify(ok)}\n${p.stderr}`);
+    } finally {
+      await p.close();
+    }
+  }
+});
