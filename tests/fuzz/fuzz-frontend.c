@@ -21,6 +21,7 @@
 #include "ids.h"
 #include "macros.h"
 #include "message.h"
+#include "peek.h"
 
 #define MAX_SEEN 4096
 
@@ -53,8 +54,15 @@ static bool starts_with(const char *s, const char *prefix) {
 static void note_one(Peer *p, const char *line, size_t len) {
         _cleanup_message_ Message *m = NULL;
 
-        if (message_parse(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &m) >= 0 && m->id_text)
-                remember(p, m->id_text);
+        if (message_parse(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &m) >= 0) {
+                if (m->id_text)
+                        remember(p, m->id_text);
+                return;
+        }
+        /* A line that cannot be read but shows a method is refused under the id its beginning shows. */
+        _cleanup_json_ cJSON *id = jsonrpc_peek_id_raw(line, len);
+        if (id)
+                remember(p, id->valuestring);
 }
 
 static void note_sent(Peer *p, const char *line, size_t len) {

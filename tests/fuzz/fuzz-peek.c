@@ -3,6 +3,7 @@
  * "id" member; on a whole object with one valid "id", it finds that id, and it finds it in every
  * cut of the text that ends after the id's value. */
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fuzz.h"
@@ -32,6 +33,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_ASSERT(copy);
         memcpy(copy, text, size);
         peeked = jsonrpc_peek_id(copy, size);
+        /* review1: has_key never says yes for a key the whole object lacks, in any cut */
+        {
+                cJSON *w2 = NULL;
+                bool nul = memmem(copy, size, "\\u0000", 6) != NULL;
+                if (!nul && jsonrpc_parse(copy, size, JSONRPC_DEFAULT_MAX_DEPTH, &w2) >= 0 && cJSON_IsObject(w2)) {
+                        bool has = cJSON_GetObjectItemCaseSensitive(w2, "method") != NULL;
+                        FUZZ_ASSERT(json_peek_has_key(copy, size, "method") == has);
+                        for (size_t cut = size; cut > 0; cut--)
+                                FUZZ_ASSERT(!json_peek_has_key(copy, cut, "method") || has);
+                        cJSON *raw = jsonrpc_peek_id_raw(copy, size);
+                        const cJSON *wid = NULL;
+                        if (raw && top_level_ids(w2, &wid) == 1) {
+                                cJSON *v = cJSON_Parse(raw->valuestring);
+                                FUZZ_ASSERT(v && cJSON_Compare(v, wid, true));
+                                cJSON_Delete(v);
+                        }
+                        cJSON_Delete(raw);
+                }
+                cJSON_Delete(w2);
+                if (nul) {
+                        cJSON_Delete(peeked);
+                        free(copy);
+                        return 0;
+                }
+        }
         if (jsonrpc_parse(copy, size, JSONRPC_DEFAULT_MAX_DEPTH, &whole) >= 0 && cJSON_IsObject(whole))
                 n_ids = top_level_ids(whole, &id);
         if (peeked && whole && cJSON_IsObject(whole)) {

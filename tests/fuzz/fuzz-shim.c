@@ -15,6 +15,7 @@
 #include "ids.h"
 #include "macros.h"
 #include "message.h"
+#include "peek.h"
 #include "shimd.h"
 
 /* main.c's part, which the target leaves out: nothing to re-evaluate here. */
@@ -59,8 +60,13 @@ static void note_sent(Peer *p, const char *line, size_t len) {
         IdField f[16];
         size_t n;
 
-        if (message_parse(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &m) < 0)
+        if (message_parse(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &m) < 0) {
+                /* A line that cannot be read but shows a method is refused under the id its beginning shows. */
+                _cleanup_json_ cJSON *id = jsonrpc_peek_id_raw(line, len);
+                if (id)
+                        remember(p, id->valuestring, strlen(id->valuestring));
                 return;
+        }
         if (m->id_text)
                 remember(p, m->id_text, strlen(m->id_text));
         n = ids_fields(m, f, ELEMENTSOF(f));
