@@ -1112,6 +1112,9 @@ int message_parse_envelope(const char *line, size_t len, unsigned max_depth, Mes
         if (!m)
                 return -ENOMEM;
         classify(m, &sc);
+        /* An over-long id is never echoed, whatever else is wrong with the message. */
+        if (m->kind == JSONRPC_INVALID && sc.has_member[MEMBER_ID] && sc.members[MEMBER_ID].len > MESSAGE_MAX_ID_BYTES)
+                m->id = NULL, m->id_text = NULL;
         /* Replies (and answers printed again) carry the id's exact text. */
         if (m->id_text) {
                 m->id_raw = (cJSON){.type = cJSON_Raw, .valuestring = m->id_buf};

@@ -345,6 +345,45 @@ static void test_id_length(void) {
         CHECK(kind_of(line) == JSONRPC_REQUEST);
 }
 
+/* The error reply to a message invalid for another reason (REVIEW3 finding 2): an id past the limit
+ * is not kept (the reply goes under null), one within it is (the reply goes under it); either reply
+ * parses as a valid response. */
+static void test_id_length_invalid(void) {
+        static const char *const forms[] = {
+                "{\"jsonrpc\":\"2.0\",\"id\":\"%.*s\",\"metkod\":\"ping\"}",                  /* no method, no result */
+                "{\"jsonrpc\":\"2.0\",\"id\":\"%.*s\",\"method\":\"ping\",\"method\":\"x\"}", /* a key twice */
+                "{\"jsonrpc\":\"1.0\",\"id\":\"%.*s\",\"method\":\"ping\"}",                  /* bad "jsonrpc" */
+                "{\"jsonrpc\":\"2.0\",\"id\":\"%.*s\",\"method\":7}",                         /* bad "method" */
+        };
+        char line[4096], id[2000];
+
+        memset(id, 'a', sizeof id - 1);
+        id[sizeof id - 1] = 0;
+        for (size_t i = 0; i < ELEMENTSOF(forms); i++)
+                for (int n = 1022; n <= 1024; n++) {
+                        _cleanup_message_ Message *m = NULL, *back = NULL;
+                        _cleanup_json_ cJSON *e = NULL;
+                        _cleanup_free_ char *s = NULL;
+                        bool kept = n <= 1022; /* 1022 letters and two quotes: just the limit */
+
+                        snprintf(line, sizeof line, forms[i], n, id);
+                        m = parse(line);
+                        CHECK(m && m->kind == JSONRPC_INVALID);
+                        if (!m)
+                                continue;
+                        CHECK(!!m->id_json == kept && !!m->id_text == kept && !!m->id == kept);
+                        CHECK(!m->id_text || strlen(m->id_text) == (size_t) n + 2);
+                        e = jsonrpc_error_new(m->id_json, JSONRPC_INVALID_REQUEST, m->problem);
+                        s = e ? cJSON_PrintUnformatted(e) : NULL;
+                        CHECK(s && message_parse(s, strlen(s), JSONRPC_DEFAULT_MAX_DEPTH, &back) == 0);
+                        CHECK(back && back->kind == JSONRPC_RESPONSE);
+                        if (kept)
+                                CHECK_STREQ(back ? back->id_text : NULL, m->id_text);
+                        else
+                                CHECK(back && !back->id_text && s && strstr(s, "\"id\":null"));
+                }
+}
+
 /* Spans for keeping a peer's bytes: a value by its path, an object's members. */
 static void test_find(void) {
         _cleanup_message_ Message *m =
@@ -712,6 +751,7 @@ int main(void) {
         test_scan_edges();
         test_strict();
         test_id_length();
+        test_id_length_invalid();
         test_method_kind();
         test_duplicates();
         test_ids();
