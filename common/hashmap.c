@@ -317,14 +317,16 @@ int hashmap_iterate(Hashmap *h, size_t *state, const char **ret_key, void **ret_
 }
 
 /* IdMap: the process's own ids, which a counter hands out in order and which mostly go in the order
- * they came (calls answered first in, first out). An id's bucket is the id itself (its low bits): the
- * ids in flight then sit side by side, in order, so that a burst of calls and their answers touch a few
- * cache lines of 16-byte entries, not one line per id scattered over the table as a hash would. A
- * removed entry leaves a tombstone (no entry moves: an iteration may remove the current one); the
- * table is rebuilt, sized to the ids in flight (a quarter full at most), when tombstones and entries
- * together fill three quarters of it. max_dist, the farthest any entry sits from its bucket, bounds
- * every probe: a look-up of an id that is not there (a peer's answer to a call long gone) reads
- * max_dist + 1 entries at most, however long the tombstones behind the ids in flight reach. */
+ * they came (calls answered first in, first out). An id's bucket is a multiplicative (Fibonacci) spread
+ * of it: the top bits of id * 2^64/phi. Consecutive ids then land far apart and evenly (each new one in
+ * the largest gap the ones before it left), so ids held in flight (a slow call, or a thousand of them)
+ * are scattered singles the ids after them rarely meet, not a run they would all queue behind each
+ * time the counter came round the table, as they did when an id was its own bucket. A removed entry
+ * leaves a tombstone (no entry moves: an iteration may remove the current one); the table is rebuilt,
+ * sized to the ids in flight (a quarter full at most), when tombstones and entries together fill three
+ * quarters of it. max_dist, the farthest any entry sits from its bucket, bounds every probe: a look-up
+ * of an id that is not there (a peer's answer to a call long gone) reads max_dist + 1 entries at most,
+ * however many tombstones there are. */
 typedef struct IdEntry {
         int64_t key;
         void *value; /* NULL: empty; ID_TOMBSTONE: removed */
@@ -337,6 +339,7 @@ struct IdMap {
         IdEntry *entries;
         size_t size, used, n_buckets; /* used counts tombstones too */
         size_t max_dist;
+        unsigned shift; /* 64 - log2(n_buckets): a bucket is the product's top bits */
 };
 
 IdMap *idmap_new(void) {
@@ -352,7 +355,7 @@ IdMap *idmap_free(IdMap *h) {
 }
 
 static inline size_t id_bucket(const IdMap *h, int64_t key) {
-        return (size_t) (uint64_t) key & (h->n_buckets - 1);
+        return (size_t) (((uint64_t) key * 0x9E3779B97F4A7C15ULL) >> h->shift);
 }
 
 static IdEntry *id_find(const IdMap *h, int64_t key) {
@@ -395,15 +398,17 @@ static void id_place(IdMap *h, size_t slot, int64_t key, void *value) {
 static int id_rebuild(IdMap *h) {
         IdEntry *old = h->entries;
         size_t old_n = h->n_buckets, n = 16;
+        unsigned shift = 64 - 4;
 
         while (n < (h->size + 1) * 4)
-                n *= 2;
+                n *= 2, shift--;
         h->entries = calloc(n, sizeof(IdEntry));
         if (!h->entries) {
                 h->entries = old;
                 return -ENOMEM;
         }
         h->n_buckets = n;
+        h->shift = shift;
         h->size = h->used = h->max_dist = 0;
         for (size_t i = 0; i < old_n; i++)
                 if (old[i].value && old[i].value != ID_TOMBSTONE)
@@ -474,6 +479,10 @@ void *idmap_remove(IdMap *h, int64_t key) {
 
 size_t idmap_size(const IdMap *h) {
         return h ? h->size : 0;
+}
+
+size_t idmap_max_dist(const IdMap *h) {
+        return h ? h->max_dist : 0;
 }
 
 int idmap_iterate(IdMap *h, size_t *state, int64_t *ret_key, void **ret_value) {

@@ -78,6 +78,42 @@ static void check_fifo(bool strings) {
         idmap_free(ids);
 }
 
+/* 4,000 calls held in flight (a slow tool, one uid's limit) while 100,000 more come and go first in,
+ * first out, 64 at a time: the held ids must not make the others' probes long. When an id was its own
+ * bucket, the held ids were a run of 4,000 buckets that every id behind them queued after once the
+ * counter came round the table, and every put, get and remove walked up to 4,000 entries (max_dist
+ * reached 4,000). Checked after every step: the farthest any entry sits from its bucket, which bounds
+ * every probe. */
+static void check_held(void) {
+        IdMap *ids = idmap_new();
+        int64_t next = 1, oldest;
+        size_t worst = 0;
+        bool ok = true;
+
+        CHECK(ids);
+        for (; next <= 4000; next++)
+                ok = ok && idmap_put(ids, next, (void *) (uintptr_t) (next + 16)) == 0;
+        for (oldest = next; next < oldest + 64; next++)
+                ok = ok && idmap_put(ids, next, (void *) (uintptr_t) (next + 16)) == 0;
+        for (unsigned i = 0; i < 100000; i++, oldest++, next++) {
+                ok = ok && idmap_remove(ids, oldest) == (void *) (uintptr_t) (oldest + 16);
+                ok = ok && idmap_put(ids, next, (void *) (uintptr_t) (next + 16)) == 0;
+                if (idmap_max_dist(ids) > worst)
+                        worst = idmap_max_dist(ids);
+        }
+        CHECK(ok);
+        CHECK(idmap_size(ids) == 4000 + 64);
+        for (int64_t id = 1; id <= 4000; id++)
+                ok = ok && idmap_get(ids, id) == (void *) (uintptr_t) (id + 16);
+        for (int64_t id = oldest; id < next; id++)
+                ok = ok && idmap_get(ids, id) == (void *) (uintptr_t) (id + 16);
+        CHECK(ok && !idmap_get(ids, oldest - 1) && !idmap_get(ids, 4001) && !idmap_get(ids, next));
+        if (worst >= 64)
+                fprintf(stderr, "held ids: an entry sat %zu buckets past its own\n", worst);
+        CHECK(worst < 64);
+        idmap_free(ids);
+}
+
 int main(void) {
         uint8_t key[16], in[64];
         char k[32];
@@ -179,10 +215,10 @@ int main(void) {
         CHECK(idmap_size(ids) == 65 && !idmap_get(ids, -100));
         idmap_free(ids);
 
-        /* Ids in order, each its own bucket: one that stays in flight while the others come and go
-         * (a slow call) is met again by the ids after it each time the table comes round, which then sit
-         * past their buckets; all stay found, and so do none of those gone. Rebuilds on the way shrink the
-         * table to what is in flight (a burst of 6,400, then 64 again). */
+        /* Ids in order: one that stays in flight while the others come and go (a slow call) is met
+         * again and again by the ids after it, which then sit past their buckets; all stay found, and so
+         * do none of those gone. Rebuilds on the way shrink the table to what is in flight (a burst of
+         * 6,400, then 64 again). */
         ids = idmap_new();
         CHECK(ids);
         ok = idmap_put(ids, 1, (void *) 1) == 0;
@@ -206,5 +242,6 @@ int main(void) {
 
         check_fifo(false);
         check_fifo(true);
+        check_held();
         return tests_finish("test-hashmap");
 }
