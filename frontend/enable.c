@@ -9,6 +9,7 @@
 
 #include "import.h"
 #include "macros.h"
+#include "manager.h"
 
 /* The service manager: for a user, its private socket first (as systemctl does: no D-Bus broker
  * needed), then the user bus; for root, the system bus. */
@@ -34,7 +35,7 @@ int enable_sockets(char *const *backends) {
         bool user = geteuid() != 0;
         const char *ctl = user ? "systemctl --user" : "systemctl";
         size_t n = 0;
-        int r;
+        int r, failed = 0;
 
         while (backends && backends[k])
                 k++;
@@ -87,16 +88,13 @@ int enable_sockets(char *const *backends) {
                                 e.message ?: strerror(-r));
         }
         for (size_t i = 0; i < n; i++) {
-                _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
-                r = sd_bus_call_method(bus, "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
-                                       "org.freedesktop.systemd1.Manager", "StartUnit", &e, NULL, "ss", units[i],
-                                       "replace");
+                /* As `systemctl enable --now`: started means its job ended "done" (the socket listens). */
+                r = manager_start_unit(bus, user ? MANAGER_USER : MANAGER_SYSTEM, units[i]);
                 if (r < 0) {
-                        fprintf(stderr, "mcp-lazy: cannot start %s: %s\n  See: %s status %s\n", units[i],
-                                e.message ?: strerror(-r), ctl, units[i]);
-                        return r;
+                        failed = r;
+                        continue;
                 }
                 printf("Enabled and started %s (%s manager)\n", units[i], user ? "user" : "system");
         }
-        return 0;
+        return failed;
 }

@@ -1,7 +1,10 @@
-/* The service manager for mcp-lazy's own subcommands (status, warm): bus, default manifest, unit properties. */
+/* The service manager for mcp-lazy's own subcommands (status, warm, import): bus, default manifest, unit
+ * properties, starting a unit. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <systemd/sd-daemon.h>
 
@@ -68,4 +71,80 @@ int manager_unit_string(sd_bus *bus, const char *path, const char *iface, const 
 int manager_unit_u64(sd_bus *bus, const char *path, const char *iface, const char *prop, uint64_t *ret) {
         _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
         return sd_bus_get_property_trivial(bus, "org.freedesktop.systemd1", path, iface, prop, &e, 't', ret);
+}
+
+#define START_TIMEOUT_USEC (30ULL * USEC_PER_SEC)
+
+static uint64_t now_usec(clockid_t clock) {
+        struct timespec ts;
+        clock_gettime(clock, &ts);
+        return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
+}
+
+typedef struct Job {
+        const char *path; /* the job StartUnit queued */
+        char *result;     /* from JobRemoved: done, failed, ... */
+} Job;
+
+static int on_job_removed(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        Job *job = userdata;
+        const char *path, *unit, *result;
+        uint32_t id;
+
+        (void) error;
+        if (sd_bus_message_read(m, "uoss", &id, &path, &unit, &result) < 0 || !job->path || !streq(path, job->path))
+                return 0;
+        free(job->result);
+        job->result = strdup(result);
+        return 0;
+}
+
+int manager_start_unit(sd_bus *bus, ManagerScope scope, const char *unit) {
+        _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        _cleanup_(sd_bus_slot_unrefp) sd_bus_slot *slot = NULL;
+        Job job = {};
+        uint64_t deadline = now_usec(CLOCK_MONOTONIC) + START_TIMEOUT_USEC, t;
+        int r;
+
+        r = sd_bus_match_signal(bus, &slot, "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
+                                "org.freedesktop.systemd1.Manager", "JobRemoved", on_job_removed, &job);
+        if (r >= 0)
+                r = sd_bus_call_method(bus, "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
+                                       "org.freedesktop.systemd1.Manager", "Subscribe", &e, NULL, "");
+        if (r < 0) {
+                fprintf(stderr, "mcp-lazy: cannot talk to the %s service manager: %s\n", manager_scope_name(scope),
+                        e.message ?: strerror(-r));
+                return r;
+        }
+        r = sd_bus_call_method(bus, "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
+                               "org.freedesktop.systemd1.Manager", "StartUnit", &e, &reply, "ss", unit, "replace");
+        if (r >= 0)
+                r = sd_bus_message_read(reply, "o", &job.path);
+        if (r < 0) {
+                fprintf(stderr, "mcp-lazy: cannot start %s: %s\n", unit, e.message ?: strerror(-r));
+                return r;
+        }
+        /* By the clock: every unit's JobRemoved wakes us, and a busy manager must not shorten the wait. */
+        while (!job.result && (t = now_usec(CLOCK_MONOTONIC)) < deadline) {
+                r = sd_bus_process(bus, NULL);
+                if (r < 0)
+                        break;
+                if (r > 0)
+                        continue;
+                r = sd_bus_wait(bus, deadline - t);
+                if (r < 0)
+                        break;
+        }
+        if (!job.result) {
+                fprintf(stderr, "mcp-lazy: %s: no answer from systemd about the start job%s%s\n", unit,
+                        r < 0 ? ": " : "", r < 0 ? strerror(-r) : "");
+                return r < 0 ? r : -ETIMEDOUT;
+        }
+        r = streq(job.result, "done") ? 0 : -EIO;
+        if (r < 0)
+                fprintf(stderr, "mcp-lazy: %s: start %s; see 'journalctl%s -u %s'\n", unit, job.result,
+                        manager_systemctl_flag(scope), unit);
+        free(job.result);
+        return r;
 }

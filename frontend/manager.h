@@ -1,4 +1,4 @@
-/* The service manager as the status and warm subcommands see it: which one, its bus, the units of a backend. */
+/* The service manager as the status, warm and import subcommands see it: which one, its bus, the units of a backend. */
 #pragma once
 
 #include <stdbool.h>
@@ -26,6 +26,9 @@ int manager_bus_open(ManagerScope scope, sd_bus **ret);
 int manager_unit_path(const char *backend, const char *suffix, char **ret);
 int manager_unit_string(sd_bus *bus, const char *path, const char *iface, const char *prop, char **ret);
 int manager_unit_u64(sd_bus *bus, const char *path, const char *iface, const char *prop, uint64_t *ret);
+/* Like `systemctl start`: queues the start job and waits (30 s at most) until systemd says how it ended;
+ * 0 when it is done, else -errno, having said why on stderr. */
+int manager_start_unit(sd_bus *bus, ManagerScope scope, const char *unit);
 
 /* The subcommands: status.c, warm.c. Each returns the exit status. */
 int status_main(int argc, char *argv[]);

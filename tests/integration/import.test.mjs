@@ -149,3 +149,18 @@ test("as root: /etc/mcp-lazy/manifest.yaml and the system manager's sockets", as
   });
   assert.equal((await tryIn("systemctl is-active mcp-lazy@root-mem.service")).stdout.trim(), "active");
 });
+
+test("as root: a socket that does not start is said to have failed, not started", async () => {
+  // As `systemctl enable --now`, import waits for each start job's end: a socket whose start fails
+  // (here its ExecStartPre=) is reported with the job's result, and import exits 1.
+  await sh(`mkdir -p /etc/systemd/system/mcp-lazy@no-start.socket.d
+    printf '[Socket]\\nExecStartPre=/bin/false\\n' > /etc/systemd/system/mcp-lazy@no-start.socket.d/fail.conf`);
+  const cfg = JSON.stringify({ mcpServers: { "no start": desk.direct.everything } }, null, 2);
+  await sh("cat > /root/no-start.json", cfg);
+  const r = await tryIn(`cd /root && env HOME=/root ${MCP_LAZY} import --from /root/no-start.json`);
+  assert.equal(r.code, 1, r.stdout + r.stderr);
+  assert.match(r.stdout, /^no start\s+\S+\s+-> backend 'no-start'$/m, r.stdout + r.stderr);
+  assert.doesNotMatch(r.stdout, /Enabled and started mcp-lazy@no-start\.socket/);
+  assert.match(r.stderr, /^mcp-lazy: mcp-lazy@no-start\.socket: start failed; see 'journalctl -u mcp-lazy@no-start\.socket'$/m);
+  assert.equal((await tryIn("systemctl is-active mcp-lazy@no-start.socket")).stdout.trim(), "failed");
+});
