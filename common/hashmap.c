@@ -317,11 +317,14 @@ int hashmap_iterate(Hashmap *h, size_t *state, const char **ret_key, void **ret_
 }
 
 /* IdMap: the process's own ids, which a counter hands out in order and which mostly go in the order
- * they came (calls answered first in, first out). An id's bucket is a multiplicative (Fibonacci) spread
- * of it: the top bits of id * 2^64/phi. Consecutive ids then land far apart and evenly (each new one in
- * the largest gap the ones before it left), so ids held in flight (a slow call, or a thousand of them)
- * are scattered singles the ids after them rarely meet, not a run they would all queue behind each
- * time the counter came round the table, as they did when an id was its own bucket. A removed entry
+ * they came (calls answered first in, first out). Two tables. The front (below) is where an id mostly
+ * is: id k in bucket k & (n - 1), one entry a bucket, so ids in flight together share cache lines and
+ * a look-up reads one entry. When the counter comes round to a bucket whose old id is still held in
+ * flight (a slow call, or a thousand of them), that old id moves to the spill, so it never makes a run
+ * the ids after it queue behind each time round.
+ *
+ * IdSpill: the held ids. An id's bucket is a multiplicative (Fibonacci) spread of it: the top bits of
+ * id * 2^64/phi, so the held ids, consecutive or not, land far apart and evenly. A removed entry
  * leaves a tombstone (no entry moves: an iteration may remove the current one); the table is rebuilt,
  * sized to the ids in flight (a quarter full at most), when tombstones and entries together fill three
  * quarters of it. max_dist, the farthest any entry sits from its bucket, bounds every probe: a look-up
@@ -335,18 +338,19 @@ typedef struct IdEntry {
 static const char id_tombstone;
 #define ID_TOMBSTONE ((void *) &id_tombstone)
 
-struct IdMap {
+typedef struct IdSpill IdSpill;
+struct IdSpill {
         IdEntry *entries;
         size_t size, used, n_buckets; /* used counts tombstones too */
         size_t max_dist;
         unsigned shift; /* 64 - log2(n_buckets): a bucket is the product's top bits */
 };
 
-IdMap *idmap_new(void) {
-        return calloc(1, sizeof(IdMap));
+static IdSpill *spill_new(void) {
+        return calloc(1, sizeof(IdSpill));
 }
 
-IdMap *idmap_free(IdMap *h) {
+static IdSpill *spill_free(IdSpill *h) {
         if (h) {
                 free(h->entries);
                 free(h);
@@ -354,11 +358,11 @@ IdMap *idmap_free(IdMap *h) {
         return NULL;
 }
 
-static inline size_t id_bucket(const IdMap *h, int64_t key) {
+static inline size_t id_bucket(const IdSpill *h, int64_t key) {
         return (size_t) (((uint64_t) key * 0x9E3779B97F4A7C15ULL) >> h->shift);
 }
 
-static IdEntry *id_find(const IdMap *h, int64_t key) {
+static IdEntry *id_find(const IdSpill *h, int64_t key) {
         size_t mask = h->n_buckets - 1, i;
 
         if (h->n_buckets == 0)
@@ -375,7 +379,7 @@ static IdEntry *id_find(const IdMap *h, int64_t key) {
 }
 
 /* The first free bucket (empty or a tombstone) from key's own. */
-static size_t id_free_slot(const IdMap *h, int64_t key) {
+static size_t id_free_slot(const IdSpill *h, int64_t key) {
         size_t mask = h->n_buckets - 1, i = id_bucket(h, key);
 
         while (h->entries[i].value && h->entries[i].value != ID_TOMBSTONE)
@@ -383,7 +387,7 @@ static size_t id_free_slot(const IdMap *h, int64_t key) {
         return i;
 }
 
-static void id_place(IdMap *h, size_t slot, int64_t key, void *value) {
+static void id_place(IdSpill *h, size_t slot, int64_t key, void *value) {
         size_t dist = (slot - id_bucket(h, key)) & (h->n_buckets - 1);
 
         if (!h->entries[slot].value)
@@ -395,7 +399,7 @@ static void id_place(IdMap *h, size_t slot, int64_t key, void *value) {
 }
 
 /* Rebuilt without tombstones, at the size what is in flight wants: at most a quarter full. */
-static int id_rebuild(IdMap *h) {
+static int id_rebuild(IdSpill *h) {
         IdEntry *old = h->entries;
         size_t old_n = h->n_buckets, n = 16;
         unsigned shift = 64 - 4;
@@ -419,7 +423,7 @@ static int id_rebuild(IdMap *h) {
 
 /* One probe: key, if there, sits at most max_dist past its bucket; its place is the first free bucket
  * from there (an empty one always comes: the table is never more than three quarters used). */
-static int id_probe(const IdMap *h, int64_t key, size_t *ret_slot) {
+static int id_probe(const IdSpill *h, int64_t key, size_t *ret_slot) {
         size_t mask = h->n_buckets - 1, i = id_bucket(h, key), slot = SIZE_MAX;
 
         for (size_t d = 0;; d++, i = (i + 1) & mask) {
@@ -438,7 +442,7 @@ static int id_probe(const IdMap *h, int64_t key, size_t *ret_slot) {
         return 0;
 }
 
-int idmap_put(IdMap *h, int64_t key, void *value) {
+static int spill_put(IdSpill *h, int64_t key, void *value) {
         size_t slot;
         int r;
 
@@ -460,12 +464,12 @@ int idmap_put(IdMap *h, int64_t key, void *value) {
         return 0;
 }
 
-void *idmap_get(const IdMap *h, int64_t key) {
+static void *spill_get(const IdSpill *h, int64_t key) {
         IdEntry *e = id_find(h, key);
         return e ? e->value : NULL;
 }
 
-void *idmap_remove(IdMap *h, int64_t key) {
+static void *spill_remove(IdSpill *h, int64_t key) {
         IdEntry *e = id_find(h, key);
         void *v;
 
@@ -477,15 +481,15 @@ void *idmap_remove(IdMap *h, int64_t key) {
         return v;
 }
 
-size_t idmap_size(const IdMap *h) {
+static size_t spill_size(const IdSpill *h) {
         return h ? h->size : 0;
 }
 
-size_t idmap_max_dist(const IdMap *h) {
+static size_t spill_max_dist(const IdSpill *h) {
         return h ? h->max_dist : 0;
 }
 
-int idmap_iterate(IdMap *h, size_t *state, int64_t *ret_key, void **ret_value) {
+static int spill_iterate(IdSpill *h, size_t *state, int64_t *ret_key, void **ret_value) {
         for (; *state < h->n_buckets; (*state)++) {
                 IdEntry *e = &h->entries[*state];
                 if (e->value && e->value != ID_TOMBSTONE) {
@@ -497,4 +501,163 @@ int idmap_iterate(IdMap *h, size_t *state, int64_t *ret_key, void **ret_value) {
                 }
         }
         return 0;
+}
+
+/* The front: id k sits in bucket k & (n_buckets - 1) or not in the front at all; no tombstones (a
+ * removed entry empties its bucket, nothing moves: an iteration may remove the current one). It is
+ * kept at most half full, and rebuilt at a quarter full when it is past that or under 1/32. */
+struct IdMap {
+        IdEntry *entries;
+        size_t size, n_buckets; /* size: live entries in the front */
+        IdSpill *spill;         /* NULL until an id is first moved there */
+};
+
+IdMap *idmap_new(void) {
+        return calloc(1, sizeof(IdMap));
+}
+
+IdMap *idmap_free(IdMap *h) {
+        if (h) {
+                spill_free(h->spill);
+                free(h->entries);
+                free(h);
+        }
+        return NULL;
+}
+
+static inline size_t front_bucket(const IdMap *h, int64_t key) {
+        return (size_t) ((uint64_t) key & (h->n_buckets - 1));
+}
+
+static inline bool spill_used(const IdSpill *s) {
+        return s && s->size > 0;
+}
+
+/* key into its own bucket; an older id there moves to the spill. On failure nothing has changed. */
+static int front_place(IdMap *h, int64_t key, void *value) {
+        IdEntry *e = &h->entries[front_bucket(h, key)];
+        int r;
+
+        if (e->value && e->key == key)
+                return -EEXIST;
+        if (spill_used(h->spill) && spill_get(h->spill, key))
+                return -EEXIST;
+        if (e->value) {
+                if (!h->spill) {
+                        h->spill = spill_new();
+                        if (!h->spill)
+                                return -ENOMEM;
+                }
+                r = spill_put(h->spill, e->key, e->value);
+                if (r < 0)
+                        return r;
+                h->size--;
+        }
+        *e = (IdEntry){key, value};
+        h->size++;
+        return 0;
+}
+
+/* Every entry, front and spill, placed into a new front (and spill) a quarter full; swapped in only
+ * when all are placed, so an allocation that fails partway leaves h as it was. */
+static int front_rebuild(IdMap *h) {
+        size_t total = idmap_size(h), n = 16, state = 0;
+        IdMap new = {};
+        int64_t key;
+        void *value;
+        int r = 0;
+
+        while (n < (total + 1) * 4)
+                n *= 2;
+        new.entries = calloc(n, sizeof(IdEntry));
+        if (!new.entries)
+                return -ENOMEM;
+        new.n_buckets = n;
+        for (size_t i = 0; i < h->n_buckets && r >= 0; i++)
+                if (h->entries[i].value)
+                        r = front_place(&new, h->entries[i].key, h->entries[i].value);
+        while (r >= 0 && spill_used(h->spill) && spill_iterate(h->spill, &state, &key, &value))
+                r = front_place(&new, key, value);
+        if (r < 0) {
+                spill_free(new.spill);
+                free(new.entries);
+                return r;
+        }
+        spill_free(h->spill);
+        free(h->entries);
+        *h = new;
+        return 0;
+}
+
+int idmap_put(IdMap *h, int64_t key, void *value) {
+        size_t total = idmap_size(h);
+        int r;
+
+        if (!value || value == ID_TOMBSTONE)
+                return -EINVAL;
+        if ((total + 1) * 2 > h->n_buckets || (h->n_buckets > 16 && (total + 1) * 32 < h->n_buckets)) {
+                r = front_rebuild(h);
+                if (r < 0)
+                        return r;
+        }
+        return front_place(h, key, value);
+}
+
+void *idmap_get(const IdMap *h, int64_t key) {
+        const IdEntry *e;
+
+        if (h->n_buckets == 0)
+                return NULL;
+        e = &h->entries[front_bucket(h, key)];
+        if (e->value && e->key == key)
+                return e->value;
+        return spill_used(h->spill) ? spill_get(h->spill, key) : NULL;
+}
+
+void *idmap_remove(IdMap *h, int64_t key) {
+        IdEntry *e;
+        void *v;
+
+        if (h->n_buckets == 0)
+                return NULL;
+        e = &h->entries[front_bucket(h, key)];
+        if (e->value && e->key == key) {
+                v = e->value;
+                e->value = NULL;
+                h->size--;
+                return v;
+        }
+        return spill_used(h->spill) ? spill_remove(h->spill, key) : NULL;
+}
+
+size_t idmap_size(const IdMap *h) {
+        return h ? h->size + spill_size(h->spill) : 0;
+}
+
+/* A front entry is always in its own bucket: only the spill's entries sit past theirs. */
+size_t idmap_max_dist(const IdMap *h) {
+        return h ? spill_max_dist(h->spill) : 0;
+}
+
+/* The front's buckets, then the spill's: *state counts on past n_buckets into the spill. */
+int idmap_iterate(IdMap *h, size_t *state, int64_t *ret_key, void **ret_value) {
+        size_t spill_state;
+        int r;
+
+        for (; *state < h->n_buckets; (*state)++) {
+                IdEntry *e = &h->entries[*state];
+                if (e->value) {
+                        (*state)++;
+                        if (ret_key)
+                                *ret_key = e->key;
+                        *ret_value = e->value;
+                        return 1;
+                }
+        }
+        if (!h->spill)
+                return 0;
+        spill_state = *state - h->n_buckets;
+        r = spill_iterate(h->spill, &spill_state, ret_key, ret_value);
+        *state = spill_state + h->n_buckets;
+        return r;
 }

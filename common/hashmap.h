@@ -35,10 +35,12 @@ int hashmap_iterate(Hashmap *h, size_t *state, const char **ret_key, void **ret_
 uint64_t siphash(const uint8_t key[16], const void *data, size_t len, unsigned c_rounds, unsigned d_rounds);
 
 /* A map keyed by 64-bit ids the process makes itself (the request ids a shim gives a backend), best
- * when they come from a counter: a multiplicative spread of the id is its bucket, so consecutive ids
- * land apart and ids held in flight do not lengthen the probes of the others; no formatting or string
- * hashing. Not for keys a peer chooses: a peer's id is only looked up, which probes at most as far as
- * the process's own keys sit from their buckets. Values are never NULL. */
+ * when they come from a counter: an id is its own bucket (ids in flight together share cache lines,
+ * a look-up reads one entry), and an id still held in flight when the counter comes round to its
+ * bucket moves to a small side table where a multiplicative spread of it is its bucket, so held ids
+ * do not lengthen the probes of the others; no formatting or string hashing. Not for keys a peer
+ * chooses: a peer's id is only looked up, which reads its own bucket and at most as far into the side
+ * table as the process's own keys sit from their buckets there. Values are never NULL. */
 typedef struct IdMap IdMap;
 
 IdMap *idmap_new(void);
@@ -48,8 +50,8 @@ int idmap_put(IdMap *h, int64_t key, void *value);
 void *idmap_get(const IdMap *h, int64_t key);
 void *idmap_remove(IdMap *h, int64_t key);
 size_t idmap_size(const IdMap *h);
-/* How far past its bucket the farthest entry sits (since the last rebuild): a get or remove reads at
- * most this many entries plus one, and so does a put unless it places its key farther. For tests. */
+/* How far past its bucket the farthest entry in the side table sits (since its last rebuild): a get or
+ * remove reads the id's own bucket and at most this many entries plus one there. For tests. */
 size_t idmap_max_dist(const IdMap *h);
 /* As hashmap_iterate(): removing the current entry is allowed. */
 int idmap_iterate(IdMap *h, size_t *state, int64_t *ret_key, void **ret_value);
