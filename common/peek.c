@@ -164,3 +164,12 @@ cJSON *jsonrpc_peek_id(const char *s, size_t n) {
                 id = (cJSON_Delete(id), NULL);
         return id;
 }
+
+cJSON *jsonrpc_peek_answer_id(const char *s, size_t n) {
+        _cleanup_json_ cJSON *raw = NULL;
+
+        if (json_peek_has_key(s, n, "method") || !(raw = jsonrpc_peek_id_raw(s, n)) ||
+            strstr(raw->valuestring, "\\u0000"))
+                return NULL;
+        return jsonrpc_peek_id(s, n);
+}

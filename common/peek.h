@@ -17,3 +17,7 @@ bool json_peek_has_key(const char *text, size_t len, const char *name);
 cJSON *jsonrpc_peek_id(const char *text, size_t len);
 /* The same id as a raw item of its exact text (valuestring), as replies carry it and maps key it. */
 cJSON *jsonrpc_peek_id_raw(const char *text, size_t len);
+/* The id (parsed, as jsonrpc_peek_id()) of a line that may answer one of our requests: NULL when it
+ * shows a "method" (a request or a notification, never an answer), no single whole id, or an id whose
+ * text holds an escaped NUL ("...:3\u0000x" is none of ours). The caller deletes it. */
+cJSON *jsonrpc_peek_answer_id(const char *text, size_t len);

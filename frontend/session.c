@@ -989,11 +989,10 @@ static void handle_notification(Session *s, Message *m) {
  * with a "method" is no answer; an id with a NUL in it ("...:3\u0000x") is none of ours. True when the
  * line was such an answer. */
 static bool client_bad_answer(Session *s, const char *line, size_t len, const char *problem) {
-        _cleanup_json_ cJSON *raw = NULL, *id = NULL;
+        _cleanup_json_ cJSON *id = jsonrpc_peek_answer_id(line, len);
         char text[256];
 
-        if (json_peek_has_key(line, len, "method") || !(raw = jsonrpc_peek_id_raw(line, len)) ||
-            strstr(raw->valuestring, "\\u0000") || !(id = jsonrpc_peek_id(line, len)))
+        if (!id)
                 return false;
         snprintf(text, sizeof text, "the client's answer was invalid (%s)", problem);
         return upstream_fail_upcall(s, id, text);

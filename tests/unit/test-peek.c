@@ -73,5 +73,27 @@ int main(void) {
         };
         for (size_t i = 0; i < sizeof without / sizeof without[0]; i++)
                 CHECK(!json_peek_has_key(without[i], strlen(without[i]), "method"));
+
+        /* An answer's id: not from a line with a method, with no single whole id, or one that holds a NUL. */
+        const char *answers[][2] = {
+                {"{\"jsonrpc\":\"2.0\",\"id\":\"mcp-lazy-upcall:3\",\"result\":[[[", "\"mcp-lazy-upcall:3\""},
+                {"{\"id\":7,\"error\":{\"code\":1,\"message\":\"x", "7"},
+                {"{\"id\":\"mcp-lazy-upcall:3\",\"method\":\"x\",\"params\":[[[", NULL},
+                {"{\"result\":{},\"id\":1,\"method\":", NULL},
+                {"{\"id\":\"mcp-lazy-upcall:3\\u0000x\",\"result\":[[[", NULL},
+                {"{\"id\":1,\"id\":2,\"result\":[[[", NULL},
+                {"{\"result\":[[[", NULL},
+        };
+        for (size_t i = 0; i < sizeof answers / sizeof answers[0]; i++) {
+                cJSON *id = jsonrpc_peek_answer_id(answers[i][0], strlen(answers[i][0]));
+                char *printed = id ? cJSON_PrintUnformatted(id) : NULL;
+
+                if (answers[i][1])
+                        CHECK_STREQ(printed, answers[i][1]);
+                else
+                        CHECK(!id);
+                free(printed);
+                cJSON_Delete(id);
+        }
         return tests_finish("test-peek");
 }
