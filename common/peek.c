@@ -148,7 +148,8 @@ cJSON *jsonrpc_peek_id_raw(const char *s, size_t n) {
         _cleanup_message_ Message *id = NULL;
         size_t a, b;
 
-        if (!peek_member_span(s, n, "id", &a, &b))
+        /* An id past the limit is none of ours and is not echoed, as for a message read whole. */
+        if (!peek_member_span(s, n, "id", &a, &b) || b - a > MESSAGE_MAX_ID_BYTES)
                 return NULL;
         /* Its text goes into a reply as it is: strict JSON only (cJSON alone takes 01, 1., raw
          * control characters and bytes that are not UTF-8). */

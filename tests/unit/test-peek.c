@@ -1,4 +1,5 @@
 /* Peeking at the id of a message cut off at the line limit. */
+#include "message.h"
 #include "peek.h"
 #include "tests.h"
 
@@ -73,6 +74,18 @@ int main(void) {
         };
         for (size_t i = 0; i < sizeof without / sizeof without[0]; i++)
                 CHECK(!json_peek_has_key(without[i], strlen(without[i]), "method"));
+
+        /* An id past MESSAGE_MAX_ID_BYTES (its text, quotes included) is not read: it would be echoed. */
+        {
+                char line[1200];
+                for (size_t len = MESSAGE_MAX_ID_BYTES - 1; len <= MESSAGE_MAX_ID_BYTES + 1; len++) {
+                        int k = snprintf(line, sizeof line, "{\"id\":\"%0*d\",\"method\":\"x\",\"params\":{\"a\":[[",
+                                         (int) len - 2, 0);
+                        cJSON *got = jsonrpc_peek_id_raw(line, (size_t) k);
+                        CHECK(len <= MESSAGE_MAX_ID_BYTES ? got && strlen(got->valuestring) == len : !got);
+                        cJSON_Delete(got);
+                }
+        }
 
         /* An answer's id: not from a line with a method, with no single whole id, or one that holds a NUL. */
         const char *answers[][2] = {
