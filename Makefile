@@ -83,13 +83,13 @@ HOT_PATH := on_in channel_dispatch_lines line_buffer_next channel_read line_buff
 	session_handle_line message_is_batch ids_method_kind_mismatch handle_message message_has_envelope \
 	handle_tools_call route_to routable hashmap_size hashmap_get modern_request hashmap_put hashmap_put_hashed \
 	session_upstream upstream_name upstream_forward client_handle_line client_handle_message \
-	mrtr_request_refused era_envelope_parse instance_submit channel_write_closed deliver mrtr_retry \
+	mrtr_request_refused era_envelope_parse instance_submit channel_write_closed deliver \
 	hashmap_hash_len idmap_put track_subscription ids_translate_buf ids_splices ids_fields map_to_backend \
-	id_integer_format message_splice_buf bridge_prepare_request route_send channel_sent_bytes \
+	id_integer_format message_splice_buf route_send channel_sent_bytes \
 	shim_calls_changed instance_in_flight idmap_size idle_update status_arm line_buffer_pending on_backend \
-	instance_handle_backend_line idmap_get id_find subscribe_handle_response mrtr_hold_answer bridge_response \
+	instance_handle_backend_line idmap_get id_find \
 	ids_translate_send map_to_client client_sendv_pieces client_sendv client_overflowed channel_queued \
-	client_check_peer_queued route_remove mrtr_route_gone bridge_route_gone idmap_remove hashmap_remove_hashed \
+	client_check_peer_queued route_remove idmap_remove hashmap_remove_hashed \
 	route_free mrtr_free
 $(B)/hot-path.ld: Makefile
 	@mkdir -p $(dir $@)

@@ -191,7 +191,7 @@ static int splice_sorted(const Message *m, Splice *s, size_t n, char **ret, size
 
 /* r->sent with the envelope added (a handshake-era client's request to a modern backend): the request's
  * own bytes with the envelope put into its _meta; a modern client's own envelope leaves it as it is. */
-int bridge_prepare_request(Instance *i, Client *c, Route *r, const Message *request) {
+int bridge_prepare_request_internal(Instance *i, Client *c, Route *r, const Message *request) {
         static const char *const envelope_keys[] = {META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL, NULL};
         static const char *const at_meta[] = {"params", "_meta", NULL}, *const at_params[] = {"params", NULL},
                                  *const at_top[] = {NULL};
@@ -204,8 +204,6 @@ int bridge_prepare_request(Instance *i, Client *c, Route *r, const Message *requ
         Span obj;
         int k;
 
-        if (i->era != BACKEND_ERA_MODERN)
-                return 0;
         /* Decided on the request as parsed already: r->sent differs only in the ids we translated. */
         params = request->params;
         meta = cJSON_GetObjectItemCaseSensitive(params, "_meta");
@@ -404,14 +402,12 @@ static void bridge_start(Instance *i, Route *r, const Message *m) {
         }
 }
 
-int bridge_response(Instance *i, Route *r, const Message *m) {
+int bridge_response_internal(Instance *i, Route *r, const Message *m) {
         const cJSON *result;
         const char *type;
         _cleanup_free_ char *text = NULL;
         size_t len;
 
-        if (!r->legacy_client) /* the usual answer, read envelope-only: nothing to look up in a tree */
-                return BRIDGE_PASS;
         result = cJSON_GetObjectItemCaseSensitive(m->json, "result");
         type = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(result, "resultType"));
         if (!cJSON_IsObject(result))
@@ -450,7 +446,6 @@ void bridge_input_answer(Instance *i, int64_t route_id, const char *input_key, c
                 bridge_retry(i, r);
 }
 
-void bridge_route_gone(Instance *i, Route *r) {
-        if (r->legacy_client && r->awaiting > 0)
-                upcall_withdraw_bridged(i, r->backend_id, "the call that asked for it has ended");
+void bridge_route_gone_internal(Instance *i, Route *r) {
+        upcall_withdraw_bridged(i, r->backend_id, "the call that asked for it has ended");
 }

@@ -236,11 +236,8 @@ void route_set_sent(Route *r, char *text, size_t len) {
 
 /* Takes the route out of every map. */
 static void route_remove(Instance *i, Route *r) {
-        /* A plain call has neither (each checks again): no call on every answer's path. */
-        if (r->mrtr)
-                mrtr_route_gone(i, r);
-        if (r->legacy_client)
-                bridge_route_gone(i, r);
+        mrtr_route_gone(i, r);
+        bridge_route_gone(i, r);
         idmap_remove(i->routes, r->backend_id);
         if (r->backend_token && hashmap_get(i->tokens, r->backend_token) == r)
                 hashmap_remove(i->tokens, r->backend_token);
@@ -647,7 +644,7 @@ static void forward_request(Instance *i, Client *c, const Message *m) {
         }
         k = translate_for_backend(i, r, m, room);
         if (k >= 0)
-                k = i->era == BACKEND_ERA_MODERN ? bridge_prepare_request(i, c, r, m) : 0;
+                k = bridge_prepare_request(i, c, r, m);
         if (k >= 0)
                 k = route_send(i, r);
         if (k < 0) {
@@ -698,7 +695,7 @@ static void deliver(Instance *i, Client *c, const Message *m) {
                 return; /* gone in 2026-07-28: mapped onto what replaced it */
         else if (m->kind == JSONRPC_REQUEST && unsubscribe_shared(i, c, m))
                 return;
-        else if (m->kind == JSONRPC_REQUEST && m->route[ROUTE_PATH_REQUEST_STATE].len > 0 && mrtr_retry(i, c, m))
+        else if (m->kind == JSONRPC_REQUEST && mrtr_retry(i, c, m))
                 return;
         else if (m->kind == JSONRPC_REQUEST)
                 forward_request(i, c, m);
@@ -993,16 +990,16 @@ static void handle_backend_response(Instance *i, const Message *m) {
                         handle_init_response(i, m);
                 return;
         }
-        if ((id == i->listen_id || id == i->listen_old) && subscribe_handle_response(i, id, m))
+        if (subscribe_handle_response(i, id, m))
                 return;
         if (!r) {
                 log_debug("Dropping backend '%s''s answer to request %lld (cancelled or unknown).", iname(i),
                           (long long) id);
                 return;
         }
-        if (r->mrtr && mrtr_hold_answer(r, m))
+        if (mrtr_hold_answer(r, m))
                 return; /* its client is away answering what the backend asked: the retry gets it */
-        switch (r->legacy_client ? bridge_response(i, r, m) : BRIDGE_PASS) {
+        switch (bridge_response(i, r, m)) {
         case BRIDGE_CONTINUES:
                 return; /* input the client is asked for, in its era's way; the call goes on */
         case BRIDGE_PASS:

@@ -521,7 +521,7 @@ static int rebind(Client *c, Route *r, const Message *m) {
         return 0;
 }
 
-bool mrtr_retry(Instance *i, Client *c, const Message *m) {
+bool mrtr_retry_internal(Instance *i, Client *c, const Message *m) {
         const char *state;
         _cleanup_free_ char *key = NULL;
         _cleanup_json_ cJSON *salient = NULL;
@@ -532,9 +532,6 @@ bool mrtr_retry(Instance *i, Client *c, const Message *m) {
         Mrtr *x;
         int k;
 
-        /* The scan says whether there is a params.requestState at all (the tree may not be built). */
-        if (m->route[ROUTE_PATH_REQUEST_STATE].len == 0)
-                return false;
         state = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "requestState"));
 
         if (i->era == BACKEND_ERA_MODERN || !state || strncmp(state, MRTR_STATE_PREFIX, strlen(MRTR_STATE_PREFIX)) != 0)
@@ -601,7 +598,7 @@ bool mrtr_retry(Instance *i, Client *c, const Message *m) {
         return true;
 }
 
-bool mrtr_hold_answer(Route *r, const Message *m) {
+bool mrtr_hold_answer_internal(Route *r, const Message *m) {
         if (!mrtr_parked(r))
                 return false;
         if (!r->mrtr->answer)
@@ -641,11 +638,9 @@ static void note_ended(Client *c, const Mrtr *x, bool tool_call) {
                 reply = NULL;
 }
 
-void mrtr_route_gone(Instance *i, Route *r) {
+void mrtr_route_gone_internal(Instance *i, Route *r) {
         Mrtr *x = r->mrtr;
 
-        if (!x)
-                return;
         /* The backend's requests that wait for this call's client never will. */
         for (unsigned k = 0; k < x->n_inputs; k++)
                 reply_backend_error(i, x->inputs[k].backend_id, "the call this request was part of has ended");

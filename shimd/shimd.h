@@ -220,6 +220,10 @@ void upcall_forget_instance(Shim *s, Instance *i);
 /* The backend cancelled one of its requests: tell the client it went to. */
 void upcall_cancelled(Instance *i, const Message *m);
 
+/* Where a function has a guard that the usual (plain) call fails, the guard is an inline wrapper here and
+ * the body, NAME_internal(), is out of line: a plain call's path makes no call into bridge.c, mrtr.c or
+ * subscribe.c, and its call sites stay plain calls. */
+
 /* bridge.c: the backend's era, and what the shim translates for clients of the other era */
 enum { BRIDGE_PASS, BRIDGE_SENT, BRIDGE_CONTINUES };
 /* The first request to a new backend process: server/discover (sets i->probing), or initialize. */
@@ -232,16 +236,27 @@ cJSON *bridge_initialize_result_new(const Instance *i, const cJSON *init_params)
 /* params for the shim's own requests (the contract check): the envelope for a modern backend. */
 cJSON *bridge_contract_params(const Instance *i);
 /* r->sent on its way to a modern backend: a handshake-era client's request gets its envelope. */
-int bridge_prepare_request(Instance *i, Client *c, Route *r, const Message *m);
+int bridge_prepare_request_internal(Instance *i, Client *c, Route *r, const Message *m);
+static inline int bridge_prepare_request(Instance *i, Client *c, Route *r, const Message *m) {
+        return i->era == BACKEND_ERA_MODERN ? bridge_prepare_request_internal(i, c, r, m) : 0;
+}
 /* The backend answered r: BRIDGE_PASS (send it on as it is), BRIDGE_SENT (an adapted answer went to
  * the client), BRIDGE_CONTINUES (input_required: the client is asked, the request retried). */
-int bridge_response(Instance *i, Route *r, const Message *m);
+int bridge_response_internal(Instance *i, Route *r, const Message *m);
+static inline int bridge_response(Instance *i, Route *r, const Message *m) {
+        /* The usual answer, read envelope-only: nothing to look up in a tree. */
+        return r->legacy_client ? bridge_response_internal(i, r, m) : BRIDGE_PASS;
+}
 /* The client answered one input request of a bridged call. */
 /* result_text: the client's result as it wrote it (NULL: none, or not found). */
 void bridge_input_answer(Instance *i, int64_t route_id, const char *input_key, const cJSON *msg,
                          const char *result_text);
 /* The bridged call ended (cancelled, failed): its input requests still at the client are withdrawn. */
-void bridge_route_gone(Instance *i, Route *r);
+void bridge_route_gone_internal(Instance *i, Route *r);
+static inline void bridge_route_gone(Instance *i, Route *r) {
+        if (r->legacy_client && r->awaiting > 0)
+                bridge_route_gone_internal(i, r);
+}
 /* upcalls.c: the input requests of a bridged call still at its client, withdrawn with a cancellation. */
 void upcall_withdraw_bridged(Instance *i, int64_t route_id, const char *reason);
 /* upcalls.c: an input request of a bridged call, sent to the call's client. */
@@ -290,16 +305,27 @@ Client *instance_task_owner(Instance *i, const char *text, size_t len);
  * input a 2026-07-28 client's call needs (or refused, for such a client); false for the usual way. */
 bool mrtr_upcall(Instance *i, Client *c, const Message *m);
 /* A request carrying a requestState of ours: true if it was taken (as a retry, or refused). */
-bool mrtr_retry(Instance *i, Client *c, const Message *m);
+bool mrtr_retry_internal(Instance *i, Client *c, const Message *m);
+static inline bool mrtr_retry(Instance *i, Client *c, const Message *m) {
+        /* The scan says whether there is a params.requestState at all (the tree may not be built). */
+        return m->route[ROUTE_PATH_REQUEST_STATE].len > 0 && mrtr_retry_internal(i, c, m);
+}
 /* The backend answered r while its client's retry is awaited: kept for the retry (true). */
-bool mrtr_hold_answer(Route *r, const Message *m);
+bool mrtr_hold_answer_internal(Route *r, const Message *m);
+static inline bool mrtr_hold_answer(Route *r, const Message *m) {
+        return r->mrtr && mrtr_hold_answer_internal(r, m);
+}
 bool mrtr_parked(const Route *r);
 /* Progress of r has nobody to go to: its client's retry is awaited, or the retry named no token. */
 bool mrtr_progress_dropped(const Route *r);
 /* A failure for a route whose retry is awaited (id_text: its key): kept for the retry (true). */
 bool mrtr_failure(Client *c, const char *id_text, const char *text);
 /* r is going: the backend's requests of it get errors, and a retry still to come hears how it ended. */
-void mrtr_route_gone(Instance *i, Route *r);
+void mrtr_route_gone_internal(Instance *i, Route *r);
+static inline void mrtr_route_gone(Instance *i, Route *r) {
+        if (r->mrtr)
+                mrtr_route_gone_internal(i, r);
+}
 /* The backend cancelled one of its requests: true if it was one waiting for a client's retry. */
 bool mrtr_cancelled(Instance *i, const Message *m);
 bool mrtr_request_modern(const cJSON *params);
@@ -317,7 +343,10 @@ int subscribe_refresh(Instance *i, const Client *except);
 int subscribe_track(Client *c, const char *uri, bool sub);
 /* The backend's notification or response concerns the stream (or is a log message): true if handled. */
 bool subscribe_handle_notification(Instance *i, const Message *m);
-bool subscribe_handle_response(Instance *i, int64_t id, const Message *m);
+bool subscribe_handle_response_internal(Instance *i, int64_t id, const Message *m);
+static inline bool subscribe_handle_response(Instance *i, int64_t id, const Message *m) {
+        return id != 0 && (id == i->listen_id || id == i->listen_old) && subscribe_handle_response_internal(i, id, m);
+}
 void subscribe_forget_client(Instance *i, Client *c);
 /* The process is gone: subscribes waiting for it fail with text; a next one listens again. */
 void subscribe_reset(Instance *i, const char *text);

@@ -355,12 +355,10 @@ bool subscribe_handle_notification(Instance *i, const Message *m) {
         return true;
 }
 
-bool subscribe_handle_response(Instance *i, int64_t id, const Message *m) {
+bool subscribe_handle_response_internal(Instance *i, int64_t id, const Message *m) {
         const cJSON *error;
         char text[512];
 
-        if (id == 0 || (id != i->listen_id && id != i->listen_old))
-                return false;
         if (!message_json(m))
                 return true;
         error = cJSON_GetObjectItemCaseSensitive(m->json, "error");
