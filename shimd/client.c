@@ -437,11 +437,13 @@ void client_handle_line(Client *c, const char *line, size_t len) {
 
 /* A line past the limit: refused under its own id when its beginning shows one. */
 static void reply_oversize(Client *c, const char *line, size_t len) {
-        _cleanup_json_ cJSON *id = jsonrpc_peek_id_raw(line, len), *parsed = NULL, *method = NULL;
+        _cleanup_json_ cJSON *id = jsonrpc_peek_id_raw(line, len), *parsed = NULL;
         char text[160];
 
-        /* The client's answer to a backend's request: that request fails, rather than wait for ever. */
-        if (id && !(method = json_peek_member(line, len, "method")) && (parsed = jsonrpc_peek_id(line, len))) {
+        /* The client's answer to a backend's request: that request fails, rather than wait for ever. An
+         * answer as client_bad_answer() reads one: no "method" however cut off or repeated, its id whole
+         * (one with \u0000 is none of ours). */
+        if (id && (parsed = jsonrpc_peek_answer_id(line, len))) {
                 snprintf(text, sizeof text, "the client's answer was longer than the %zu-byte limit",
                          c->shim->max_line);
                 if (upcall_fail(c, parsed, text))

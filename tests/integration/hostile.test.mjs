@@ -30,10 +30,10 @@ ${["raw", "slow", "seen", "task", "progress", "ask", "touch", "nan", "late", "as
 
 // A shim on a socket of its own for the tests of one describe() (call it in its body); the function it
 // returns opens an initialized session on that shim.
-function pooledSessions(sockName) {
+function pooledSessions(sockName, extra = []) {
   let shim;
   const peers = [];
-  before(async () => (shim = await startShimOnSocket(join(dir, sockName), manifest, "echo")));
+  before(async () => (shim = await startShimOnSocket(join(dir, sockName), manifest, "echo", { extra })));
   after(() => {
     peers.forEach((p) => p.close());
     shim?.child.kill("SIGTERM");
@@ -48,6 +48,17 @@ function pooledSessions(sockName) {
 }
 const call = (id, name, args = {}) => ({ jsonrpc: "2.0", id, method: "tools/call", params: { name, arguments: args } });
 const text = (r) => r.result?.content?.[0]?.text ?? JSON.stringify(r);
+// Lines past a 4096-byte limit that are no answer to the backend's request askId, though their first
+// bytes read as one to a look-up that cuts a string at its NUL or takes a method only when whole and
+// once: each is refused under its own id, as any line past the limit.
+const oversizeNonAnswers = (askId) => {
+  const big = "x".repeat(8000);
+  return [
+    [askId + "\u0000x", `{"jsonrpc":"2.0","id":${JSON.stringify(askId + "\u0000x")},"result":{"model":"${big}"}}`],
+    [askId, `{"jsonrpc":"2.0","id":${JSON.stringify(askId)},"method":"a","method":"b","params":{"x":"${big}"}}`],
+    [askId, `{"jsonrpc":"2.0","id":${JSON.stringify(askId)},"method":"${big}"}`],
+  ];
+};
 
 describe("a hostile session on a pooled backend", () => {
   const session = pooledSessions("echo.sock");
@@ -294,6 +305,29 @@ describe("a hostile session on a pooled backend (issue 7's review)", () => {
     assert.match(t.error?.message ?? "", /task id is longer than 1024 bytes/);
     const after = await a.request(call(7, "raw"));
     assert.equal(after.id, 7, "the session goes on");
+  });
+});
+
+describe("a session past the line limit of a pooled shim", () => {
+  const session = pooledSessions("echo3.sock", ["--max-line-bytes", "4096"]);
+
+  test("a line past the limit answers the backend's request only under its whole id and without a method", async () => {
+    const b = await session();
+    b.send(call("b1", "ask"));
+    const ask = await b.next();
+    assert.equal(ask.method, "sampling/createMessage", JSON.stringify(ask));
+    for (const [id, line] of oversizeNonAnswers(ask.id)) {
+      b.sock.write(line + "\n");
+      const e = await b.next();
+      assert.equal(e.id, id, JSON.stringify(e));
+      assert.equal(e.error?.code, -32600, JSON.stringify(e));
+      assert.match(e.error.message, /longer than the 4096-byte limit/);
+    }
+    // The backend's request still waits for its answer, and takes it.
+    b.send({ jsonrpc: "2.0", id: ask.id, result: { role: "assistant", content: { type: "text", text: "right" }, model: "m" } });
+    const r = await b.next();
+    assert.equal(r.id, "b1", JSON.stringify(r));
+    assert.match(text(r), /right/, JSON.stringify(r));
   });
 });
 
@@ -607,6 +641,26 @@ describe("the frontend, with a client at the edges of framing", () => {
     const [r] = await p.next(1);
     assert.equal(r.id, 1, `the call is answered (no reply to the client's own answer): ${JSON.stringify(r)}`);
     assert.match(text(r), /longer than the 4096-byte limit/, JSON.stringify(r));
+    await p.close();
+  });
+
+  test("a client's line past the limit answers a backend's request only under its whole id and without a method", async () => {
+    const p = new RawPeer(MCP_LAZY, ["--manifest", manifest, "--activation=direct", "--shimd", SHIMD, "--max-line-bytes", "4096"]);
+    assert.ok((await p.request(INIT("2025-06-18", { sampling: {} }))).result);
+    p.send(call(1, "ask"));
+    const [ask] = await p.next(1);
+    assert.equal(ask.method, "sampling/createMessage", JSON.stringify(ask));
+    for (const [id, line] of oversizeNonAnswers(ask.id)) {
+      p.send(line);
+      const [e] = await p.next(1);
+      assert.equal(e.id, id, JSON.stringify(e));
+      assert.equal(e.error?.code, -32600, JSON.stringify(e));
+      assert.match(e.error.message, /longer than the 4096-byte limit/);
+    }
+    p.send({ jsonrpc: "2.0", id: ask.id, result: { role: "assistant", content: { type: "text", text: "right" }, model: "m" } });
+    const [r] = await p.next(1);
+    assert.equal(r.id, 1, JSON.stringify(r));
+    assert.match(text(r), /right/, JSON.stringify(r));
     await p.close();
   });
 });
