@@ -323,13 +323,15 @@ int hashmap_iterate(Hashmap *h, size_t *state, const char **ret_key, void **ret_
  * flight (a slow call, or a thousand of them), that old id moves to the spill, so it never makes a run
  * the ids after it queue behind each time round.
  *
- * IdSpill: the held ids. An id's bucket is a multiplicative (Fibonacci) spread of it: the top bits of
- * id * 2^64/phi, so the held ids, consecutive or not, land far apart and evenly. A removed entry
- * leaves a tombstone (no entry moves: an iteration may remove the current one); the table is rebuilt,
- * sized to the ids in flight (a quarter full at most), when tombstones and entries together fill three
- * quarters of it. max_dist, the farthest any entry sits from its bucket, bounds every probe: a look-up
- * of an id that is not there (a peer's answer to a call long gone) reads max_dist + 1 entries at most,
- * however many tombstones there are. */
+ * IdSpill: the held ids. An id's bucket is a keyed spread of it (id_bucket()), so the held ids,
+ * consecutive or not, land apart as at random, and a peer cannot tell which ids share buckets. A
+ * removed entry leaves a tombstone (no entry moves: an iteration may remove the current one); the
+ * table is rebuilt, sized to the ids in flight (a quarter full at most), when tombstones and entries
+ * together fill half of it (ids landing as at random: at three quarters the farthest of 3,000 sat
+ * 30-200 past its bucket, 64 or more in 2 tables of 5; at half, under 64 in 25,000 tables).
+ * max_dist, the farthest any entry sits from its bucket, bounds every probe: a look-up of an id that
+ * is not there (a peer's answer to a call long gone) reads max_dist + 1 entries at most, however many
+ * tombstones there are. */
 typedef struct IdEntry {
         int64_t key;
         void *value; /* NULL: empty; ID_TOMBSTONE: removed */
@@ -343,7 +345,8 @@ struct IdSpill {
         IdEntry *entries;
         size_t size, used, n_buckets; /* used counts tombstones too */
         size_t max_dist;
-        unsigned shift; /* 64 - log2(n_buckets): a bucket is the product's top bits */
+        uint64_t multiplier; /* odd, random, drawn for each table a rebuild makes */
+        unsigned shift;      /* 64 - log2(n_buckets): a bucket is the spread's top bits */
 };
 
 static IdSpill *spill_new(void) {
@@ -358,8 +361,28 @@ static IdSpill *spill_free(IdSpill *h) {
         return NULL;
 }
 
+/* A client can follow the ids (a new backend's calls count from 1) and choose which of its calls to
+ * hold: with a fixed public spread (the top bits of id * 2^64/phi, as this was) it held exactly the
+ * ids that share a run of buckets, and every put's look-up here walked the run. So each table has a
+ * random odd multiplier of its own, from the process's SipHash key (hash_key_init()'s getrandom()).
+ * A multiplier alone spreads ids in arithmetic progression (consecutive ones, or every kth) badly for
+ * about one multiplier in 250 (its ratio to 2^64 near a fraction with a small denominator: runs of 64
+ * and more among 1,000 held ids); the product's high half folded into its low half and spread by the
+ * Fibonacci constant makes the top bits depend on all of it: then no progression lands worse than at
+ * random. */
+static uint64_t id_multiplier_new(void) {
+        static uint64_t n_drawn;
+
+        if (!hash_key_set)
+                hash_key_init();
+        n_drawn++;
+        return siphash_words(hash_k0, hash_k1, &n_drawn, sizeof n_drawn, 1, 3) | 1;
+}
+
 static inline size_t id_bucket(const IdSpill *h, int64_t key) {
-        return (size_t) (((uint64_t) key * 0x9E3779B97F4A7C15ULL) >> h->shift);
+        uint64_t x = (uint64_t) key * h->multiplier;
+
+        return (size_t) (((x ^ (x >> 32)) * 0x9E3779B97F4A7C15ULL) >> h->shift);
 }
 
 static IdEntry *id_find(const IdSpill *h, int64_t key) {
@@ -413,6 +436,7 @@ static int id_rebuild(IdSpill *h) {
         }
         h->n_buckets = n;
         h->shift = shift;
+        h->multiplier = id_multiplier_new();
         h->size = h->used = h->max_dist = 0;
         for (size_t i = 0; i < old_n; i++)
                 if (old[i].value && old[i].value != ID_TOMBSTONE)
@@ -422,7 +446,7 @@ static int id_rebuild(IdSpill *h) {
 }
 
 /* One probe: key, if there, sits at most max_dist past its bucket; its place is the first free bucket
- * from there (an empty one always comes: the table is never more than three quarters used). */
+ * from there (an empty one always comes: the table is never more than half used). */
 static int id_probe(const IdSpill *h, int64_t key, size_t *ret_slot) {
         size_t mask = h->n_buckets - 1, i = id_bucket(h, key), slot = SIZE_MAX;
 
@@ -452,7 +476,7 @@ static int spill_put(IdSpill *h, int64_t key, void *value) {
                 r = id_probe(h, key, &slot);
                 if (r < 0)
                         return r;
-                if (h->entries[slot].value || (h->used + 1) * 4 <= h->n_buckets * 3) {
+                if (h->entries[slot].value || (h->used + 1) * 2 <= h->n_buckets) {
                         id_place(h, slot, key, value);
                         return 0;
                 }

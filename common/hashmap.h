@@ -37,8 +37,8 @@ uint64_t siphash(const uint8_t key[16], const void *data, size_t len, unsigned c
 /* A map keyed by 64-bit ids the process makes itself (the request ids a shim gives a backend), best
  * when they come from a counter: an id is its own bucket (ids in flight together share cache lines,
  * a look-up reads one entry), and an id still held in flight when the counter comes round to its
- * bucket moves to a small side table where a multiplicative spread of it is its bucket, so held ids
- * do not lengthen the probes of the others; no formatting or string hashing. Not for keys a peer
+ * bucket moves to a small side table where a keyed spread of it is its bucket, so held ids do not
+ * lengthen the probes of the others; no formatting or string hashing. Not for keys a peer
  * chooses: a peer's id is only looked up, which reads its own bucket and at most as far into the side
  * table as the process's own keys sit from their buckets there. Values are never NULL. */
 typedef struct IdMap IdMap;

@@ -114,6 +114,51 @@ static void check_held(void) {
         idmap_free(ids);
 }
 
+/* The ids an attacker would hold: a session can follow the shim's counter (a new backend counts from
+ * 1), and a client that picks which of its calls to hold (a tool whose duration its arguments set)
+ * holds exactly those whose bucket in the side table it can compute. With the public Fibonacci
+ * multiplier that was the top bits of id * 0x9E3779B97F4A7C15: holding the ids whose product falls in
+ * the first 1/64 of the range packed 1,000 held ids into buckets 0..63 of the side table's 4,096, one
+ * run, and the farthest of them sat 989 past its bucket (every put's look-up there walked the run).
+ * Checked after every step while 64 other calls come and go, until every held id has moved to the
+ * side table: the farthest entry must stay near its bucket. */
+static void check_chosen(void) {
+        const uint64_t fibonacci = 0x9E3779B97F4A7C15ULL, chosen = UINT64_MAX / 64;
+        IdMap *ids = idmap_new();
+        int64_t fifo[64], next = 1, held[1000];
+        size_t n_held = 0, head = 0, worst = 0;
+        bool ok = true;
+
+        CHECK(ids);
+        for (unsigned i = 0; i < 64; i++, next++) {
+                fifo[i] = next;
+                ok = ok && idmap_put(ids, next, (void *) (uintptr_t) (next + 16)) == 0;
+        }
+        /* Every call goes out; the chosen ones are held, the others answered first in, first out. */
+        for (; next < 200000; next++) {
+                ok = ok && idmap_put(ids, next, (void *) (uintptr_t) (next + 16)) == 0;
+                if (n_held < 1000 && (uint64_t) next * fibonacci < chosen) {
+                        held[n_held++] = next;
+                        continue;
+                }
+                ok = ok && idmap_remove(ids, fifo[head]) == (void *) (uintptr_t) (fifo[head] + 16);
+                fifo[head] = next;
+                head = (head + 1) % 64;
+                if (idmap_max_dist(ids) > worst)
+                        worst = idmap_max_dist(ids);
+        }
+        CHECK(ok && n_held == 1000 && idmap_size(ids) == 1000 + 64);
+        for (size_t i = 0; i < n_held; i++)
+                ok = ok && idmap_get(ids, held[i]) == (void *) (uintptr_t) (held[i] + 16);
+        for (unsigned i = 0; i < 64; i++)
+                ok = ok && idmap_get(ids, fifo[i]) == (void *) (uintptr_t) (fifo[i] + 16);
+        CHECK(ok && !idmap_get(ids, held[0] + 1) && !idmap_get(ids, next));
+        if (worst >= 64)
+                fprintf(stderr, "chosen held ids: an entry sat %zu buckets past its own\n", worst);
+        CHECK(worst < 64);
+        idmap_free(ids);
+}
+
 int main(void) {
         uint8_t key[16], in[64];
         char k[32];
@@ -243,5 +288,6 @@ int main(void) {
         check_fifo(false);
         check_fifo(true);
         check_held();
+        check_chosen();
         return tests_finish("test-hashmap");
 }
