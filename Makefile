@@ -283,19 +283,22 @@ fuzz: $(addprefix $(B)/fuzz/fuzz-,$(FUZZ_TARGETS))
 	if [ -n "$$bad" ]; then echo "fuzz: crashes in:$$bad (see $(B)/fuzz/artifacts/)"; exit 1; fi
 # `make fuzz-diff-message DIFF_BASE=REV` runs REV's message layer (common/message.c, its names prefixed
 # old_) beside today's on the same inputs for FUZZ_SECONDS (tests/fuzz/diff-message.c): for a scanner
-# made faster, whatever it accepts, refuses or notes must stay the same. REV's message.h must be today's.
+# made faster, whatever it accepts, refuses or notes must stay the same. Each side's Messages are read
+# through its own message.h (tests/fuzz/diff-view.c, built against each).
 DIFF_BASE ?= main
 DIFF := $(B)/fuzz/diff
 .PHONY: fuzz-diff-message
-fuzz-diff-message: tests/fuzz/diff-message.c tests/fuzz/diff-old.h $(call objs,$(B)/fuzz/obj,$(COMMON_SRC))
-	git diff --quiet $(DIFF_BASE) -- common/message.h
+fuzz-diff-message: tests/fuzz/diff-message.c tests/fuzz/diff-view.c tests/fuzz/diff-view.h tests/fuzz/diff-old.h \
+		$(call objs,$(B)/fuzz/obj,$(COMMON_SRC))
 	@rm -rf $(DIFF)/old; mkdir -p $(DIFF)/old $(DIFF)/corpus $(DIFF)/artifacts
 	git show $(DIFF_BASE):common/message.c > $(DIFF)/old/message.c
 	git show $(DIFF_BASE):common/message.h > $(DIFF)/old/message.h
 	$(FUZZ_CC) $(ALL_CFLAGS) $(subst fuzzer,fuzzer-no-link,$(FUZZ_SAN)) -O1 -include tests/fuzz/diff-old.h \
 		-c $(DIFF)/old/message.c -o $(DIFF)/old/message.o
-	$(FUZZ_CC) $(ALL_CFLAGS) $(FUZZ_SAN) -O1 -Itests/fuzz -o $(DIFF)/diff-message $< $(DIFF)/old/message.o \
-		$(call objs,$(B)/fuzz/obj,$(COMMON_SRC)) $(DEP_LIBS)
+	$(FUZZ_CC) -I$(DIFF)/old -Itests/fuzz $(ALL_CFLAGS) $(subst fuzzer,fuzzer-no-link,$(FUZZ_SAN)) -O1 \
+		-include tests/fuzz/diff-old.h -c tests/fuzz/diff-view.c -o $(DIFF)/old/view.o
+	$(FUZZ_CC) $(ALL_CFLAGS) $(FUZZ_SAN) -O1 -Itests/fuzz -o $(DIFF)/diff-message $< tests/fuzz/diff-view.c \
+		$(DIFF)/old/message.o $(DIFF)/old/view.o $(call objs,$(B)/fuzz/obj,$(COMMON_SRC)) $(DEP_LIBS)
 	$(DIFF)/diff-message $(FUZZ_FLAGS) -dict=tests/fuzz/jsonrpc.dict -max_total_time=$(FUZZ_SECONDS) \
 		-print_final_stats=1 -artifact_prefix=$(DIFF)/artifacts/ $(DIFF)/corpus tests/fuzz/corpus/message
 # ---- end of fuzzing --------------------------------------------------------------------------------

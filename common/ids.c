@@ -120,16 +120,16 @@ size_t ids_fields(const Message *m, IdField *ret, size_t n) {
         /* The rules were picked by kind and method when the message was parsed (in rule order). */
         for (uint32_t e = m->id_rules; e; e &= e - 1) {
                 const IdRule *r = &id_rules[__builtin_ctz(e)];
-                const Span *s = &m->spans[r->path];
+                Span s = message_span(m, r->path);
 
-                if (s->len == 0)
+                if (s.len == 0)
                         continue;
                 if (k < n)
                         ret[k] = (IdField){
                                 .path = r->path,
                                 .kind = r->id_kind,
-                                .text = m->text + s->start,
-                                .len = s->len,
+                                .text = m->text + s.start,
+                                .len = s.len,
                                 .value = m->json ? value_at(m->json, r->path) : NULL,
                         };
                 k++;
@@ -158,7 +158,7 @@ static int ids_splices(const Message *m, id_map_t map, void *userdata, Splice s[
                 if (r == 0 || !t)
                         continue;
                 owned[k] = r == IDS_MAP_BORROWED ? NULL : t;
-                s[k++] = (Splice){m->spans[f[i].path], t, strlen(t)};
+                s[k++] = (Splice){message_span(m, f[i].path), t, strlen(t)};
         }
         if (k > 1)
                 qsort(s, k, sizeof *s, cmp_fields);

@@ -50,7 +50,7 @@ static const char *const member_names[_MEMBER_MAX] = {
 };
 
 /* The paths the scan notes: the id fields (ids.c), then what routing reads (RoutePath). */
-#define SCAN_PATHS (_ID_PATH_MAX + _ROUTE_PATH_MAX)
+#define SCAN_PATHS MESSAGE_PATHS
 _Static_assert(SCAN_PATHS <= 32, "a scan notes at most 32 paths");
 
 static const char *const route_paths[_ROUTE_PATH_MAX][ID_PATH_DEPTH + 1] = {
@@ -161,7 +161,8 @@ typedef struct Scanner {
         const uint8_t *s, *end; /* the text */
         int error;              /* why a scan function returned NULL */
         unsigned depth, max_depth;
-        Span *spans;        /* NULL: record nothing */
+        Span *spans; /* the caller's room for SCAN_PATHS spans, in the order noted; NULL: record nothing */
+        unsigned n_spans;
         bool want_elements; /* a batch: note the spans of the top-level array's elements */
         Span *elements;
         size_t n_elements, max_elements;
@@ -177,7 +178,8 @@ typedef struct Scanner {
         bool has_member[_MEMBER_MAX];
         bool nul_key; /* a key decodes to text with a NUL in it */
         /* Not zeroed by scanner_init(): each is written before it is read. */
-        char dup[65]; /* the first duplicate key found (has_dup), cut to 64 bytes */
+        uint8_t slot[SCAN_PATHS]; /* path p's span is spans[slot[p]], where noted has bit p */
+        char dup[65];             /* the first duplicate key found (has_dup), cut to 64 bytes */
         Span members[_MEMBER_MAX];
 } Scanner;
 
@@ -687,6 +689,22 @@ static inline __attribute__((always_inline)) const uint8_t *scan_key(Scanner *sc
         return r < 0 ? scan_fail(sc, r) : p;
 }
 
+/* The value vstart..p is at the end of each path in ends: its span, written where it is kept (a path
+ * noted again, as under a duplicate key, keeps its place and takes the later value). */
+static void note_spans(Scanner *sc, uint32_t ends, const uint8_t *vstart, const uint8_t *p) {
+        Span s = {offset_of(sc, vstart), (size_t) (p - vstart)};
+
+        sc->long_id = sc->long_id || ((ends & ((UINT32_C(1) << _ID_PATH_MAX) - 1)) && s.len > MESSAGE_MAX_ID_BYTES);
+        for (uint32_t b = ends; b; b &= b - 1) {
+                unsigned i = (unsigned) __builtin_ctz(b);
+                if (!(sc->noted & (UINT32_C(1) << i))) {
+                        sc->slot[i] = (uint8_t) sc->n_spans++;
+                        sc->noted |= UINT32_C(1) << i;
+                }
+                sc->spans[sc->slot[i]] = s;
+        }
+}
+
 /* mask: the paths whose first 'level' keys lead here. */
 static const uint8_t *scan_value(Scanner *sc, const uint8_t *p, unsigned level, uint32_t mask, bool top);
 static const uint8_t *scan_object(Scanner *sc, const uint8_t *p, unsigned level, uint32_t mask);
@@ -796,13 +814,8 @@ static const uint8_t *scan_object(Scanner *sc, const uint8_t *p, unsigned level,
                 p = scan_value_at(sc, p, level + 1, sub & ~ends, false);
                 if (!p)
                         return NULL;
-                if (ends && sc->spans) {
-                        sc->noted |= ends;
-                        sc->long_id = sc->long_id || ((ends & ((UINT32_C(1) << _ID_PATH_MAX) - 1)) &&
-                                                      (size_t) (p - vstart) > MESSAGE_MAX_ID_BYTES);
-                        for (uint32_t b = ends; b; b &= b - 1)
-                                sc->spans[__builtin_ctz(b)] = (Span){offset_of(sc, vstart), (size_t) (p - vstart)};
-                }
+                if (ends && sc->spans)
+                        note_spans(sc, ends, vstart, p);
                 if (member >= 0 && !sc->has_member[member]) {
                         sc->has_member[member] = true;
                         sc->members[member] = (Span){offset_of(sc, vstart), (size_t) (p - vstart)};
@@ -891,9 +904,21 @@ bool json_id_valid(const cJSON *id, const char *text, size_t len) {
         return isfinite(d) && d == floor(d);
 }
 
+#define PROBLEM_MAX 160
+
+/* The problem's own room, made when one is formatted (rarely: the usual message has none). */
+static char *problem_buf(Message *m) {
+        if (!m->problem_buf)
+                m->problem_buf = malloc(PROBLEM_MAX);
+        return m->problem_buf;
+}
+
 static void set_problem(Message *m, const char *fmt, const char *arg) {
-        snprintf(m->problem_buf, sizeof m->problem_buf, fmt, arg);
-        m->problem = m->problem_buf;
+        char *b = problem_buf(m);
+
+        if (b)
+                snprintf(b, PROBLEM_MAX, fmt, arg);
+        m->problem = b ?: "out of memory";
         m->kind = JSONRPC_INVALID;
 }
 
@@ -915,15 +940,13 @@ static void check_id_lengths(Message *m, bool any_long) {
                 if (f[i].path == ID_PATH_ID)
                         m->id = NULL, m->id_text = NULL;
                 m->method = NULL;
-                snprintf(m->problem_buf, sizeof m->problem_buf, "%s is longer than %u bytes, the limit",
-                         f[i].kind == ID_KIND_PROGRESS ? "the progress token"
-                         : f[i].kind == ID_KIND_TASK   ? "the task id"
-                         : f[i].path == ID_PATH_ID     ? "\"id\""
-                                                       : "\"requestId\"",
-                         MESSAGE_MAX_ID_BYTES);
-                m->problem = m->problem_buf;
-                m->kind = JSONRPC_INVALID;
-                return;
+                char buf[64];
+                snprintf(buf, sizeof buf, "%%s is longer than %u bytes, the limit", MESSAGE_MAX_ID_BYTES);
+                return set_problem(m, buf,
+                                   f[i].kind == ID_KIND_PROGRESS ? "the progress token"
+                                   : f[i].kind == ID_KIND_TASK   ? "the task id"
+                                   : f[i].path == ID_PATH_ID     ? "\"id\""
+                                                                 : "\"requestId\"");
         }
 }
 
@@ -1066,14 +1089,21 @@ static void classify(Message *m, const Scanner *sc) {
 static Message *message_alloc(const char *line, size_t len, const Scanner *sc) {
         size_t id_len = sc->has_member[MEMBER_ID] ? sc->members[MEMBER_ID].len : 0;
         size_t method_len = sc->has_member[MEMBER_METHOD] ? sc->members[MEMBER_METHOD].len : 0;
-        Message *m = malloc(sizeof *m + len + 1 + 2 * (id_len + 1) + method_len + 1);
+        Message *m = malloc(sizeof *m + sc->n_spans * sizeof(Span) + len + 1 + 2 * (id_len + 1) + method_len + 1);
 
         if (!m)
                 return NULL;
         /* On every message's path: the fields that may be read before they are written, and no more. */
-        memset(m, 0, offsetof(Message, id_raw));
+        memset(m, 0, offsetof(Message, id_item));
         m->n_ref = 1;
-        m->text = (char *) (m + 1);
+        m->noted = sc->noted;
+        for (uint32_t e = sc->noted; e; e &= e - 1) {
+                unsigned p = (unsigned) __builtin_ctz(e);
+                m->slot[p] = sc->slot[p];
+        }
+        if (sc->n_spans > 0)
+                memcpy(m->noted_spans, sc->spans, sc->n_spans * sizeof(Span));
+        m->text = (char *) (m->noted_spans + sc->n_spans);
         memcpy(m->text, line, len);
         m->text[len] = 0;
         m->len = len;
@@ -1081,13 +1111,6 @@ static Message *message_alloc(const char *line, size_t len, const Scanner *sc) {
         m->id_str = m->id_buf + id_len + 1;
         m->method_buf = m->id_str + id_len + 1;
         m->id_buf[0] = m->id_str[0] = m->method_buf[0] = 0;
-        for (uint32_t e = sc->noted; e; e &= e - 1) {
-                unsigned p = (unsigned) __builtin_ctz(e);
-                if (p < _ID_PATH_MAX)
-                        m->spans[p] = sc->spans[p];
-                else
-                        m->route[p - _ID_PATH_MAX] = sc->spans[p];
-        }
         return m;
 }
 
@@ -1162,6 +1185,8 @@ Message *message_unref(Message *m) {
                 cJSON_Delete(m->json);
         if (m->id_value)
                 cJSON_Delete(m->id_value);
+        if (m->problem_buf)
+                free(m->problem_buf);
         free(m);
         return NULL;
 }
@@ -1347,8 +1372,10 @@ int message_string(const Message *m, Span s, char *buf, size_t size, size_t *ret
 }
 
 bool message_has_envelope(const Message *m) {
-        return m->route[ROUTE_PATH_META_VERSION].len > 0 || m->route[ROUTE_PATH_META_CAPABILITIES].len > 0 ||
-               m->route[ROUTE_PATH_META_CLIENT_INFO].len > 0 || m->route[ROUTE_PATH_META_LOG_LEVEL].len > 0;
+        return message_route(m, ROUTE_PATH_META_VERSION).len > 0 ||
+               message_route(m, ROUTE_PATH_META_CAPABILITIES).len > 0 ||
+               message_route(m, ROUTE_PATH_META_CLIENT_INFO).len > 0 ||
+               message_route(m, ROUTE_PATH_META_LOG_LEVEL).len > 0;
 }
 
 char *message_span_dup(const Message *m, Span s) {

@@ -36,31 +36,54 @@ typedef enum RoutePath {
         _ROUTE_PATH_MAX,
 } RoutePath;
 
+/* The paths the scan notes: the id fields (IdPath), then what routing reads (RoutePath). */
+#define MESSAGE_PATHS (_ID_PATH_MAX + _ROUTE_PATH_MAX)
+/* Spans are read through message_span() and message_route() (tests/fuzz/diff-message.c tells this layout
+ * from the one with arrays by it). */
+#define MESSAGE_NOTED_SPANS 1
+
 struct Message {
+        /* What every message's path reads, first, in as few cache lines as it takes. */
         unsigned n_ref;
+        JsonRpcKind kind;
         char *text; /* the peer's line, NUL-terminated */
         size_t len;
-        cJSON *json; /* the whole tree: message_parse() builds it; after message_parse_envelope(),
-                      * NULL until message_json() */
-        JsonRpcKind kind;
         const char *method;  /* requests and notifications */
-        const cJSON *params; /* NULL when absent, or while json is not built */
         const cJSON *id;     /* the id's value (requests, responses; INVALID: if one could be read) */
-        cJSON *id_json;      /* the same id as a raw item of its exact text: what replies carry */
         const char *id_text; /* that text ("\"a1\"", "12345678901234567890"); NULL without an id */
+        cJSON *id_json;      /* the same id as a raw item of its exact text: what replies carry */
         const char *problem; /* INVALID: why, as a sentence fragment for the error message */
-        Span spans[_ID_PATH_MAX];
-        Span route[_ROUTE_PATH_MAX];
-        uint32_t id_rules; /* the id table's rules its kind and method are under (ids_rules_of()) */
+        uint32_t id_rules;   /* the id table's rules its kind and method are under (ids_rules_of()) */
+        /* Private: read through message_span() and message_route(). Bit p (an IdPath, or _ID_PATH_MAX + a
+         * RoutePath): the scan noted that path, its span is noted_spans[slot[p]]. slot[p] is written only
+         * where its bit is set, and read only there. */
+        uint32_t noted;
+        uint8_t slot[MESSAGE_PATHS];
+        cJSON *json;         /* the whole tree: message_parse() builds it; after message_parse_envelope(),
+                              * NULL until message_json() */
+        const cJSON *params; /* NULL when absent, or while json is not built */
         /* Private: id and id_json point to these items of the message's own (never to cJSON_Delete()),
-         * or id to id_value, a parsed id of a rare form. */
+         * or id to id_value, a parsed id of a rare form; problem to problem_buf (malloc'd) when it was
+         * formatted. */
         cJSON *id_value;
-        char *id_buf, *id_str, *method_buf;
-        cJSON id_item;
+        char *id_buf, *id_str, *method_buf, *problem_buf;
         /* Not zeroed when the message is made: each is written before it is read. */
+        cJSON id_item;
         cJSON id_raw;
-        char problem_buf[160];
+        Span noted_spans[]; /* the text and the id's and method's own copies follow them */
 };
+
+static inline Span message_path_span(const Message *m, unsigned p) {
+        return m->noted & (UINT32_C(1) << p) ? m->noted_spans[m->slot[p]] : (Span){0, 0};
+}
+/* Where the scan found the id field at p (an IdPath) or what routing reads at p (a RoutePath): len 0
+ * when m has nothing there. */
+static inline Span message_span(const Message *m, IdPath p) {
+        return message_path_span(m, (unsigned) p);
+}
+static inline Span message_route(const Message *m, RoutePath p) {
+        return message_path_span(m, _ID_PATH_MAX + (unsigned) p);
+}
 
 /* -EBADMSG: not JSON (strictly), not UTF-8, NUL, a lone UTF-16 surrogate escape, or trailing bytes;
  * -E2BIG: deeper than max_depth. Anything else that is JSON gives a Message, of kind JSONRPC_INVALID

@@ -443,7 +443,7 @@ void modern_list_changed(Session *s, const char *method) {
 
 bool modern_request(const Message *m) {
         /* What the scan noted: params._meta's protocolVersion member, as the tree would have it. */
-        return m->route[ROUTE_PATH_META_VERSION].len > 0;
+        return message_route(m, ROUTE_PATH_META_VERSION).len > 0;
 }
 
 void modern_list_result(Session *s, const Message *m, cJSON *result) {
@@ -482,24 +482,25 @@ static bool route_string_is(const Message *m, Span span, const char *text) {
 }
 
 bool modern_envelope_settled(const Session *s, const Message *m) {
-        const Span *r = m->route;
+        Span version = message_route(m, ROUTE_PATH_META_VERSION), caps = message_route(m, ROUTE_PATH_META_CAPABILITIES),
+             info = message_route(m, ROUTE_PATH_META_CLIENT_INFO),
+             log_level = message_route(m, ROUTE_PATH_META_LOG_LEVEL);
         char level[32];
         size_t len;
 
         /* What modern_intercept() checks, from the spans the scan noted (params and its _meta are
          * objects, or none would be noted): a valid 2026-07-28 envelope... */
-        if (!route_string_is(m, r[ROUTE_PATH_META_VERSION], ERA_MODERN_VERSION) ||
-            r[ROUTE_PATH_META_CAPABILITIES].len == 0 || m->text[r[ROUTE_PATH_META_CAPABILITIES].start] != '{' ||
-            (r[ROUTE_PATH_META_CLIENT_INFO].len > 0 && m->text[r[ROUTE_PATH_META_CLIENT_INFO].start] != '{'))
+        if (!route_string_is(m, version, ERA_MODERN_VERSION) || caps.len == 0 || m->text[caps.start] != '{' ||
+            (info.len > 0 && m->text[info.start] != '{'))
                 return false;
         /* ... that changes nothing: the backends already speak for this client, and its log level is
          * the one in force. */
         if (!s->client_params)
                 return false;
-        if (r[ROUTE_PATH_META_LOG_LEVEL].len == 0)
+        if (log_level.len == 0)
                 return true;
-        return s->log_level && message_string(m, r[ROUTE_PATH_META_LOG_LEVEL], level, sizeof level, &len) == 0 &&
-               len == strlen(level) && streq(level, s->log_level) && era_log_level_rank(level) >= 0;
+        return s->log_level && message_string(m, log_level, level, sizeof level, &len) == 0 && len == strlen(level) &&
+               streq(level, s->log_level) && era_log_level_rank(level) >= 0;
 }
 
 /* -32022, naming the version as the client wrote it (the tree's ends at a decoded NUL): the scan's
@@ -684,7 +685,7 @@ static int adapt_result(const Pending *p, const Message *answer, char **ret, siz
         _cleanup_free_ char *obj = NULL;
         const char *t = answer->text;
         size_t n, o, pos;
-        Span s = answer->route[ROUTE_PATH_RESULT]; /* the scan noted where the result is */
+        Span s = message_route(answer, ROUTE_PATH_RESULT); /* the scan noted where the result is */
         int r;
 
         if (s.len == 0 && (r = message_find(answer, (const char *const[]){"result", NULL}, &s)) < 0)
@@ -723,21 +724,21 @@ static bool own_complete_answer(const Message *answer) {
         char type[32];
         size_t len;
 
-        return message_string(answer, answer->route[ROUTE_PATH_RESULT_TYPE], type, sizeof type, &len) == 0 &&
+        return message_string(answer, message_route(answer, ROUTE_PATH_RESULT_TYPE), type, sizeof type, &len) == 0 &&
                !streq(type, "input_required");
 }
 
 /* The usual answers, told from the spans the scan noted, without the tree: 1 when it goes on as it
  * is, 0 when it is a handshake-era result to adapt (adapt_result()), -EAGAIN when the tree decides. */
 static int answer_kind(const Message *answer) {
-        const Span *result = &answer->route[ROUTE_PATH_RESULT];
+        Span result = message_route(answer, ROUTE_PATH_RESULT);
 
-        if (answer->route[ROUTE_PATH_ERROR].len > 0)
+        if (message_route(answer, ROUTE_PATH_ERROR).len > 0)
                 return -EAGAIN; /* an error: -32002 is adapted */
-        if (result->len == 0 || answer->text[result->start] != '{')
+        if (result.len == 0 || answer->text[result.start] != '{')
                 return 1;
-        if (answer->route[ROUTE_PATH_RESULT_TYPE].len == 0 ||
-            answer->text[answer->route[ROUTE_PATH_RESULT_TYPE].start] != '"')
+        if (message_route(answer, ROUTE_PATH_RESULT_TYPE).len == 0 ||
+            answer->text[message_route(answer, ROUTE_PATH_RESULT_TYPE).start] != '"')
                 return 0;
         return own_complete_answer(answer) ? 1 : -EAGAIN;
 }

@@ -265,15 +265,15 @@ static bool span_has_nul(const Message *m, Span s) {
 
 /* A task-augmented call's answer names a task: later tasks calls for it go to the same backend. */
 static void track_task(Session *s, const Pending *p, const Message *answer) {
-        const Span *t = &answer->spans[ID_PATH_RESULT_TASK_ID]; /* the scan noted where it is */
+        Span t = message_span(answer, ID_PATH_RESULT_TASK_ID); /* the scan noted where it is */
         _cleanup_json_ cJSON *v = NULL;
         const char *id;
 
-        if (!t->len) /* the usual answer: no task */
+        if (!t.len) /* the usual answer: no task */
                 return;
-        v = cJSON_ParseWithLength(answer->text + t->start, t->len);
+        v = cJSON_ParseWithLength(answer->text + t.start, t.len);
         id = cJSON_GetStringValue(v);
-        if (id && !span_has_nul(answer, *t) && hashmap_size(s->tasks) < 65536)
+        if (id && !span_has_nul(answer, t) && hashmap_size(s->tasks) < 65536)
                 (void) hashmap_put(s->tasks, id, p->upstream);
 }
 
@@ -696,7 +696,7 @@ static bool prepared_route_same(const Session *s, const Message *m, const Span *
 /* Routed by params.name alone, which the scan noted: the tree is not needed. A tool of a local backend
  * is routed by the prepared answers while the manifest is not read; else by the manifest. */
 static void handle_tools_call(Session *s, Message *m, Batch *batch) {
-        const Span *span = &m->route[ROUTE_PATH_PARAMS_NAME];
+        Span span = message_route(m, ROUTE_PATH_PARAMS_NAME);
         _cleanup_free_ char *big = NULL;
         char small[256], *name = small;
         const char *backend;
@@ -705,12 +705,12 @@ static void handle_tools_call(Session *s, Message *m, Batch *batch) {
         int r;
 
         /* Calls in a row mostly name one tool: its name as written is compared, not decoded. */
-        if (!s->manifest && s->answers && prepared_route_same(s, m, span))
+        if (!s->manifest && s->answers && prepared_route_same(s, m, &span))
                 return route_to(s, m, batch, NULL, s->route_backend);
-        r = message_string(m, *span, small, sizeof small, &len);
+        r = message_string(m, span, small, sizeof small, &len);
         if (r == -ENOBUFS) {
-                name = big = malloc(span->len);
-                r = name ? message_string(m, *span, big, span->len, &len) : -ENOMEM;
+                name = big = malloc(span.len);
+                r = name ? message_string(m, span, big, span.len, &len) : -ENOMEM;
         }
         if (r == -ENOMEM)
                 return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");

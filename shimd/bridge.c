@@ -260,7 +260,7 @@ static int legacy_answer_text(const Message *m, const char *client_id, char **re
         _cleanup_free_ char *meta_text = NULL, *edited = NULL;
         const char *const *drop = complete ? gone_complete : gone;
         const char *drop_meta[5] = {};
-        Splice s[2] = {{m->spans[ID_PATH_ID], client_id, strlen(client_id)}};
+        Splice s[2] = {{message_span(m, ID_PATH_ID), client_id, strlen(client_id)}};
         Span rs, ms;
         size_t n;
 
@@ -309,7 +309,7 @@ static void bridge_retry(Instance *i, Route *r) {
         /* A retry is a new request: a new id (the progress token stays: the last request has ended). */
         if (route_retarget(i, r) < 0 || !(id = id_text_integer(r->backend_id)))
                 return route_fail(i, r, "out of memory");
-        s[0] = (Splice){m->spans[ID_PATH_ID], id, strlen(id)};
+        s[0] = (Splice){message_span(m, ID_PATH_ID), id, strlen(id)};
         s[1] = (Splice){ps, params, strlen(params)};
         if (splice_sorted(m, s, 2, &text, &len) < 0)
                 return route_fail(i, r, "out of memory");

@@ -405,8 +405,8 @@ void client_handle_message(Client *c, Message *m) {
  * notes both members (keys written with escapes included, as it decodes keys): a request without
  * either goes on from its envelope alone. Anything else is read whole, as before. */
 static bool client_reads_tree(const Message *m) {
-        return m->kind != JSONRPC_REQUEST || m->route[ROUTE_PATH_META].len > 0 ||
-               m->route[ROUTE_PATH_REQUEST_STATE].len > 0;
+        return m->kind != JSONRPC_REQUEST || message_route(m, ROUTE_PATH_META).len > 0 ||
+               message_route(m, ROUTE_PATH_REQUEST_STATE).len > 0;
 }
 
 void client_handle_line(Client *c, const char *line, size_t len) {

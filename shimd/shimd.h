@@ -308,7 +308,7 @@ bool mrtr_upcall(Instance *i, Client *c, const Message *m);
 bool mrtr_retry_internal(Instance *i, Client *c, const Message *m);
 static inline bool mrtr_retry(Instance *i, Client *c, const Message *m) {
         /* The scan says whether there is a params.requestState at all (the tree may not be built). */
-        return m->route[ROUTE_PATH_REQUEST_STATE].len > 0 && mrtr_retry_internal(i, c, m);
+        return message_route(m, ROUTE_PATH_REQUEST_STATE).len > 0 && mrtr_retry_internal(i, c, m);
 }
 /* The backend answered r while its client's retry is awaited: kept for the retry (true). */
 bool mrtr_hold_answer_internal(Route *r, const Message *m);

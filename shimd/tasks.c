@@ -25,7 +25,7 @@ static int append(char **buf, size_t *len, size_t *size, const char *text, size_
 /* m (an answer to tasks/list) with only the tasks c owns in result.tasks, each as the backend's own
  * bytes; nextCursor and everything else stay. *ret is NULL when there is nothing to filter. */
 int tasks_list_filter(Instance *i, Client *c, const Message *m, Message **ret) {
-        const Span *span = &m->spans[ID_PATH_RESULT_TASKS];
+        Span span = message_span(m, ID_PATH_RESULT_TASKS);
         const cJSON *tasks =
                 cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m->json, "result"), "tasks");
         _cleanup_free_ Span *el = NULL;
@@ -35,9 +35,9 @@ int tasks_list_filter(Instance *i, Client *c, const Message *m, Message **ret) {
         int r;
 
         *ret = NULL;
-        if (span->len == 0 || !cJSON_IsArray(tasks))
+        if (span.len == 0 || !cJSON_IsArray(tasks))
                 return 0;
-        r = message_split_batch(m->text + span->start, span->len, JSONRPC_DEFAULT_MAX_DEPTH, &el, &n);
+        r = message_split_batch(m->text + span.start, span.len, JSONRPC_DEFAULT_MAX_DEPTH, &el, &n);
         if (r < 0)
                 return r;
         if (n != (size_t) cJSON_GetArraySize(tasks))
@@ -54,7 +54,7 @@ int tasks_list_filter(Instance *i, Client *c, const Message *m, Message **ret) {
                 if (kept++ > 0)
                         r = append(&list, &len, &size, ",", 1);
                 if (r >= 0)
-                        r = append(&list, &len, &size, m->text + span->start + el[k].start, el[k].len);
+                        r = append(&list, &len, &size, m->text + span.start + el[k].start, el[k].len);
         }
         if (r >= 0)
                 r = append(&list, &len, &size, "]", 1);
@@ -64,7 +64,7 @@ int tasks_list_filter(Instance *i, Client *c, const Message *m, Message **ret) {
                 return 0;
         log_debug("tasks/list of backend '%s': %zu of %zu tasks belong to connection %llu.", shim_backend_name(i->shim),
                   kept, n, (unsigned long long) c->serial);
-        r = message_splice(m, &(Splice){*span, list, len}, 1, &out, &out_len);
+        r = message_splice(m, &(Splice){span, list, len}, 1, &out, &out_len);
         if (r < 0)
                 return r;
         return message_parse(out, out_len, JSONRPC_DEFAULT_MAX_DEPTH, ret);

@@ -17,3 +17,4 @@
 #define message_string            old_message_string
 #define message_has_envelope      old_message_has_envelope
 #define message_span_dup          old_message_span_dup
+#define diff_message_view         old_diff_message_view

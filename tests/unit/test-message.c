@@ -477,36 +477,72 @@ static void test_route(void) {
         char buf[16], tiny[3];
         size_t len = 0;
 
-        CHECK(a && message_string(a, a->route[ROUTE_PATH_PARAMS_NAME], buf, sizeof buf, &len) == 0);
+        CHECK(a && message_string(a, message_route(a, ROUTE_PATH_PARAMS_NAME), buf, sizeof buf, &len) == 0);
         CHECK(len == 3 && streq(buf, "raw"));
-        CHECK(a && message_string(a, a->route[ROUTE_PATH_PARAMS_NAME], tiny, sizeof tiny, &len) == -ENOBUFS);
+        CHECK(a && message_string(a, message_route(a, ROUTE_PATH_PARAMS_NAME), tiny, sizeof tiny, &len) == -ENOBUFS);
         CHECK(a && !message_has_envelope(a) && !a->json);
-        CHECK(nul && message_string(nul, nul->route[ROUTE_PATH_PARAMS_NAME], buf, sizeof buf, &len) == 0);
+        CHECK(nul && message_string(nul, message_route(nul, ROUTE_PATH_PARAMS_NAME), buf, sizeof buf, &len) == 0);
         CHECK(len == 5 && strlen(buf) == 3); /* the NUL shows: a caller compares */
-        CHECK(arr && arr->route[ROUTE_PATH_PARAMS_NAME].len == 0);
-        CHECK(arr && message_string(arr, arr->route[ROUTE_PATH_PARAMS_NAME], buf, sizeof buf, &len) == -EINVAL);
-        CHECK(num && num->route[ROUTE_PATH_PARAMS_NAME].len == 1);
-        CHECK(num && message_string(num, num->route[ROUTE_PATH_PARAMS_NAME], buf, sizeof buf, &len) == -EINVAL);
-        CHECK(modern && message_has_envelope(modern) && modern->route[ROUTE_PATH_META_VERSION].len == 12);
-        CHECK(modern && modern->route[ROUTE_PATH_META_LOG_LEVEL].len == 6 &&
-              modern->route[ROUTE_PATH_META_CAPABILITIES].len == 0);
+        CHECK(arr && message_route(arr, ROUTE_PATH_PARAMS_NAME).len == 0);
+        CHECK(arr && message_string(arr, message_route(arr, ROUTE_PATH_PARAMS_NAME), buf, sizeof buf, &len) == -EINVAL);
+        CHECK(num && message_route(num, ROUTE_PATH_PARAMS_NAME).len == 1);
+        CHECK(num && message_string(num, message_route(num, ROUTE_PATH_PARAMS_NAME), buf, sizeof buf, &len) == -EINVAL);
+        CHECK(modern && message_has_envelope(modern) && message_route(modern, ROUTE_PATH_META_VERSION).len == 12);
+        CHECK(modern && message_route(modern, ROUTE_PATH_META_LOG_LEVEL).len == 6 &&
+              message_route(modern, ROUTE_PATH_META_CAPABILITIES).len == 0);
         CHECK(meta_arr && !message_has_envelope(meta_arr));
-        CHECK(progress && !message_has_envelope(progress) && progress->spans[ID_PATH_PARAMS_META_PROGRESS].len == 1);
+        CHECK(progress && !message_has_envelope(progress) &&
+              message_span(progress, ID_PATH_PARAMS_META_PROGRESS).len == 1);
         /* params._meta and params.requestState themselves (a reader of the tree wants them), however the
          * key is written; elsewhere they are not these. */
-        CHECK(modern && modern->route[ROUTE_PATH_META].len > 2 && modern->route[ROUTE_PATH_REQUEST_STATE].len == 0);
-        CHECK(meta_arr && meta_arr->route[ROUTE_PATH_META].len > 2);
-        CHECK(a && a->route[ROUTE_PATH_META].len == 0 && a->route[ROUTE_PATH_REQUEST_STATE].len == 0);
+        CHECK(modern && message_route(modern, ROUTE_PATH_META).len > 2 &&
+              message_route(modern, ROUTE_PATH_REQUEST_STATE).len == 0);
+        CHECK(meta_arr && message_route(meta_arr, ROUTE_PATH_META).len > 2);
+        CHECK(a && message_route(a, ROUTE_PATH_META).len == 0 && message_route(a, ROUTE_PATH_REQUEST_STATE).len == 0);
         {
-                _cleanup_message_ Message *esc = envelope(
-                        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":{\"\\u005fmeta\":{},"
-                        "\"request\\u0053tate\":\"s\"}}");
+                _cleanup_message_ Message *esc =
+                        envelope("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":{\"\\u005fmeta\":{},"
+                                 "\"request\\u0053tate\":\"s\"}}");
                 _cleanup_message_ Message *deep = envelope(
                         "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"_meta\":{},\"params\":{\"a\":{\"_meta\":{},"
                         "\"requestState\":\"s\"}}}");
-                CHECK(esc && esc->route[ROUTE_PATH_META].len == 2 && esc->route[ROUTE_PATH_REQUEST_STATE].len == 3);
-                CHECK(deep && deep->route[ROUTE_PATH_META].len == 0 && deep->route[ROUTE_PATH_REQUEST_STATE].len == 0);
+                CHECK(esc && message_route(esc, ROUTE_PATH_META).len == 2 &&
+                      message_route(esc, ROUTE_PATH_REQUEST_STATE).len == 3);
+                CHECK(deep && message_route(deep, ROUTE_PATH_META).len == 0 &&
+                      message_route(deep, ROUTE_PATH_REQUEST_STATE).len == 0);
         }
+}
+
+/* The scan writes only the spans it notes (they are not zeroed per message): each path reads its own,
+ * or none; a path noted twice (a duplicate key) reads the later value, as the tree does not. */
+static void test_noted_spans(void) {
+        static const char both[] = "{\"jsonrpc\":\"2.0\",\"id\":\"r\",\"result\":{\"resultType\":\"complete\",\"task\":"
+                                   "{\"taskId\":\"t9\"},"
+                                   "\"tasks\":[]},\"error\":{\"code\":1}}";
+        static const char twice[] = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":{\"name\":\"a\"},"
+                                    "\"params\":{\"name\":\"bb\",\"requestState\":\"s\"}}";
+        _cleanup_message_ Message *m = envelope(both), *d = envelope(twice), *none = envelope("{\"a\":1}");
+        Span s;
+
+        CHECK(m && m->kind == JSONRPC_INVALID); /* both result and error: the spans are noted all the same */
+        s = message_span(m, ID_PATH_ID);
+        CHECK(m && s.len == 3 && strncmp(m->text + s.start, "\"r\"", 3) == 0);
+        s = message_span(m, ID_PATH_RESULT_TASK_ID);
+        CHECK(m && s.len == 4 && strncmp(m->text + s.start, "\"t9\"", 4) == 0);
+        s = message_span(m, ID_PATH_RESULT_TASKS);
+        CHECK(m && s.len == 2 && strncmp(m->text + s.start, "[]", 2) == 0);
+        s = message_route(m, ROUTE_PATH_RESULT_TYPE);
+        CHECK(m && s.len == 10 && strncmp(m->text + s.start, "\"complete\"", 10) == 0);
+        s = message_route(m, ROUTE_PATH_ERROR);
+        CHECK(m && s.len == 10 && strncmp(m->text + s.start, "{\"code\":1}", 10) == 0);
+        CHECK(m && message_route(m, ROUTE_PATH_RESULT).len > 40 && message_route(m, ROUTE_PATH_PARAMS_NAME).len == 0);
+        CHECK(m && message_span(m, ID_PATH_PARAMS_PROGRESS).len == 0 &&
+              message_span(m, ID_PATH_PARAMS_TASK_ID).len == 0);
+        s = message_route(d, ROUTE_PATH_PARAMS_NAME);
+        CHECK(d && d->kind == JSONRPC_INVALID && s.len == 4 && strncmp(d->text + s.start, "\"bb\"", 4) == 0);
+        CHECK(d && message_route(d, ROUTE_PATH_REQUEST_STATE).len == 3);
+        for (unsigned p = 0; none && p < MESSAGE_PATHS; p++)
+                CHECK(message_path_span(none, p).len == 0);
 }
 
 /* What cJSON refuses, the scan refuses (a lone half of a surrogate pair); what the next hop would read
@@ -560,20 +596,20 @@ static void test_key_spellings(void) {
         }
         {
                 _cleanup_message_ Message *m = parse("{\"jsonrpc\":\"2.0\",\"\\u0069\\u0064\":7,\"method\":\"ping\"}");
-                CHECK(m && m->kind == JSONRPC_REQUEST && streq(m->id_text, "7") && m->spans[ID_PATH_ID].len == 1);
+                CHECK(m && m->kind == JSONRPC_REQUEST && streq(m->id_text, "7") && message_span(m, ID_PATH_ID).len == 1);
         }
         /* Envelope members and noted paths spelled with escapes are those members and paths. */
         {
                 _cleanup_message_ Message *m = parse("{\"jsonrpc\":\"2.0\",\"id\":1,\"m\\u0065thod\":\"tools\\/"
                                                      "call\",\"p\\u0061rams\":{\"n\\u0061me\":\"x\"}}");
                 CHECK(m && m->kind == JSONRPC_REQUEST && streq(m->method, "tools/call"));
-                CHECK(m && m->route[ROUTE_PATH_PARAMS_NAME].len == 3);
+                CHECK(m && message_route(m, ROUTE_PATH_PARAMS_NAME).len == 3);
         }
         {
                 _cleanup_message_ Message *m =
                         parse("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":"
                               "{\"progress\\u0054oken\":\"t\",\"progress\":1}}");
-                CHECK(m && m->kind == JSONRPC_NOTIFICATION && m->spans[ID_PATH_PARAMS_PROGRESS].len == 3);
+                CHECK(m && m->kind == JSONRPC_NOTIFICATION && message_span(m, ID_PATH_PARAMS_PROGRESS).len == 3);
         }
         /* Duplicates that differ from each other's spelling only past byte eight, in an escape. */
         CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"method\":\"x\",\"params\":{\"progressToken\":1,\"progressT\\u006fken\":2}"
@@ -731,8 +767,8 @@ static void test_white_space(void) {
                         strcat(text, runs[w]);
                         m = parse(text);
                         if ((!m || m->kind != JSONRPC_REQUEST || !streq(m->method, "tools/call") ||
-                             !streq(m->id_text, "12") || m->route[ROUTE_PATH_PARAMS_NAME].len != 6 ||
-                             strncmp(m->text + m->route[ROUTE_PATH_PARAMS_NAME].start, "\"echo\"", 6) != 0) &&
+                             !streq(m->id_text, "12") || message_route(m, ROUTE_PATH_PARAMS_NAME).len != 6 ||
+                             strncmp(m->text + message_route(m, ROUTE_PATH_PARAMS_NAME).start, "\"echo\"", 6) != 0) &&
                             bad++ < 5)
                                 fprintf(stderr, "%s: wrong for %s\n", __func__, text);
                 }
@@ -748,6 +784,7 @@ int main(void) {
         test_white_space();
         test_envelope();
         test_route();
+        test_noted_spans();
         test_scan_edges();
         test_strict();
         test_id_length();
