@@ -4,7 +4,9 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { boxFleet, enableSockets } from "./lib/fleet.mjs";
-import { MCP_LAZY, SERVER_SCRIPTS, TESTS, journalUntil } from "./lib/env.mjs";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { MCP_LAZY, ROOT, SERVER_SCRIPTS, TESTS, journalUntil } from "./lib/env.mjs";
 
 const PEER = `${TESTS}/integration/lib/peer.mjs`;
 // What `systemd-analyze security` still flags, each for a reason README gives ("What a backend may do").
@@ -143,6 +145,38 @@ test("MemoryDenyWriteExecute= would stop every Node.js backend (V8 compiles code
   } finally {
     await s.close();
     await fleet.sh("rm -r /etc/systemd/system/mcp-lazy@memory.service.d; systemctl daemon-reload; systemctl stop mcp-lazy@memory.service");
+  }
+});
+
+test("README's drop-in that trades the system-call filters away: the backend works, with 5 filters stacked instead of 31", async () => {
+  const readme = readFileSync(join(ROOT, "README.md"), "utf8");
+  const dropin = /```ini\n([\s\S]*?)```/.exec(readme.slice(readme.indexOf("**What the sandbox costs a call.**")))?.[1];
+  assert.match(dropin ?? "", /^\[Service\]\n[^]*^SystemCallFilter=$/m, "README has the drop-in");
+  // Seccomp_filters of every process of the unit (the shim and its backend), after a call.
+  const filters = async () => {
+    const s = await fleet.session();
+    try {
+      const r = await s.callTool({ name: "read_graph", arguments: {} });
+      assert.ok(!r.isError, JSON.stringify(r));
+    } finally {
+      await s.close();
+    }
+    const out = await fleet.sh(`cg=/sys/fs/cgroup$(systemctl show -P ControlGroup mcp-lazy@memory.service)
+      for p in $(cat "$cg/cgroup.procs"); do awk '/^Seccomp_filters:/ { print $2 }' /proc/$p/status; done`);
+    const n = [...new Set(out.split("\n").filter(Boolean).map(Number))];
+    assert.equal(n.length, 1, `the shim and its backend have the same filters: ${out}`);
+    return n[0];
+  };
+  await fleet.sh("systemctl stop mcp-lazy@memory.service");
+  assert.equal(await filters(), 31);
+  await fleet.sh(`mkdir -p /etc/systemd/system/mcp-lazy@memory.service.d
+    cat > /etc/systemd/system/mcp-lazy@memory.service.d/trade.conf <<'EOF'\n${dropin}EOF
+    systemctl daemon-reload; systemctl stop mcp-lazy@memory.service`);
+  try {
+    assert.equal(await filters(), 5);
+  } finally {
+    await fleet.sh(`rm /etc/systemd/system/mcp-lazy@memory.service.d/trade.conf; rmdir --ignore-fail-on-non-empty /etc/systemd/system/mcp-lazy@memory.service.d
+      systemctl daemon-reload; systemctl stop mcp-lazy@memory.service`);
   }
 });
 
