@@ -125,11 +125,14 @@ $(S)/mcp-lazy-shimd: $(call objs,$(S),$(SHIMD_SRC) $(COMMON_SRC))
 
 $(B)/tests/%: tests/unit/%.c $(call objs,$(B),$(COMMON_SRC))
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Itests/unit -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
+	$(CC) $(ALL_CFLAGS) -Itests/unit -o $@ $(filter %.c %.o,$^) $(TEST_LDFLAGS) $(DEP_LIBS)
 
 $(S)/tests/%: tests/unit/%.c $(call objs,$(S),$(COMMON_SRC))
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(SAN) -Itests/unit -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
+	$(CC) $(ALL_CFLAGS) $(SAN) -Itests/unit -o $@ $(filter %.c %.o,$^) $(TEST_LDFLAGS) $(DEP_LIBS)
+
+# test-hashmap fails allocations on purpose: the calloc() calls of what it links go to its wrapper.
+$(B)/tests/test-hashmap $(S)/tests/test-hashmap: TEST_LDFLAGS := -Wl,--wrap=calloc
 
 # $(call install_units,DIR,SOCKETMODE,GROUPLINE,SYSTEMLINES): SYSTEMLINES is a sed command for the lines
 # marked @system@ (keep them for the system manager, drop them for the user manager).

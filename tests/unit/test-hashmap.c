@@ -6,6 +6,20 @@
 #include "hashmap.h"
 #include "tests.h"
 
+/* Allocations that fail on purpose: this test is linked with -Wl,--wrap=calloc (Makefile), so every
+ * calloc() of the map's code comes here. calloc_fail_in > 0 fails the call that many calls on (1: the
+ * next one); calloc_calls counts them. */
+void *__real_calloc(size_t n, size_t size);
+void *__wrap_calloc(size_t n, size_t size);
+static unsigned calloc_fail_in, calloc_calls;
+
+void *__wrap_calloc(size_t n, size_t size) {
+        calloc_calls++;
+        if (calloc_fail_in > 0 && --calloc_fail_in == 0)
+                return NULL;
+        return __real_calloc(n, size);
+}
+
 static bool value_is(const void *value, const void *userdata) {
         return value == userdata;
 }
@@ -159,6 +173,87 @@ static void check_chosen(void) {
         idmap_free(ids);
 }
 
+/* The map holds exactly the ids marked in `in` (with value id + 16): each found, the size right, and
+ * iterating visits each once. */
+static bool idmap_holds(IdMap *ids, const bool *in, size_t n_ids) {
+        size_t live = 0, seen = 0, state = 0;
+        int64_t key;
+        void *v;
+        bool ok = true;
+
+        for (size_t id = 1; id < n_ids; id++) {
+                live += in[id];
+                ok = ok && idmap_get(ids, (int64_t) id) == (in[id] ? (void *) (uintptr_t) (id + 16) : NULL);
+        }
+        while (ok && idmap_iterate(ids, &state, &key, &v))
+                ok = key > 0 && (size_t) key < n_ids && in[key] && v == (void *) (uintptr_t) (key + 16) && ++seen;
+        return ok && seen == live && idmap_size(ids) == live;
+}
+
+/* An allocation that fails in the middle of a rebuild (the front grown or shrunk with held ids in the
+ * side table, the side table made, grown, or rebuilt of its tombstones) leaves the map as it was: the
+ * put returns -ENOMEM, every id still resolves, none is added or lost. Ids come and go 64 at a time;
+ * every 16th of the first 12,000 is held for 6,000 more (past the front's 2,048 buckets, they move to
+ * the side table, and leave tombstones there); a burst of 2,000 in flight grows the front, and its end
+ * shrinks it. At every put
+ * that allocates, each of its allocations is made to fail in turn (the 1st, then the 2nd...), the map
+ * checked after each failure; then the put is done for real. */
+#define ALLOC_IDS 20000
+
+static bool alloc_held(int64_t id) {
+        return id <= 12000 && id % 16 == 0;
+}
+
+static void check_alloc_failure(void) {
+        static bool in[ALLOC_IDS];
+        IdMap *ids;
+        size_t failed_late = 0, puts_allocating = 0, most = 0;
+        bool ok = true;
+
+        calloc_fail_in = 1;
+        CHECK(!idmap_new());
+        ids = idmap_new();
+        CHECK(ids);
+        memset(in, 0, sizeof in);
+        for (int64_t id = 1, oldest = 1; ok && id < ALLOC_IDS; id++) {
+                int64_t window = id >= 15000 && id < 17000 ? 2000 : 64;
+                unsigned n = 1;
+                int r;
+
+                for (;; n++) {
+                        calloc_calls = 0;
+                        calloc_fail_in = n;
+                        r = idmap_put(ids, id, (void *) (uintptr_t) (id + 16));
+                        calloc_fail_in = 0;
+                        if (r != -ENOMEM || n > 64)
+                                break;
+                        /* The nth allocation failed, and the put stopped there. */
+                        ok = ok && calloc_calls == n && idmap_holds(ids, in, ALLOC_IDS);
+                        failed_late += n > 1;
+                }
+                ok = ok && r == 0;
+                puts_allocating += n > 1;
+                most = n - 1 > most ? n - 1 : most;
+                in[id] = true;
+                for (; id - oldest >= window; oldest++)
+                        if (in[oldest] && !alloc_held(oldest)) {
+                                ok = ok && idmap_remove(ids, oldest) == (void *) (uintptr_t) (oldest + 16);
+                                in[oldest] = false;
+                        }
+                if (id > 6000 && alloc_held(id - 6000)) {
+                        ok = ok && idmap_remove(ids, id - 6000) == (void *) (uintptr_t) (id - 6000 + 16);
+                        in[id - 6000] = false;
+                }
+        }
+        CHECK(ok);
+        CHECK(idmap_holds(ids, in, ALLOC_IDS));
+        /* It went through what it is for (15 puts allocate; 10 failures come after an allocation that
+         * succeeded; a put that grows the front with ids in the side table allocates a new front, a new
+         * side table, and that table's buckets as it grows: 4 or 5). */
+        CHECK(puts_allocating >= 12 && failed_late >= 8 && most >= 4);
+        idmap_free(ids);
+}
+
 int main(void) {
         uint8_t key[16], in[64];
         char k[32];
@@ -289,5 +384,6 @@ int main(void) {
         check_fifo(true);
         check_held();
         check_chosen();
+        check_alloc_failure();
         return tests_finish("test-hashmap");
 }
