@@ -331,6 +331,30 @@ static int hex4(const uint8_t *p) {
         return v;
 }
 
+/* The character a one-letter escape (the letter after the backslash) stands for, or 0. */
+static inline char escape_char(uint8_t c) {
+        /* A switch, not strchr(): a node backend's text escapes every quote of the JSON it carries, and
+         * a call into libc per escape was one more libc page per message. */
+        switch (c) {
+        case '"':
+        case '\\':
+        case '/':
+                return (char) c;
+        case 'b':
+                return '\b';
+        case 'f':
+                return '\f';
+        case 'n':
+                return '\n';
+        case 'r':
+                return '\r';
+        case 't':
+                return '\t';
+        default:
+                return 0;
+        }
+}
+
 /* Past the escape at p (its backslash), or NULL. A \u escape of half a surrogate pair must come with
  * its other half, as cJSON and every other decoder of UTF-16 escapes want. */
 static const uint8_t *scan_escape(const uint8_t *p, const uint8_t *e) {
@@ -339,7 +363,7 @@ static const uint8_t *scan_escape(const uint8_t *p, const uint8_t *e) {
         if (++p >= e)
                 return NULL;
         if (*p != 'u')
-                return *p != 0 && strchr("\"\\/bfnrt", *p) ? p + 1 : NULL;
+                return escape_char(*p) ? p + 1 : NULL;
         if (e - p <= 4 || (v = hex4(p + 1)) < 0 || (v >= 0xDC00 && v <= 0xDFFF))
                 return NULL;
         p += 5;
@@ -499,8 +523,7 @@ static size_t string_decode(const char *s, size_t a, size_t b, char *out) {
                         }
                         o += utf8_put(out + o, cp);
                 } else {
-                        static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
-                        out[o++] = to[strchr(from, e) - from];
+                        out[o++] = escape_char((uint8_t) e);
                         i += 2;
                 }
         }
@@ -526,8 +549,7 @@ static bool key_equals(const char *s, size_t a, size_t b, const char *name) {
                                         c = c * 16 + (unsigned) hexval(s[i + k]);
                                 i += 6;
                         } else {
-                                static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
-                                c = (unsigned char) to[strchr(from, e) - from];
+                                c = (unsigned char) escape_char((uint8_t) e);
                                 i += 2;
                         }
                 }
@@ -710,16 +732,27 @@ static const uint8_t *scan_value(Scanner *sc, const uint8_t *p, unsigned level, 
 static const uint8_t *scan_object(Scanner *sc, const uint8_t *p, unsigned level, uint32_t mask);
 static const uint8_t *scan_array(Scanner *sc, const uint8_t *p, bool top);
 
+/* Past "{}" or "[]" at p, one level in. */
+static const uint8_t *scan_empty(Scanner *sc, const uint8_t *p) {
+        return sc->depth >= sc->max_depth ? scan_fail(sc, -E2BIG) : p + 2;
+}
+
 /* A value at p, past any white space before it. Inline where members' values are scanned: most are
  * strings, numbers and literals, which need no call. */
 static inline __attribute__((always_inline)) const uint8_t *scan_value_at(Scanner *sc, const uint8_t *p, unsigned level,
                                                                            uint32_t mask, bool top) {
         if (p >= sc->end)
                 return scan_fail(sc, -EBADMSG);
+        /* An empty container inside another ("arguments":{}, "entities":[]) is taken here: no call, no
+         * frame (the top one is the scan's own business: top_object, the batch's elements). */
         switch (*p) {
         case '{':
+                if (p + 1 < sc->end && p[1] == '}' && sc->depth > 0)
+                        return scan_empty(sc, p);
                 return scan_object(sc, p, level, mask);
         case '[':
+                if (p + 1 < sc->end && p[1] == ']' && sc->depth > 0)
+                        return scan_empty(sc, p);
                 return scan_array(sc, p, top);
         case '"': {
                 const uint8_t *a, *b;

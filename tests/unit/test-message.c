@@ -513,6 +513,40 @@ static void test_route(void) {
         }
 }
 
+/* An empty container inside another is taken without a call (scan_empty()): the nesting limit, the
+ * escapes and the grammar around it hold as for any other. */
+static void test_empty_containers(void) {
+        static const struct {
+                const char *text;
+                unsigned depth;
+                int r;
+        } cases[] = {
+                {"{\"a\":{}}", 2, 0},
+                {"{\"a\":{}}", 1, -E2BIG},
+                {"{\"a\":[]}", 1, -E2BIG},
+                {"[[]]", 1, -E2BIG},
+                {"[[],{},[[]]]", 3, 0},
+                {"[[],{},[[]]]", 2, -E2BIG},
+                {"{}", 1, 0},
+                {"[]", 1, 0},
+                {"{\"a\":{}", 8, -EBADMSG},
+                {"{\"a\":{]}", 8, -EBADMSG},
+                {"{\"a\":[}}", 8, -EBADMSG},
+                {"{\"a\":{},\"a\":[]}", 8, 0},
+                {"{\"a\":\"\\q\"}", 8, -EBADMSG},
+                {"{\"a\":\"\\u0041\\n\\t\\\"\\/\\b\\f\\r\\\\\"}", 8, 0},
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                Message *m = NULL;
+                int r = message_parse_envelope(cases[i].text, strlen(cases[i].text), cases[i].depth, &m);
+                if (r != cases[i].r)
+                        fprintf(stderr, "  case %zu: %s at depth %u: %d\n", i, cases[i].text, cases[i].depth, r);
+                CHECK(r == cases[i].r);
+                message_unref(m);
+        }
+}
+
 /* The scan writes only the spans it notes (they are not zeroed per message): each path reads its own,
  * or none; a path noted twice (a duplicate key) reads the later value, as the tree does not. */
 static void test_noted_spans(void) {
@@ -785,6 +819,7 @@ int main(void) {
         test_envelope();
         test_route();
         test_noted_spans();
+        test_empty_containers();
         test_scan_edges();
         test_strict();
         test_id_length();
