@@ -31,17 +31,6 @@ static uint64_t now_usec(void) {
         return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
 }
 
-/* The loop iteration's time when there is one: the status line only shows seconds. */
-static uint64_t realtime_usec(const Shim *s) {
-        struct timespec ts;
-        uint64_t t;
-
-        if (s->event && sd_event_now(s->event, CLOCK_REALTIME, &t) >= 0)
-                return t;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
-}
-
 const char *shim_backend_name(const Shim *s) {
         return s->backend->name;
 }
@@ -1018,7 +1007,6 @@ static void handle_backend_response(Instance *i, const Message *m) {
                 log_debug("Backend '%s' answered its first call.", iname(i));
         i->answered = true;
         i->shim->calls_served++;
-        i->shim->last_call_realtime_usec = realtime_usec(i->shim);
         c = r->client;
         route_remove(i, r);
         shim_calls_changed(i->shim, c);

@@ -45,6 +45,14 @@ typedef struct StatusShape {
 } StatusShape;
 static StatusShape status_sent_shape; /* the status sent's */
 
+/* The shim stops once nothing was in flight for idle_timeout. The idle timer is not re-armed per
+ * message (a shim woken after a slow backend runs cache-cold, and each sd-event call per message is
+ * code and data to fetch again): a call's end notes when the shim went idle, the timer stays armed,
+ * and when it fires early it is set to the end of the idle time noted, or, while calls run, armed
+ * again by the end of the last one. */
+static uint64_t idle_since_usec; /* when in-flight work last went to none */
+static bool idle_armed, idle_busy;
+
 static void status_shape(const Shim *s, StatusShape *ret) {
         size_t n = 0;
 
@@ -67,13 +75,28 @@ unsigned shim_in_flight(const Shim *s) {
         return n;
 }
 
+/* When the last call was answered, found when the line is made (now: this loop iteration's
+ * CLOCK_MONOTONIC), not read on every answer: calls answered since the line was last made ended when
+ * the shim last went idle (the time it noted then), or, with calls still running, within the status
+ * interval, and now says so to the second the line shows. */
+static void last_call_note(Shim *s, uint64_t now) {
+        if (s->calls_served == s->calls_noted)
+                return;
+        s->calls_noted = s->calls_served;
+        s->last_call_usec = shim_in_flight(s) == 0 && !idle_busy && idle_since_usec ? idle_since_usec : now;
+}
+
 /* ", last call at 2026-11-22T07:01:02Z": mcp-lazy status reads it back from StatusText. */
-static void last_call_text(const Shim *s, char *buf, size_t size) {
-        time_t t = (time_t) (s->last_call_realtime_usec / USEC_PER_SEC);
+static void last_call_text(const Shim *s, uint64_t now, char *buf, size_t size) {
+        uint64_t real = 0;
         struct tm tm;
+        time_t t;
 
         buf[0] = 0;
-        if (s->last_call_realtime_usec > 0 && gmtime_r(&t, &tm))
+        if (s->last_call_usec == 0 || sd_event_now(s->event, CLOCK_REALTIME, &real) < 0)
+                return;
+        t = (time_t) ((real - (now > s->last_call_usec ? now - s->last_call_usec : 0)) / USEC_PER_SEC);
+        if (gmtime_r(&t, &tm))
                 (void) strftime(buf, size, ", last call at %Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
@@ -111,7 +134,8 @@ static void shim_notify_status(Shim *s) {
                                                  : i->state == INSTANCE_STARTING ? "starting"
                                                                                  : "stopping");
         contract_summary(s, contract, sizeof contract);
-        last_call_text(s, last, sizeof last);
+        last_call_note(s, now);
+        last_call_text(s, now, last, sizeof last);
         snprintf(status + off, sizeof status - off, "%s%s, %u session%s, %u in flight, %llu call%s served%s%s",
                  off ? "" : "backend idle", s->draining ? ", stopping" : "", s->n_clients, s->n_clients == 1 ? "" : "s",
                  shim_in_flight(s), (unsigned long long) s->calls_served, s->calls_served == 1 ? "" : "s", last,
@@ -152,14 +176,6 @@ static void begin_drain(Shim *s) {
         (void) sd_event_source_set_time_relative(s->drain_source, DRAIN_GRACE_USEC);
         (void) sd_event_source_set_enabled(s->drain_source, SD_EVENT_ONESHOT);
 }
-
-/* The shim stops once nothing was in flight for idle_timeout. The idle timer is not re-armed per
- * message (a shim woken after a slow backend runs cache-cold, and each sd-event call per message is
- * code and data to fetch again): a call's end notes when the shim went idle, the timer stays armed,
- * and when it fires early it is set to the end of the idle time noted, or, while calls run, armed
- * again by the end of the last one. */
-static uint64_t idle_since_usec; /* when in-flight work last went to none */
-static bool idle_armed, idle_busy;
 
 static uint64_t usec_after(uint64_t t, uint64_t d) {
         return t > UINT64_MAX - d ? UINT64_MAX : t + d;

@@ -202,7 +202,8 @@ struct Shim {
         bool draining, inetd;
         size_t max_line; /* --max-line-bytes */
         uint64_t calls_served, next_client_serial;
-        uint64_t last_call_realtime_usec; /* when the last call was answered (CLOCK_REALTIME), 0: none */
+        uint64_t last_call_usec; /* when the last call was answered (CLOCK_MONOTONIC), 0: none; the status */
+        uint64_t calls_noted;    /* line notes it (main.c), with calls_served as it was then */
         char last_status[384];
         char contract[3][96]; /* per list: "" when it matches the manifest */
         bool contract_checked;
