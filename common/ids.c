@@ -112,26 +112,37 @@ uint32_t ids_rules_of(JsonRpcKind kind, const char *method) {
         return rules;
 }
 
+/* The field of m that the rule names, if m has one there. */
+static inline bool rule_field(const Message *m, const IdRule *r, IdField *ret) {
+        Span s = message_span(m, r->path);
+
+        if (s.len == 0)
+                return false;
+        *ret = (IdField){
+                .path = r->path,
+                .kind = r->id_kind,
+                .text = m->text + s.start,
+                .len = s.len,
+                .value = m->json ? value_at(m->json, r->path) : NULL,
+        };
+        return true;
+}
+
+/* The rules of m's kind and method, picked when the message was parsed (bit i: the i-th rule). */
+static inline uint32_t rules_of(const Message *m) {
+        return m->kind == JSONRPC_INVALID ? 0 : m->id_rules;
+}
+
 size_t ids_fields(const Message *m, IdField *ret, size_t n) {
         size_t k = 0;
 
-        if (m->kind == JSONRPC_INVALID)
-                return 0;
-        /* The rules were picked by kind and method when the message was parsed (in rule order). */
-        for (uint32_t e = m->id_rules; e; e &= e - 1) {
-                const IdRule *r = &id_rules[__builtin_ctz(e)];
-                Span s = message_span(m, r->path);
+        for (uint32_t e = rules_of(m); e; e &= e - 1) {
+                IdField f;
 
-                if (s.len == 0)
+                if (!rule_field(m, &id_rules[__builtin_ctz(e)], &f))
                         continue;
                 if (k < n)
-                        ret[k] = (IdField){
-                                .path = r->path,
-                                .kind = r->id_kind,
-                                .text = m->text + s.start,
-                                .len = s.len,
-                                .value = m->json ? value_at(m->json, r->path) : NULL,
-                        };
+                        ret[k] = f;
                 k++;
         }
         return k;
@@ -142,15 +153,20 @@ static int cmp_fields(const void *a, const void *b) {
         return x->span.start < y->span.start ? -1 : x->span.start > y->span.start;
 }
 
-/* The splices map asks for, sorted by position; owned[] what of their texts is to be freed. */
+/* The splices map asks for, sorted by position; owned[] what of their texts is to be freed (what
+ * ids_splices_free() does). Each field is mapped as it is found: a message has one or two. */
 static int ids_splices(const Message *m, id_map_t map, void *userdata, Splice s[static ELEMENTSOF(id_rules)],
                        char *owned[static ELEMENTSOF(id_rules)], size_t *ret_n) {
-        IdField f[ELEMENTSOF(id_rules)];
-        size_t n = ids_fields(m, f, ELEMENTSOF(f)), k = 0;
+        size_t k = 0;
 
-        for (size_t i = 0; i < n; i++) {
+        for (uint32_t e = rules_of(m); e; e &= e - 1) {
+                IdField f;
                 char *t = NULL;
-                int r = map(userdata, &f[i], &t);
+                int r;
+
+                if (!rule_field(m, &id_rules[__builtin_ctz(e)], &f))
+                        continue;
+                r = map(userdata, &f, &t);
                 if (r < 0) {
                         *ret_n = k;
                         return r;
@@ -158,12 +174,19 @@ static int ids_splices(const Message *m, id_map_t map, void *userdata, Splice s[
                 if (r == 0 || !t)
                         continue;
                 owned[k] = r == IDS_MAP_BORROWED ? NULL : t;
-                s[k++] = (Splice){message_span(m, f[i].path), t, strlen(t)};
+                s[k++] = (Splice){{(size_t) (f.text - m->text), f.len}, t, strlen(t)};
         }
         if (k > 1)
                 qsort(s, k, sizeof *s, cmp_fields);
         *ret_n = k;
         return 0;
+}
+
+/* Most maps lend their texts (our ids): nothing to free then, and no call made for it. */
+static inline void ids_splices_free(char *owned[static ELEMENTSOF(id_rules)], size_t k) {
+        for (size_t i = 0; i < k; i++)
+                if (owned[i])
+                        free(owned[i]);
 }
 
 int ids_translate(const Message *m, id_map_t map, void *userdata, char **ret_text, size_t *ret_len) {
@@ -177,8 +200,7 @@ int ids_translate(const Message *m, id_map_t map, void *userdata, char **ret_tex
                 *ret_len = m->len;
         } else if (r >= 0)
                 r = message_splice(m, s, k, ret_text, ret_len);
-        for (size_t i = 0; i < k; i++)
-                free(owned[i]);
+        ids_splices_free(owned, k);
         return r;
 }
 
@@ -191,8 +213,7 @@ int ids_translate_buf(const Message *m, id_map_t map, void *userdata, char *buf,
 
         if (r >= 0)
                 r = message_splice_buf(m, s, k, buf, size, ret_text, ret_len);
-        for (size_t i = 0; i < k; i++)
-                free(owned[i]);
+        ids_splices_free(owned, k);
         return r;
 }
 
@@ -216,8 +237,7 @@ int ids_translate_send(const Message *m, id_map_t map, void *userdata, ids_send_
                 iov[n++] = (struct iovec){m->text + at, m->len - at};
                 r = send(send_userdata, iov, n);
         }
-        for (size_t i = 0; i < k; i++)
-                free(owned[i]);
+        ids_splices_free(owned, k);
         return r;
 }
 

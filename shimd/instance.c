@@ -197,15 +197,19 @@ static void route_free(Route *r) {
                 return;
         if (r->client_id != r->own_id)
                 free(r->client_id);
-        free(r->client_token);
-        free(r->backend_token);
         if (r->sent != r->own_sent)
                 free(r->sent);
-        free(r->request);
-        if (r->input_responses)
+        /* What only a call with a progress token, a bridged call or a 2026-07-28 retry has: a plain
+         * call's route makes no calls to free nothing. */
+        if (r->client_token || r->backend_token || r->request || r->input_responses || r->request_state ||
+            r->mrtr) {
+                free(r->client_token);
+                free(r->backend_token);
+                free(r->request);
                 cJSON_Delete(r->input_responses);
-        free(r->request_state);
-        mrtr_free(r->mrtr);
+                free(r->request_state);
+                mrtr_free(r->mrtr);
+        }
         route_release(r);
 }
 
@@ -214,6 +218,7 @@ void route_set_client_id(Route *r, char *id) {
                 free(r->client_id);
         r->client_id = id;
         r->client_id_hash = hashmap_hash(id);
+        r->client_id_len = strlen(id);
 }
 
 void route_set_sent(Route *r, char *text, size_t len) {
@@ -610,6 +615,7 @@ static void forward_request(Instance *i, Client *c, const Message *m) {
                 .is_tasks_list = method_is(m->method, "tasks/list"),
         };
         r->client_id = r->own_id = memcpy((char *) (r + 1), m->id_text, id_len + 1);
+        r->client_id_len = id_len;
         r->method = memcpy(r->own_id + id_len + 1, m->method, method_len + 1);
         r->own_sent = (char *) r->method + method_len + 1;
         /* From the message's text, read by the scan already: the copy was just written. */
@@ -868,10 +874,11 @@ static int map_to_client(void *userdata, const IdField *f, char **ret) {
         const char *text = f->kind == ID_KIND_REQUEST    ? r->client_id
                            : f->kind == ID_KIND_PROGRESS ? r->client_token
                                                          : NULL;
+        size_t len = f->kind == ID_KIND_REQUEST ? r->client_id_len : text ? strlen(text) : 0;
 
         if (f->kind == ID_KIND_TASK)
                 task_record(t->i, f, r->client);
-        if (!text || (strlen(text) == f->len && memcmp(text, f->text, f->len) == 0))
+        if (!text || (len == f->len && memcmp(text, f->text, f->len) == 0))
                 return 0;
         *ret = (char *) text; /* the route's: it outlives the translation */
         return IDS_MAP_BORROWED;

@@ -91,6 +91,7 @@ typedef struct Route {
         size_t sent_len;
         char *own_id, *own_sent; /* room in the route's own allocation: the first client_id and sent */
         uint64_t client_id_hash; /* hashmap_hash(client_id): removing it from Client.pending hashes nothing */
+        size_t client_id_len;    /* strlen(client_id): an answer's id is compared with it, not measured */
         uint64_t sent_end;       /* its end in the backend's stdin (channel_sent_bytes()) */
         bool resend;             /* the backend died before reading it: it goes to the next one */
         /* A handshake-era client's request at a modern backend (bridge.c). */
