@@ -28,41 +28,53 @@ typedef struct OutChunk {
         char data[];
 } OutChunk;
 
+/* Laid out by 64-byte cache line (channel_new() aligns it to one): a wakeup that reads this channel
+ * touches the first two lines, one that writes to it the second and third, and the rest only where a
+ * connection starts, stalls or ends. A process woken after a slow backend finds these lines cold. */
 struct Channel {
-        sd_event *event;
-        int in_fd, out_fd;
-        bool same_fd;
-        bool out_is_socket;             /* half-close with shutdown(), which a dup'ed fd also reaches */
-        bool out_is_pipe;               /* what the reader has not read yet can be asked (FIONREAD) */
-        bool in_pollable, out_pollable; /* regular files cannot be polled: plain read/write them */
-        sd_event_source *in_source, *out_source, *file_source, *error_source;
+        /* Reading: */
+        LineBuffer lines;
+        int in_fd;
+        unsigned dispatching;
+        /* Reading, and what a write asks of the reading (channel_update_reading()): */
+        channel_handler_t handler;
+        void *userdata;
+        channel_read_hook_t read_hook;
+        sd_event_source *in_source;
+        size_t out_bytes;
+        unsigned burst_head; /* 0, or: what the first so many lines of a burst read here queue goes out at once */
+        bool reading_wanted, eof_seen;
+        bool shutting_down, closed; /* FLUSHING, CLOSED (see ChannelState) */
+        bool reading_on;            /* what channel_update_reading() last decided */
+        bool backpressure;          /* stop reading while our own output is backed up */
+        bool connecting;            /* the socket's connect is under way (or failed): no reads, no writes */
+        bool free_pending;
         /* in_source is on, out_source may be on: what was last asked of them, so that a flush skips the
          * calls that would change nothing (two per flush, into libsystemd, on the warm path). */
         bool in_source_on, out_source_on;
+        bool in_pollable, out_pollable; /* regular files cannot be polled: plain read/write them */
+        /* Writing: */
+        OutChunk *out_head, *out_tail;
+        uint64_t sent_total, written_total;
+        Channel *batch_next;
+        sd_event_source *out_source;
+        int out_fd;
+        bool batched; /* output queued during a burst, written when the burst ends (see batch_end()) */
+        bool close_write_pending, write_closed;
+        bool was_backed_up; /* went past the high-water mark: report CHANNEL_DRAINED when below half */
+        /* The rest: */
+        sd_event *event;
+        sd_event_source *file_source, *error_source;
         sd_event_source *dispatch_source; /* hands out lines already read when reading resumes */
         sd_event_source *closed_source;   /* reports CHANNEL_CLOSED */
         sd_event_source *stall_source;    /* FLUSHING: gives up on a peer that reads nothing */
         uint64_t stall_usec;
-        uint64_t sent_total, written_total, unread_at_close;
+        uint64_t unread_at_close;
         int write_error;
-        LineBuffer lines;
-        OutChunk *out_head, *out_tail;
-        size_t out_bytes;
-        bool reading_wanted, close_write_pending, write_closed, eof_seen;
-        bool shutting_down, closed; /* FLUSHING, CLOSED (see ChannelState) */
-        bool reading_on;            /* what channel_update_reading() last decided */
-        bool backpressure;          /* stop reading while our own output is backed up */
-        bool no_last_line;          /* drop a last line without its newline at EOF */
-        bool was_backed_up;         /* went past the high-water mark: report CHANNEL_DRAINED when below half */
-        bool connecting;            /* the socket's connect is under way (or failed): no reads, no writes */
-        unsigned dispatching;
-        bool free_pending;
-        bool batched; /* output queued during a burst, written when the burst ends (see batch_end()) */
-        unsigned burst_head; /* 0, or: what the first so many lines of a burst read here queue goes out at once */
-        Channel *batch_next;
-        channel_handler_t handler;
-        channel_read_hook_t read_hook;
-        void *userdata;
+        bool same_fd;
+        bool out_is_socket; /* half-close with shutdown(), which a dup'ed fd also reaches */
+        bool out_is_pipe;   /* what the reader has not read yet can be asked (FIONREAD) */
+        bool no_last_line;  /* drop a last line without its newline at EOF */
 };
 
 /* Written chunks of the usual size are kept for the next burst, a few for the whole process: a
@@ -564,7 +576,7 @@ int channel_new(sd_event *e, int in_fd, int out_fd, size_t max_line, channel_han
         Channel *c;
         int r;
 
-        c = calloc(1, sizeof *c);
+        c = calloc_lines(sizeof *c);
         if (!c)
                 return -ENOMEM;
         c->event = sd_event_ref(e);

@@ -502,7 +502,7 @@ void refused_make_room(Shim *s) {
 }
 
 int client_new(Shim *s, int fd, bool over_limit) {
-        Client *c = calloc(1, sizeof *c);
+        Client *c = calloc_lines(sizeof *c);
         struct ucred cred = {.pid = 0, .uid = (uid_t) -1, .gid = (gid_t) -1};
         socklen_t len = sizeof cred;
         int r;

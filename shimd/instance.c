@@ -68,7 +68,7 @@ static bool make_room(Shim *s) {
 }
 
 static Instance *instance_new(Shim *s, char *key) {
-        Instance *i = calloc(1, sizeof *i);
+        Instance *i = calloc_lines(sizeof *i);
 
         if (!i)
                 return NULL;

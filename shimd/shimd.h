@@ -81,101 +81,110 @@ typedef enum InstanceState {
 } InstanceState;
 
 /* One request from a client in flight at a backend, under the backend-side id. */
+/* What an answer reads comes first, the pointers to the rare parts together (read to find them empty):
+ * about two 64-byte lines of it, where all of it took three. */
 typedef struct Route {
         int64_t backend_id;
-        Instance *instance; /* where it is in flight (a session whose roots changed has moved on) */
         Client *client;
-        char *client_id;     /* the exact text of the client's id: the key in Client.pending */
+        char *client_id;         /* the exact text of the client's id: the key in Client.pending */
+        uint64_t client_id_hash; /* hashmap_hash(client_id): removing it from Client.pending hashes nothing */
+        size_t client_id_len;    /* strlen(client_id): an answer's id is compared with it, not measured */
+        char *sent; /* what went to the backend, for a backend that dies before reading it */
+        char *own_id, *own_sent; /* room in the route's own allocation: the first client_id and sent */
         char *client_token;  /* _meta.progressToken as the client sent it, if any */
         char *backend_token; /* the token the backend got: the client's, or one of ours if that one
                               * was taken at this backend; the key in Instance.tokens */
-        const char *method;  /* in the route's own allocation */
-        bool is_tool_call, is_tasks_list;
-        bool block; /* a block of ROUTE_BLOCK bytes (instance.c): to the free list when it goes */
-        char *sent; /* what went to the backend, for a backend that dies before reading it */
-        size_t sent_len;
-        char *own_id, *own_sent; /* room in the route's own allocation: the first client_id and sent */
-        uint64_t client_id_hash; /* hashmap_hash(client_id): removing it from Client.pending hashes nothing */
-        size_t client_id_len;    /* strlen(client_id): an answer's id is compared with it, not measured */
-        uint64_t sent_end;       /* its end in the backend's stdin (channel_sent_bytes()) */
-        bool resend;             /* the backend died before reading it: it goes to the next one */
         /* A handshake-era client's request at a modern backend (bridge.c). */
-        bool legacy_client;
         char *request; /* as sent, for a retry with the client's answers (tools/call, prompts/get, resources/read) */
-        size_t request_len;
         cJSON *input_responses; /* collected while the client answers */
         char *request_state;    /* the backend's, echoed exactly */
-        unsigned awaiting, rounds;
         /* A 2026-07-28 client's call at a handshake-era backend that asked it for input (mrtr.c). */
         Mrtr *mrtr;
+        bool legacy_client;
+        bool is_tool_call, is_tasks_list;
+        bool block;  /* a block of ROUTE_BLOCK bytes (instance.c): to the free list when it goes */
+        bool resend; /* the backend died before reading it: it goes to the next one */
+        Instance *instance; /* where it is in flight (a session whose roots changed has moved on) */
+        const char *method; /* in the route's own allocation */
+        size_t sent_len;
+        uint64_t sent_end; /* its end in the backend's stdin (channel_sent_bytes()) */
+        size_t request_len;
+        unsigned awaiting, rounds;
 } Route;
 
+/* Instance, Client and the head of a Route are laid out by 64-byte cache line (calloc_lines()): what a
+ * call's request and answer read of them comes first, in as few lines as it takes; a shim woken after
+ * a slow backend finds them cold. */
 struct Instance {
+        /* What every call's request and answer read: */
         Shim *shim;
+        Channel *ch;          /* backend stdout (in) and stdin (out) */
+        IdMap *routes;        /* backend id -> Route */
+        QueueItem *queue;     /* requests waiting for READY, oldest first */
+        Instance *next;
+        int64_t next_id;
+        /* A modern backend's subscriptions/listen for its sessions' resources/subscribe (subscribe.c) */
+        int64_t listen_id;  /* the stream's request id; 0: none open */
+        int64_t listen_old; /* the one it replaces, cancelled once the new one is acknowledged */
+        InstanceState state;
+        BackendEra era;
+        bool answered;       /* answered a call since it started: it works */
+        bool session_owned;  /* sharing: session; ends with its client */
+        bool unclaimed;      /* started ahead of any call; the first session takes it */
+        bool broken;         /* closed its stdout or spoke nonsense: its exit counts as a crash */
+        bool listen_acked;
+        bool probing;        /* server/discover sent, no verdict yet (initialize not sent) */
+        bool probe_pending;  /* server/discover not answered yet (also after initialize followed) */
+        bool era_assumed;    /* initialize sent unprobed, as the era learned before says (era-state.c) */
+        /* The rest: */
         char *key; /* pool key: protocol version + client capabilities (+ roots, roots.c) */
         cJSON *roots; /* what its sessions answered to roots/list ({"result":...} or {"error":...}) */
-        InstanceState state;
         pid_t pid;
         sd_event_source *child_source, *timer_source;
-        Channel *ch;         /* backend stdout (in) and stdin (out) */
         cJSON *init_result;  /* the backend's initialize result, handed to later sessions; for a modern
                               * backend its DiscoverResult */
         cJSON *init_params;  /* the initialize params it was started with (for the probe's fallback
                               * and a resident backend's restart) */
-        BackendEra era;
-        bool probing;         /* server/discover sent, no verdict yet (initialize not sent) */
-        bool probe_pending;   /* server/discover not answered yet (also after initialize followed) */
-        bool era_assumed;     /* initialize sent unprobed, as the era learned before says (era-state.c) */
         cJSON *late_discover; /* a DiscoverResult that came after initialize was sent */
-        QueueItem *queue;     /* requests waiting for READY, oldest first */
-        IdMap *routes;        /* backend id -> Route */
         Hashmap *tokens;      /* progress token text the backend got -> Route */
         Hashmap *tasks;       /* task id text (the backend's) -> Client whose call created it */
         /* clients' tokens this backend has had (progress.c) */
         ProgressMemo *progress;
-        int64_t next_id;
         unsigned n_clients; /* clients attached */
         unsigned crashes;   /* consecutive unexpected exits */
         uint64_t started_usec, retry_after_usec;
         uid_t owner_uid;     /* the peer whose client configuration started it */
         char *last_exit;     /* "exited with status 1", "killed by signal 9" */
-        bool answered;       /* answered a call since it started: it works */
-        bool session_owned;  /* sharing: session; ends with its client */
-        bool unclaimed;      /* started ahead of any call; the first session takes it */
-        bool broken;         /* closed its stdout or spoke nonsense: its exit counts as a crash */
         unsigned stop_stage; /* 0: stdin closed, 1: SIGTERM sent, 2: SIGKILL sent */
-        /* A modern backend's subscriptions/listen for its sessions' resources/subscribe (subscribe.c) */
-        int64_t listen_id;         /* the stream's request id; 0: none open */
-        int64_t listen_old;        /* the one it replaces, cancelled once the new one is acknowledged */
-        bool listen_acked;
         char *listen_uris;         /* what it asked for (printed array) */
         cJSON *listen_honoured;    /* what its acknowledgement took */
         SubscribeWaiter *waiters;  /* resources/subscribe requests waiting for the acknowledgement */
-        Instance *next;
 };
 
 struct Client {
+        /* What every call's request and answer read (the first 64-byte line): */
         Shim *shim;
         Channel *ch;
-        uint64_t serial;
-        uid_t uid; /* the peer's credentials (SO_PEERCRED) */
-        pid_t pid;
-        cJSON *init_params; /* the client's initialize params */
         Instance *instance;
-        Hashmap *pending;     /* client id text -> Route (owned by the instance's routes). The keys are the
-                               * routes' own client_id strings (hashmap_new_borrowed()): a route's new id is
-                               * put, and its old one removed, before the old string is freed. */
+        Hashmap *pending;   /* client id text -> Route (owned by the instance's routes). The keys are the
+                             * routes' own client_id strings (hashmap_new_borrowed()): a route's new id is
+                             * put, and its old one removed, before the old string is freed. */
+        cJSON *init_params; /* the client's initialize params */
+        uid_t uid;          /* the peer's credentials (SO_PEERCRED) */
+        unsigned n_queued;  /* requests waiting for the backend to be ready */
+        bool overflow;      /* stopped reading its answers: to be closed */
+        bool over_limit;    /* past the session limit: every request gets why, then it is closed */
+        bool over_share;    /* ...because its uid holds its share of the sessions already */
+        bool eof;
+        bool modern;    /* a 2026-07-28 client, as its initialize said (mrtr.c): it takes no requests */
+        bool era_known; /* modern is settled: said, or (said nothing) its first request or our first ask */
+        /* The rest: */
+        uint64_t serial;
+        pid_t pid;
         cJSON *subscriptions; /* resource URIs this connection subscribed to (array of strings) */
         char *log_level;      /* logging/setLevel's, at a modern backend (subscribe.c) */
-        unsigned n_queued;    /* requests waiting for the backend to be ready */
         char *refused;        /* why initialize found no backend for it, told to each later call */
-        bool overflow;        /* stopped reading its answers: to be closed */
-        bool over_limit;      /* past the session limit: every request gets why, then it is closed */
-        bool over_share;      /* ...because its uid holds its share of the sessions already */
         size_t partial_seen;  /* its unfinished line's length when last weighed (client.c) */
-        bool eof;
-        bool modern;       /* a 2026-07-28 client, as its initialize said (mrtr.c): it takes no requests */
-        bool era_known;    /* modern is settled: said, or (said nothing) its first request or our first ask */
         cJSON *mrtr_ended; /* requestState -> what its retry gets: calls that ended while their retry was awaited */
         /* roots.c: a session pooled by its roots is asked for them before it gets a backend */
         HeldItem *held;      /* what it sent meanwhile */
