@@ -686,6 +686,10 @@ static void deliver(Instance *i, Client *c, const Message *m) {
                 return client_fail_request(c, m, "out of memory");
         if (m->kind == JSONRPC_REQUEST && method_is(m->method, "initialize"))
                 reply_initialize(i, c, m);
+        else if (m->kind == JSONRPC_REQUEST &&
+                 (method_is(m->method, "resources/subscribe") || method_is(m->method, "resources/unsubscribe")) &&
+                 subscribe_refuse_nul_uri(c, m))
+                return; /* cut at its NUL it would be another session's URI */
         else if (m->kind == JSONRPC_REQUEST && i->era == BACKEND_ERA_MODERN && subscribe_intercept(i, c, m))
                 return; /* gone in 2026-07-28: mapped onto what replaced it */
         else if (m->kind == JSONRPC_REQUEST && unsubscribe_shared(i, c, m))
@@ -1040,7 +1044,7 @@ static void handle_backend_notification(Instance *i, const Message *m) {
         const char *uri = NULL;
 
         /* The one notification read past its envelope here: whose subscription it concerns. */
-        if (method_is(m->method, "notifications/resources/updated") && message_json(m))
+        if (method_is(m->method, "notifications/resources/updated") && message_json(m) && !subscribe_uri_has_nul(m))
                 uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "uri"));
         if (method_is(m->method, "notifications/progress"))
                 return handle_progress(i, m);

@@ -357,6 +357,11 @@ bool subscribe_intercept(Instance *i, Client *c, const Message *m);
 /* The backend's listen stream asks for what the sessions (but except) hold now. */
 int subscribe_refresh(Instance *i, const Client *except);
 int subscribe_track(Client *c, const char *uri, bool sub);
+/* Whether m's params.uri decodes with a NUL: the tree's string ends there, the backend reads all of it,
+ * so it names no URI a session holds (or may hold: a resources/subscribe or unsubscribe with one is
+ * refused, with its error sent, by subscribe_refuse_nul_uri(), true when it was one). */
+bool subscribe_uri_has_nul(const Message *m);
+bool subscribe_refuse_nul_uri(Client *c, const Message *m);
 /* The backend's notification or response concerns the stream (or is a log message): true if handled. */
 bool subscribe_handle_notification(Instance *i, const Message *m);
 bool subscribe_handle_response_internal(Instance *i, int64_t id, const Message *m);

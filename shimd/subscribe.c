@@ -217,6 +217,30 @@ static void handle_subscribe(Instance *i, Client *c, const Message *m, bool sub)
         i->waiters = w;
 }
 
+bool subscribe_uri_has_nul(const Message *m) {
+        _cleanup_free_ char *buf = NULL;
+        size_t len;
+        Span s;
+
+        if (message_find(m, (const char *const[]){"params", "uri", NULL}, &s) < 0 || s.len < 2)
+                return false;
+        buf = malloc(s.len);
+        return !buf || (message_string(m, s, buf, s.len, &len) == 0 && len != strlen(buf));
+}
+
+bool subscribe_refuse_nul_uri(Client *c, const Message *m) {
+        _cleanup_json_ cJSON *e = NULL;
+
+        if (!subscribe_uri_has_nul(m))
+                return false;
+        e = jsonrpc_error_new(m->id_json, JSONRPC_INVALID_PARAMS,
+                              "Invalid params: the uri holds a NUL character (\\u0000), which no resource URI has "
+                              "(write it as %00)");
+        if (e)
+                client_send(c, e);
+        return true;
+}
+
 static void handle_set_level(Client *c, const Message *m) {
         const char *level = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "level"));
         _cleanup_json_ cJSON *e = NULL;
@@ -310,7 +334,7 @@ static void handle_updated(Instance *i, const Message *m) {
         _cleanup_json_ cJSON *copy = cJSON_Duplicate(m->json, true);
         cJSON *meta = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(copy, "params"), "_meta");
 
-        if (!uri || !copy)
+        if (!uri || !copy || subscribe_uri_has_nul(m)) /* no session holds such a URI */
                 return;
         cJSON_DeleteItemFromObjectCaseSensitive(meta, META_SUBSCRIPTION_ID);
         if (cJSON_IsObject(meta) && !meta->child)

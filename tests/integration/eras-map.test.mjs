@@ -78,6 +78,47 @@ test("handshake-era sessions pooled on a modern-only backend: resources/subscrib
   assert.doesNotMatch(shim.stderr(), /refused|invalid/i);
 });
 
+test("at a modern backend, an update on the stream whose uri decodes with a NUL reaches no session, not the one subscribed to the URI its first bytes spell", async () => {
+  // The modern server behind a relay that writes, ahead of each update, the same update for the
+  // URI with "\u0000x" after it.
+  const relay = join(dir, "nul-relay.mjs");
+  writeFileSync(
+    relay,
+    `import { spawn } from "node:child_process";
+import { createInterface } from "node:readline";
+const child = spawn(process.argv[2], process.argv.slice(3), { stdio: ["pipe", "pipe", "inherit"] });
+process.stdin.pipe(child.stdin);
+child.on("exit", (code) => process.exit(code ?? 1));
+createInterface({ input: child.stdout }).on("line", (l) => {
+  let m;
+  try { m = JSON.parse(l); } catch {}
+  if (m?.method === "notifications/resources/updated")
+    process.stdout.write(JSON.stringify({ ...m, params: { ...m.params, uri: m.params.uri + "\\u0000x" } }) + "\\n");
+  process.stdout.write(l + "\\n");
+});
+`,
+  );
+  const m = await modernManifest(join(dir, "nul.json"), {
+    name: "nul",
+    args: ["--legacy", "reject"],
+    extra: { socket: join(dir, "nul.sock"), command: ["node", relay, "node", MODERN_SERVER, "--legacy", "reject"] },
+  });
+  const shim = await pooled(m, "nul");
+  const a = session(m);
+  const b = session(m);
+  for (const p of [a, b]) {
+    assert.ok((await p.request(INIT("2025-11-25"))).result);
+    p.send({ jsonrpc: "2.0", method: "notifications/initialized" });
+  }
+  assert.deepEqual((await a.request({ jsonrpc: "2.0", id: 2, method: "resources/subscribe", params: { uri: URI } }, 20000)).result, {});
+  b.send(CALL(4, "touch"));
+  await until(b, 4);
+  const [aNotes] = await until(a, (a.send(CALL(5, "echo", { message: "x" })), 5));
+  assert.deepEqual(aNotes, [{ jsonrpc: "2.0", method: "notifications/resources/updated", params: { uri: URI } }], shim.stderr());
+  await a.close();
+  await b.close();
+});
+
 test("differential: a handshake-era client's logging/setLevel at a modern backend, straight (the SDK's own bridge) and through mcp-lazy (the envelope's logLevel)", async () => {
   const only = await modernManifest(join(dir, "only-direct.json"), { args: ["--legacy", "reject"] });
   const script = async (c) => {

@@ -119,6 +119,35 @@ describe("a hostile session on a pooled backend", () => {
     assert.equal(t.id, 4, JSON.stringify(t));
   });
 
+  test("a resource URI that decodes with a NUL is refused, never merged with the URI its first bytes spell", async () => {
+    const a = await session();
+    const b = await session();
+    const uri = "echo://nul";
+    const sub = (id, method, u) => ({ jsonrpc: "2.0", id, method, params: { uri: u } });
+    assert.deepEqual((await a.request(sub(1, "resources/subscribe", uri))).result, {});
+    // b asks for another URI, whose first bytes spell a's: refused, saying why.
+    for (const [id, method] of [[1, "resources/subscribe"], [2, "resources/unsubscribe"]]) {
+      const e = await b.request(sub(id, method, uri + "\u0000x"));
+      assert.equal(e.error?.code, -32602, JSON.stringify(e));
+      assert.match(e.error.message, /the uri holds a NUL character/, JSON.stringify(e));
+    }
+    // a's updates reach a alone; an update the backend sends for the longer URI reaches nobody.
+    b.send(call(3, "touch", { uri }));
+    assert.equal((await b.next()).id, 3, "b is not subscribed");
+    assert.deepEqual((await a.next()).params, { uri });
+    const line = JSON.stringify({ jsonrpc: "2.0", method: "notifications/resources/updated", params: { uri: uri + "\u0000x" } });
+    a.send(call(4, "send", { lines: [line], answer: true }));
+    const sent = await a.next();
+    assert.equal(sent.id, 4, `the update for the other URI reached a: ${JSON.stringify(sent)}`);
+    // b's unsubscribe was refused, so a's subscription holds at the backend.
+    a.send(call(5, "touch", { uri }));
+    assert.equal((await a.next()).method, "notifications/resources/updated");
+    assert.equal((await a.next()).id, 5);
+    await sleep(100);
+    assert.equal(b.lines.length, 0, `b heard of a's URI: ${b.lines}`);
+    assert.equal(text(await a.request(call(6, "seen", { marker: "nul\\u0000" }))), "[]", "the backend never saw the NUL URI");
+  });
+
   test("an answer that is not JSON (NaN) fails its call instead of leaving it waiting", async () => {
     const a = await session();
     const r = await a.request(call("n", "nan"), 5000);
