@@ -38,8 +38,12 @@ static size_t char_len(const unsigned char *s, size_t n) {
 }
 
 char *text_printable(const char *s, size_t max) {
+        return text_printable_n(s, strlen(s), max);
+}
+
+char *text_printable_n(const char *s, size_t n, size_t max) {
         const unsigned char *p = (const unsigned char *) s;
-        size_t n = strlen(s), i = 0, o = 0;
+        size_t i = 0, o = 0;
         bool cut = false;
         char *out = malloc((n < max ? n : max) + 4);
 

@@ -7,8 +7,18 @@
 /* A copy of s with every C0/C1 control character, DEL and invalid UTF-8 byte as '?', and at most max
  * bytes of it (cut at a character, then "..."). NULL only when out of memory. */
 char *text_printable(const char *s, size_t max);
+/* The same of the first len bytes at s, which need not end in a NUL and may hold NULs (each a '?'): a
+ * peer's line. Reads no further than it writes (at most max bytes and one character). */
+char *text_printable_n(const char *s, size_t len, size_t max);
 /* s has nothing text_printable() would change (and is at most max bytes). */
 int text_is_printable(const char *s, size_t max);
 /* Appends n bytes of a stream (an ssh's or a server's stderr) to tail, which holds *len of at most cap
  * bytes, keeping only the last cap: the reason a process gives comes last. No NUL is added. */
 void text_tail_append(char *tail, size_t *len, size_t cap, const char *buf, size_t n);
+
+/* What makes a login through ssh write to its stdout, and how to quiet it: for the error about a line
+ * that is not JSON-RPC where only JSON-RPC may come (a remote backend's, a backend run through ssh). */
+#define SSH_LOGIN_NOISE_HINT                                                                                     \
+        "a shell startup file that runs for non-interactive shells (~/.bashrc for bash, ~/.zshenv for zsh), "    \
+        "~/.ssh/rc or a forced command of the remote user prints it; make it print nothing unless the shell is " \
+        "interactive (e.g. begin ~/.bashrc with: case $- in *i*) ;; *) return;; esac)"

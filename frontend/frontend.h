@@ -245,6 +245,9 @@ int remote_spawn(const Backend *b, sd_event *e, RemoteChild **ret_child, int *re
 void remote_child_wait(RemoteChild *c, remote_done_t done, void *userdata);
 /* Why it ended, for the user: b may be NULL when the backend left the manifest. */
 char *remote_child_explain(const RemoteChild *c, const Backend *b, const char *name, bool established);
+/* The error for a line that is not JSON-RPC (line, len bytes) on ssh's stdout before the remote shim
+ * answered: the remote login wrote it; what to do. NULL when out of memory. */
+char *remote_login_noise_explain(const Backend *b, const char *name, const char *line, size_t len);
 RemoteChild *remote_child_free(RemoteChild *c);
 /* The remote answered: a master this ssh opened is up, and others may share it. */
 void remote_child_established(RemoteChild *c);

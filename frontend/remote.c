@@ -521,30 +521,61 @@ static bool said(const RemoteChild *c, const char *what) {
 }
 
 /* What a failed ssh means, and what to do about it. established: the remote shim had answered. */
-char *remote_child_explain(const RemoteChild *c, const Backend *b, const char *name, bool established) {
-        _cleanup_free_ char *words = ssh_said(c), *who = NULL, *what = NULL;
-        const char *host = b ? b->remote.host : "?", *h = b ? b->remote.ssh_host : "?";
-        char dest[600], cmd[700], known[600];
-        const char *tail = established ? "; the call may or may not have run, the next call connects again" : "";
-        char *text = NULL;
+/* "backend 'NAME' on HOST (backend 'THERE' there)": who failed, as every remote error begins. */
+static char *remote_who(const Backend *b, const char *name) {
+        const char *host = b ? b->remote.host : "?";
+        char *who = NULL;
         int r;
 
         if (b && !streq(b->remote.remote_name, name))
                 r = asprintf(&who, "backend '%s' on %s (backend '%s' there)", name, host, b->remote.remote_name);
         else
                 r = asprintf(&who, "backend '%s' on %s", name, host);
-        if (r < 0)
-                return NULL;
-        /* How the user reaches the same host by hand, and how known_hosts names it. */
+        return r < 0 ? NULL : who;
+}
+
+/* How the user reaches the same host by hand ("ssh -p 2222 alice@db"), and how known_hosts names it. */
+static void remote_cmd(const Backend *b, char *cmd, size_t cmd_size, char *known, size_t known_size) {
+        const char *h = b ? b->remote.ssh_host : "?";
+        char dest[600];
+
         snprintf(dest, sizeof dest, "%s%s%s", b && b->remote.ssh_user ? b->remote.ssh_user : "",
                  b && b->remote.ssh_user ? "@" : "", h);
         if (b && b->remote.port) {
-                snprintf(cmd, sizeof cmd, "ssh -p %u %s", b->remote.port, dest);
-                snprintf(known, sizeof known, "[%s]:%u", h, b->remote.port);
+                snprintf(cmd, cmd_size, "ssh -p %u %s", b->remote.port, dest);
+                snprintf(known, known_size, "[%s]:%u", h, b->remote.port);
         } else {
-                snprintf(cmd, sizeof cmd, "ssh %s", dest);
-                snprintf(known, sizeof known, "%s", h);
+                snprintf(cmd, cmd_size, "ssh %s", dest);
+                snprintf(known, known_size, "%s", h);
         }
+}
+
+char *remote_login_noise_explain(const Backend *b, const char *name, const char *line, size_t len) {
+        _cleanup_free_ char *who = remote_who(b, name), *quote = text_printable_n(line, len, 80);
+        char cmd[700], known[600], *text = NULL;
+
+        if (!who || !quote)
+                return NULL;
+        remote_cmd(b, cmd, sizeof cmd, known, sizeof known);
+        if (asprintf(&text,
+                     "%s: the remote login wrote '%s' to stdout, where only mcp-lazy's messages may come: %s, so "
+                     "that '%s true' prints nothing; the call may or may not have run, the next call connects again",
+                     who, quote, SSH_LOGIN_NOISE_HINT, cmd) < 0)
+                return NULL;
+        return text;
+}
+
+char *remote_child_explain(const RemoteChild *c, const Backend *b, const char *name, bool established) {
+        _cleanup_free_ char *words = ssh_said(c), *who = remote_who(b, name), *what = NULL;
+        const char *h = b ? b->remote.ssh_host : "?";
+        char cmd[700], known[600];
+        const char *tail = established ? "; the call may or may not have run, the next call connects again" : "";
+        char *text = NULL;
+        int r;
+
+        if (!who)
+                return NULL;
+        remote_cmd(b, cmd, sizeof cmd, known, sizeof known);
         if (c->exit_code == CLD_KILLED || c->exit_code == CLD_DUMPED)
                 r = asprintf(&what, "ssh was killed by signal %s", sigabbrev_np(c->exit_status) ?: "?");
         else if (c->exit_status == 255 && said(c, "REMOTE HOST IDENTIFICATION HAS CHANGED"))

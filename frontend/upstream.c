@@ -176,7 +176,7 @@ static void upconn_drain(UpConn *c) {
         channel_close_write(c->ch);
 }
 
-static void upconn_bad_answer(UpConn *c, const char *id_text, const char *problem);
+static void upconn_bad_answer(UpConn *c, const char *id_text, const char *problem, const char *line, size_t len);
 
 /* JSON-RPC answers a message whose id could not be read with id null: that names none of our calls
  * (all we send is valid, with its id), and closing the connection would fail calls it does not
@@ -274,19 +274,41 @@ static void upconn_handle_response(UpConn *c, const Message *m) {
         if (m->id && (m->id->type & 0xFF) == cJSON_NULL) /* cJSON_IsNull(), no call into libcjson per answer */
                 return upconn_null_id(c, m, NULL);
         if (!m->id_text)
-                return upconn_bad_answer(c, NULL, "\"id\" must be a string or an integer");
+                return upconn_bad_answer(c, NULL, "\"id\" must be a string or an integer", m->text, m->len);
         if (!session_complete(s, c, m))
                 log_debug("Dropping a response from backend '%s' that matches no request.", up_name(c->up));
+}
+
+/* A line that shows no id (line, len: all of it, or its beginning) could answer any call: the
+ * connection is closed, failing its calls, with the line's beginning in the reason. On ssh before the
+ * remote shim's first answer only the remote login can have written it (a shell startup file that
+ * prints): the calls fail saying so, and what to do about it. */
+static void upconn_no_id(UpConn *c, const char *line, size_t len, const char *problem) {
+        const Manifest *mf = c->child && !c->established ? session_manifest(c->up->s) : NULL;
+        const Backend *b = mf ? manifest_find_backend(mf, c->up->name) : NULL;
+        _cleanup_free_ char *quote = text_printable_n(line, len, 80), *text = NULL;
+        char why[384];
+
+        if (b && b->remote.kind == REMOTE_SSH && (text = remote_login_noise_explain(b, c->up->name, line, len))) {
+                log_warning("%s", text);
+                return upconn_fail_all(c, text);
+        }
+        log_warning("Backend '%s' sent an invalid message without a readable id (%s), beginning '%s': closing the "
+                    "connection, failing its calls.",
+                    up_name(c->up), problem, quote ?: "?");
+        snprintf(why, sizeof why, "it sent an invalid message without a readable id: %s, beginning '%s'", problem,
+                 quote ?: "?");
+        upconn_close(c, why);
 }
 
 /* A message that breaks the rules but could be an answer: the call its id names (of this connection)
  * fails saying why; one that names no call (no id, or one that cannot be read) could be any call's
  * answer, so the connection is closed, failing its calls, rather than left to hang one of them. An id
  * that reads but names no call here is a late answer: dropped. */
-static void upconn_bad_answer(UpConn *c, const char *id_text, const char *problem) {
+static void upconn_bad_answer(UpConn *c, const char *id_text, const char *problem, const char *line, size_t len) {
         Session *s = c->up->s;
         Pending *p = id_text ? hashmap_get(s->pending, id_text) : NULL;
-        char text[512], why[256];
+        char text[512];
 
         if (!c->established && id_text_is_init(id_text))
                 return upconn_init_failed(c, problem);
@@ -302,11 +324,7 @@ static void upconn_bad_answer(UpConn *c, const char *id_text, const char *proble
                 return (void) log_warning(
                         "Backend '%s' sent an invalid answer (%s) to no call of this session, ignoring it.",
                         up_name(c->up), problem);
-        log_warning("Backend '%s' sent an invalid message without a readable id (%s): closing the connection, failing "
-                    "its calls.",
-                    up_name(c->up), problem);
-        snprintf(why, sizeof why, "it sent an invalid message without a readable id: %s", problem);
-        upconn_close(c, why);
+        upconn_no_id(c, line, len, problem);
 }
 
 /* An answer that breaks the rules still ends its call, with an error that says so. Keys as the scan
@@ -317,7 +335,7 @@ static void upconn_handle_invalid(UpConn *c, const Message *m) {
         if (!json_peek_has_key(m->text, m->len, "method")) {
                 if (line_id_null(m->text, m->len))
                         return upconn_null_id(c, m, m->problem);
-                return upconn_bad_answer(c, m->id_text, m->problem);
+                return upconn_bad_answer(c, m->id_text, m->problem, m->text, m->len);
         }
 
         log_warning("Backend '%s' sent an invalid message (%s), ignoring it.", up_name(c->up), m->problem);
@@ -461,7 +479,7 @@ static void upconn_unreadable(UpConn *c, const char *line, size_t len, int error
         if (!id && line_id_null(line, len))
                 return (void) log_warning("Backend '%s' sent an invalid answer with \"id\": null (%s), ignoring it.",
                                           up_name(c->up), problem);
-        upconn_bad_answer(c, id ? id->valuestring : NULL, problem);
+        upconn_bad_answer(c, id ? id->valuestring : NULL, problem, line, len);
 }
 
 static void upconn_handle_line(UpConn *c, const char *line, size_t len) {

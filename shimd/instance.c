@@ -10,6 +10,7 @@
 #include "jsonrpc.h"
 #include "log.h"
 #include "peek.h"
+#include "printable.h"
 #include "duration.h"
 #include "macros.h"
 #include "process.h"
@@ -1111,16 +1112,30 @@ static bool backend_unreadable_request(Instance *i, const char *line, size_t len
         return true;
 }
 
+/* A backend run through ssh ([/usr/bin/]ssh ...) that is still starting: a line that is not JSON-RPC
+ * on its stdout is most likely its login's (a shell startup file that prints), not the server's. */
+static bool backend_login_noise(const Instance *i) {
+        const char *cmd = i->shim->backend->command ? i->shim->backend->command[0] : NULL;
+        const char *base = cmd ? strrchr(cmd, '/') : NULL;
+
+        return cmd && i->state == INSTANCE_STARTING && streq(base ? base + 1 : cmd, "ssh");
+}
+
 static void handle_backend_garbage(Instance *i, const char *line, size_t len, int error) {
         _cleanup_json_ cJSON *id = jsonrpc_peek_id(line, len);
+        _cleanup_free_ char *quote = NULL;
         Route *r = NULL;
         char text[512];
 
         if (backend_unreadable_request(i, line, len,
                                        error == -E2BIG ? "JSON nested too deeply" : "not valid UTF-8 JSON"))
                 return;
-        log_warning("Backend '%s' wrote a line that is not JSON-RPC to stdout, ignoring it: %.*s", iname(i),
-                    (int) (len < 80 ? len : 80), line);
+        quote = text_printable_n(line, len, 80);
+        log_warning("Backend '%s' wrote a line that is not JSON-RPC to stdout, ignoring it: '%s'%s", iname(i),
+                    quote ?: "?",
+                    backend_login_noise(i)
+                            ? "; its command is ssh, so most likely the remote login wrote it: " SSH_LOGIN_NOISE_HINT
+                            : "");
         /* jsonrpc_peek_id() gives integers below 10^15 only. */
         if (cJSON_IsNumber(id) &&
             init_answer_bad(i, (int64_t) id->valuedouble,

@@ -2,7 +2,7 @@
 // answer every call with a clear error and carry on (direct activation: no systemd needed).
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { INIT, MCP_LAZY, ROOT, RawPeer, SERVER_SCRIPTS, SHIMD, cleanupPeers, sleep, waitFor } from "./lib/env.mjs";
@@ -15,6 +15,10 @@ writeFileSync(
   `#!/bin/sh\necho 'Server starting... not JSON'\necho '{"jsonrpc":"2.0","bogus":1}'\nexec node ${SERVER_SCRIPTS.memory}\n`,
   { mode: 0o755 },
 );
+// A backend run through ssh whose login prints (a noisy ~/.bashrc there): a stand-in named ssh that
+// writes a banner (with an escape sequence) and then runs the server.
+mkdirSync(join(dir, "bin"));
+writeFileSync(join(dir, "bin/ssh"), `#!/bin/sh\nprintf 'Welcome to far, \\033[1mroot\\033[0m\\n'\nexec node ${SERVER_SCRIPTS.memory}\n`, { mode: 0o755 });
 // A handshake-era backend that refuses server/discover at once, then takes 3 s over initialize:
 // longer than the 2 s the shim gives server/discover, well within its init_timeout.
 writeFileSync(
@@ -39,12 +43,14 @@ writeFileSync(
   missing: {command: [/nonexistent/server]}
   noisy: {command: [${join(dir, "noisy.sh")}], env: {MEMORY_FILE_PATH: ${dir}/m.jsonl}}
   late: {command: [node, ${join(dir, "late.mjs")}], init_timeout: 20s}
+  viassh: {command: [${join(dir, "bin/ssh")}, far, mcp-lazy, connect, memory], env: {MEMORY_FILE_PATH: ${dir}/s.jsonl}}
 tools:
   - {name: crash, backend: crashy, input_schema: {type: object}}
   - {name: hang, backend: silent, input_schema: {type: object}}
   - {name: nothing, backend: missing, input_schema: {type: object}}
   - {name: read_graph, backend: noisy, input_schema: {type: object}}
   - {name: slow_start, backend: late, input_schema: {type: object}}
+  - {name: search_nodes, backend: viassh, input_schema: {type: object}}
 `,
 );
 
@@ -129,8 +135,21 @@ test("garbage on a backend's stdout is skipped and logged, the calls still work"
   assert.match(text(r), /"entities"/);
   // Logged as the shim read them, but on stderr: the answer, on stdout, may reach us first.
   await waitFor(() => /wrote a line that is not JSON-RPC/.test(p.stderr) && /sent an invalid message/.test(p.stderr), 20000);
-  assert.match(p.stderr, /Backend 'noisy' wrote a line that is not JSON-RPC to stdout, ignoring it: Server starting\.\.\. not JSON/);
+  assert.match(p.stderr, /Backend 'noisy' wrote a line that is not JSON-RPC to stdout, ignoring it: 'Server starting\.\.\. not JSON'\n/);
   assert.match(p.stderr, /Backend 'noisy' sent an invalid message/);
+  await p.close();
+});
+
+test("a backend run through ssh whose login writes to stdout: the line is logged printably, with the likely cause and what to do", async () => {
+  const p = await session();
+  const r = await p.request({ jsonrpc: "2.0", id: ++n, method: "tools/call", params: { name: "search_nodes", arguments: { query: "x" } } }, 30000);
+  assert.ok(!r.result.isError, JSON.stringify(r));
+  await waitFor(() => /Backend 'viassh' wrote/.test(p.stderr), 20000);
+  assert.match(
+    p.stderr,
+    /Backend 'viassh' wrote a line that is not JSON-RPC to stdout, ignoring it: 'Welcome to far, \?\[1mroot\?\[0m'; its command is ssh, so most likely the remote login wrote it: a shell startup file that runs for non-interactive shells \(~\/\.bashrc for bash, ~\/\.zshenv for zsh\), ~\/\.ssh\/rc or a forced command of the remote user prints it; make it print nothing unless the shell is interactive \(e\.g\. begin ~\/\.bashrc with: case \$- in \*i\*\) ;; \*\) return;; esac\)\n/,
+  );
+  assert.doesNotMatch(p.stderr, /\x1b/, "no escape sequence reaches the log");
   await p.close();
 });
 

@@ -455,7 +455,7 @@ describe("the frontend, with a shim that answers a call with a bad line", () => 
     assert.equal(text(ok), "fine", JSON.stringify(ok));
   }
   const invalidAnswer = (why) => new RegExp(`backend 'fake' sent an invalid answer to this call \\(${why}\\)`);
-  const lost = (why) => new RegExp(`lost the connection to backend 'fake' \\(it sent an invalid message without a readable id: ${why}\\); the call may or may not have run`);
+  const lost = (why) => new RegExp(`lost the connection to backend 'fake' \\(it sent an invalid message without a readable id: ${why}, beginning '\\{"jsonrpc":"2\\.0",.*'\\); the call may or may not have run`);
 
   test("an answer with bytes that are not UTF-8 fails its call, naming the backend", async () => {
     const before = conns.length;

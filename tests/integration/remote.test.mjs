@@ -209,6 +209,30 @@ test("ssh killed mid-call: that call fails saying so, the next call reconnects",
   await s.close();
 });
 
+test("a remote login that writes to stdout (a noisy ~/.bashrc) fails the call saying so and what to do; quiet again, calls work", async () => {
+  // What bash reads for a command run by sshd: root's ~/.bashrc there (the box's own copy, an overlay).
+  await fleet.sh("cp /root/.bashrc /root/.bashrc.away");
+  const noisy = await fleet.box.exec("bash", ["-c", "cat >> /root/.bashrc"], { input: "printf 'Welcome to far, \\033[1mroot\\033[0m\\n'\n" });
+  assert.equal(noisy.code, 0, noisy.stderr);
+  const s = await session();
+  try {
+    const r = await s.callTool({ name: "echo", arguments: { message: "noisy" } });
+    assert.equal(r.isError, true, JSON.stringify(r));
+    const text = r.content[0].text;
+    // The line, quoted printably (its escape sequences as ?), the likely cause, and what to do.
+    assert.ok(text.startsWith("backend 'reverything' on ssh://root@far (backend 'everything' there): the remote login wrote 'Welcome to far, ?[1mroot?[0m' to stdout, "), text);
+    assert.match(text, /a shell startup file that runs for non-interactive shells \(~\/\.bashrc for bash, ~\/\.zshenv for zsh\), ~\/\.ssh\/rc or a forced command of the remote user prints it; make it print nothing unless the shell is interactive/);
+    assert.match(text, /, so that 'ssh root@far true' prints nothing; the call may or may not have run, the next call connects again$/);
+    // The frontend's log says the same.
+    assert.ok(s.stderrText().includes(text), s.stderrText());
+  } finally {
+    await fleet.sh("mv /root/.bashrc.away /root/.bashrc");
+  }
+  const again = await s.callTool({ name: "echo", arguments: { message: "quiet" } });
+  assert.equal(again.content[0].text, "Echo: quiet");
+  await s.close();
+});
+
 test("host keys: an unknown one and a changed one are refused, each with what to do", async () => {
   const s = await session();
   const u = await s.callTool({ name: "t_unknownkey", arguments: {} });

@@ -34,6 +34,25 @@ int main(void) {
         CHECK(!text_is_printable("too long", 3));
         p("", 0);
 
+        /* a line of a given length, not NUL-terminated, NULs in it: read no further than needed */
+        {
+                char *line = malloc(6), *q;
+                memcpy(line,
+                       "ab\0c\x1b"
+                       "d",
+                       6);
+                q = text_printable_n(line, 6, 100);
+                CHECK_STREQ(q, "ab?c?d");
+                free(q);
+                q = text_printable_n(line, 6, 3);
+                CHECK_STREQ(q, "ab?...");
+                free(q);
+                q = text_printable_n(line, 0, 3);
+                CHECK_STREQ(q, "");
+                free(q);
+                free(line);
+        }
+
         /* a tail keeps the last cap bytes of what it is given */
         char tail[8];
         size_t len = 0;
