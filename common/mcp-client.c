@@ -66,6 +66,7 @@ typedef struct Client {
         McpEra era;
         bool modern;          /* it answered server/discover: lists are asked with the envelope */
         bool died_on_probe;   /* it went away on server/discover: started again for initialize */
+        bool via_ssh;         /* its command is ssh: a line before its first answer may be the login's */
         sd_event_source *probe_timer;
 } Client;
 
@@ -339,9 +340,14 @@ static void client_on_message(Client *c, const char *line, size_t len) {
         r = jsonrpc_parse(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &j);
         if (r == -E2BIG)
                 return client_fail(c, r, "it sent a message nested deeper than %u levels", JSONRPC_DEFAULT_MAX_DEPTH);
-        if (r < 0)
-                return client_fail(c, -EPROTO, "it wrote something that is not JSON-RPC on stdout: '%.*s'",
-                                   (int) (len > 80 ? 80 : len), line);
+        if (r < 0) {
+                _cleanup_free_ char *quote = text_printable_n(line, len, 80);
+                return client_fail(
+                        c, -EPROTO, "it wrote something that is not JSON-RPC on stdout: '%s'%s", quote ?: "?",
+                        c->via_ssh && c->step <= STEP_INITIALIZE ? "; its command is ssh, so most likely the remote "
+                                                                   "login wrote it: " SSH_LOGIN_NOISE_HINT
+                                                                 : "");
+        }
         msg = jsonrpc_classify(j);
         if (msg.kind == JSONRPC_REQUEST)
                 return client_answer(c, &msg);
@@ -598,6 +604,7 @@ int mcp_discover(const McpServerCommand *cmd, const cJSON *client_capabilities, 
                 return r;
         }
         c.stderr_fd = fds[2];
+        c.via_ssh = streq(strrchr(cmd->argv[0], '/') ? strrchr(cmd->argv[0], '/') + 1 : cmd->argv[0], "ssh");
 
         r = sd_event_new(&e);
         if (r >= 0) {

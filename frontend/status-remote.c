@@ -251,6 +251,15 @@ static const char *remote_entry_problem(const cJSON *e) {
         return NULL;
 }
 
+/* Whether the answer is a status object after lines that are not: what a login that prints leaves. */
+static bool login_noise(const HostCheck *h) {
+        const char *o = memmem(h->out, h->out_len, "\n{", 2);
+        _cleanup_json_ cJSON *rest = NULL;
+
+        return o && jsonrpc_parse(o + 1, h->out_len - (size_t) (o + 1 - h->out), JSON_DEPTH, &rest) >= 0 &&
+               cJSON_IsObject(rest);
+}
+
 static void host_result(const HostCheck *h, const char *remote_name, RemoteLook *ret) {
         _cleanup_json_ cJSON *answer = NULL;
         _cleanup_free_ char *said = last_line(h->err);
@@ -283,6 +292,15 @@ static void host_result(const HostCheck *h, const char *remote_name, RemoteLook 
         }
         if (jsonrpc_parse(h->out, h->out_len, JSON_DEPTH, &answer) < 0)
                 answer = NULL;
+        if (!answer && h->out_len > 0 && h->out[0] != '{' && login_noise(h)) {
+                /* Lines ahead of the status (one object): the login's own. */
+                const char *nl = memchr(h->out, '\n', h->out_len);
+                _cleanup_free_ char *quote = text_printable_n(h->out, nl ? (size_t) (nl - h->out) : h->out_len, 80);
+                r = asprintf(&ret->reason,
+                             "the remote login wrote '%s' to stdout before 'mcp-lazy status --json' answered: %s",
+                             quote ?: "?", SSH_LOGIN_NOISE_HINT);
+                return (void) (r < 0 ? ret->reason = NULL : NULL);
+        }
         list = cJSON_GetObjectItemCaseSensitive(answer, "backends");
         if (!cJSON_IsObject(answer) || !cJSON_IsArray(list)) {
                 ret->reason = strdup("there, 'mcp-lazy status --json' answered something else than its status");

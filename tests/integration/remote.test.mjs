@@ -225,6 +225,14 @@ test("a remote login that writes to stdout (a noisy ~/.bashrc) fails the call sa
     assert.match(text, /, so that 'ssh root@far true' prints nothing; the call may or may not have run, the next call connects again$/);
     // The frontend's log says the same.
     assert.ok(s.stderrText().includes(text), s.stderrText());
+    // So do status and refresh, which reach the host through ssh too.
+    const hint = "a shell startup file that runs for non-interactive shells (~/.bashrc for bash, ~/.zshenv for zsh), ~/.ssh/rc or a forced command of the remote user prints it; make it print nothing unless the shell is interactive (e.g. begin ~/.bashrc with: case $- in *i*) ;; *) return;; esac)";
+    const st = await fleet.try(`${MCP_LAZY} status --system --json --manifest ${NEAR}`);
+    const row = JSON.parse(st.stdout).backends.find((b) => b.name === "reverything");
+    assert.equal(row.remote.reason, `the remote login wrote 'Welcome to far, ?[1mroot?[0m' to stdout before 'mcp-lazy status --json' answered: ${hint}`, st.stdout);
+    const rf = await fleet.try(`${MCP_LAZY} refresh --check --manifest ${NEAR} rmem`);
+    assert.equal(rf.code, 1, rf.stdout + rf.stderr);
+    assert.ok(rf.stdout.includes(`rmem:\n  FAILED: it wrote something that is not JSON-RPC on stdout: 'Welcome to far, ?[1mroot?[0m'; its command is ssh, so most likely the remote login wrote it: ${hint}\n`), rf.stdout);
   } finally {
     await fleet.sh("mv /root/.bashrc.away /root/.bashrc");
   }
