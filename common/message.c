@@ -21,13 +21,14 @@
 #include "message.h"
 
 /* A key as the next hop reads it: decoded (escapes), and cut at a decoded NUL as a C string is (and
- * as cJSON's key is). Points into the text when it has no escape. head holds its first 8 bytes (zero
- * past its end): two keys are the same when their lengths and heads are, and the rest of their bytes. */
+ * as cJSON's key is). Points into the text when it has no escape, else to a decoded copy of its own
+ * (key_owned()). head holds its first 8 bytes (zero past its end): two keys are the same when their
+ * lengths and heads are, and the rest of their bytes. 24 bytes: a message's keys are on every scan's
+ * stack lines. */
 typedef struct Key {
         const char *p;
         size_t len;
         uint64_t head;
-        char *owned;
 } Key;
 
 #define KEYS_PAIRWISE 16U /* objects up to this many keys compare them pairwise; larger ones sort */
@@ -127,7 +128,7 @@ static PathKey *path_index_key(unsigned level, const char *key) {
                 PathKey *pk = &path_index.keys[level][(*n)++];
                 const PathKey **b;
                 *pk = (PathKey){
-                        .key = {key, len, key_head(key, len, key + len + 1), NULL},
+                        .key = {key, len, key_head(key, len, key + len + 1)},
                         .member = -1,
                 };
                 b = &path_index.buckets[level][path_bucket(&pk->key)];
@@ -177,22 +178,29 @@ typedef struct Scanner {
         bool top_object; /* the text is an object */
         bool has_member[_MEMBER_MAX];
         bool nul_key; /* a key decodes to text with a NUL in it */
-        /* Not zeroed by scanner_init(): each is written before it is read. */
+        /* Not zeroed by scanner_init(): each is written before it is read. What every message's scan
+         * touches comes first, the rare dup last. */
         uint8_t slot[SCAN_PATHS]; /* path p's span is spans[slot[p]], where noted has bit p */
-        char dup[65];             /* the first duplicate key found (has_dup), cut to 64 bytes */
         Span members[_MEMBER_MAX];
+        char dup[65]; /* the first duplicate key found (has_dup), cut to 64 bytes */
 } Scanner;
 
 static void scanner_init(Scanner *sc, const char *text, size_t len, unsigned max_depth) {
-        memset(sc, 0, offsetof(Scanner, dup));
+        memset(sc, 0, offsetof(Scanner, slot));
         sc->s = (const uint8_t *) text;
         sc->end = sc->s + len;
         sc->max_depth = max_depth;
 }
 
+/* A decoded key's copy is never inside the text: the key owns it. */
+static bool key_owned(const Scanner *sc, const Key *k) {
+        return (uintptr_t) k->p < (uintptr_t) sc->s || (uintptr_t) k->p >= (uintptr_t) sc->end;
+}
+
 static void scanner_free_keys(Scanner *sc) {
         for (size_t i = 0; sc->n_owned > 0 && i < sc->n_keys; i++)
-                free(sc->keys[i].owned);
+                if (key_owned(sc, &sc->keys[i]))
+                        free((char *) sc->keys[i].p);
         if (sc->keys != sc->keys_inline)
                 free(sc->keys);
         sc->keys = NULL;
@@ -580,7 +588,7 @@ static int key_decode(Scanner *sc, const uint8_t *a, const uint8_t *b, Key *ret)
         /* Cut at a NUL, as cJSON cuts it; the next hop may read the whole key (classify() refuses it). */
         len = strlen(d);
         sc->nul_key = sc->nul_key || n != len;
-        *ret = (Key){d, len, key_head(d, len, d + len + 1), d};
+        *ret = (Key){d, len, key_head(d, len, d + len + 1)};
         sc->n_owned++;
         return 0;
 }
@@ -590,7 +598,7 @@ static inline int key_make(Scanner *sc, const uint8_t *a, const uint8_t *b, bool
 
         if (escaped)
                 return key_decode(sc, a, b, ret);
-        *ret = (Key){(const char *) a, len, key_head((const char *) a, len, (const char *) sc->end), NULL};
+        *ret = (Key){(const char *) a, len, key_head((const char *) a, len, (const char *) sc->end)};
         return 0;
 }
 
@@ -665,8 +673,8 @@ static int keys_pop_slow(Scanner *sc, size_t base, bool top) {
                                 note_duplicate(sc, &sorted[i], top);
         }
         for (size_t i = base; sc->n_owned > 0 && i < sc->n_keys; i++)
-                if (sc->keys[i].owned) {
-                        free(sc->keys[i].owned);
+                if (key_owned(sc, &sc->keys[i])) {
+                        free((char *) sc->keys[i].p);
                         sc->n_owned--;
                 }
         sc->n_keys = base;
@@ -698,7 +706,7 @@ static inline __attribute__((always_inline)) const uint8_t *scan_key(Scanner *sc
                                 uint64_t w;
                                 memcpy(&w, p + 1, 8);
                                 *ret = (Key){(const char *) p + 1, len,
-                                             len >= 8 ? w : w & ((UINT64_C(1) << (8 * len)) - 1), NULL};
+                                             len >= 8 ? w : w & ((UINT64_C(1) << (8 * len)) - 1)};
                                 return p + len + 2;
                         }
                 }
@@ -1130,12 +1138,13 @@ static Message *message_alloc(const char *line, size_t len, const Scanner *sc) {
         memset(m, 0, offsetof(Message, id_item));
         m->n_ref = 1;
         m->noted = sc->noted;
-        for (uint32_t e = sc->noted; e; e &= e - 1) {
+        /* The message's own slots, in path order (a loop, not a call into libc for a span or two). */
+        unsigned j = 0;
+        for (uint32_t e = sc->noted; e; e &= e - 1, j++) {
                 unsigned p = (unsigned) __builtin_ctz(e);
-                m->slot[p] = sc->slot[p];
+                m->slot[p] = (uint8_t) j;
+                m->noted_spans[j] = sc->spans[sc->slot[p]];
         }
-        if (sc->n_spans > 0)
-                memcpy(m->noted_spans, sc->spans, sc->n_spans * sizeof(Span));
         m->text = (char *) (m->noted_spans + sc->n_spans);
         memcpy(m->text, line, len);
         m->text[len] = 0;
