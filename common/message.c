@@ -1414,10 +1414,11 @@ int message_string(const Message *m, Span s, char *buf, size_t size, size_t *ret
 }
 
 bool message_has_envelope(const Message *m) {
-        return message_route(m, ROUTE_PATH_META_VERSION).len > 0 ||
-               message_route(m, ROUTE_PATH_META_CAPABILITIES).len > 0 ||
-               message_route(m, ROUTE_PATH_META_CLIENT_INFO).len > 0 ||
-               message_route(m, ROUTE_PATH_META_LOG_LEVEL).len > 0;
+        /* A noted span is never empty (a value is at least a byte): its bit says it all. */
+        return m->noted & ((UINT32_C(1) << (_ID_PATH_MAX + ROUTE_PATH_META_VERSION)) |
+                           (UINT32_C(1) << (_ID_PATH_MAX + ROUTE_PATH_META_CAPABILITIES)) |
+                           (UINT32_C(1) << (_ID_PATH_MAX + ROUTE_PATH_META_CLIENT_INFO)) |
+                           (UINT32_C(1) << (_ID_PATH_MAX + ROUTE_PATH_META_LOG_LEVEL)));
 }
 
 char *message_span_dup(const Message *m, Span s) {
