@@ -197,10 +197,17 @@ const permutations = (a) => (a.length <= 1 ? [a] : a.flatMap((x, i) => permutati
 // machine). Under systemd (section 4b, ownSession) the shim has its service's session and starts each
 // backend in a session of its own (setsid); started directly by mcp-lazy (section 2, shared) the shim
 // has a session of its own and its backend a process group in it (setpgid).
+// The backend's stdin and stdout are two pipes (EXEC's `pipes`), as the shim gives its backend
+// (shimd/process.c): on socat's default, one socketpair for both, the C backend took 1.1 µs more CPU
+// per call and server-memory 5.0 ±1.9 µs (FINDINGS-floorcheck.md), which the floor would add and
+// mcp-lazy not. The direct backend is on node's socketpairs (libuv makes one per stdio fd, and the
+// bench's side of every path is one): it costs the backend 0.6 µs (C) and 3.1 ±1.5 µs (server-memory)
+// more than pipes, taken from every path's 'added' alike (a ratio above 1 reads slightly higher).
+const RELAY_STDIO = "the relays' backend on pipes, as the shim's; the direct backend on node's socketpairs";
 function relayPair(sock, command, { env = process.env, prefix = [], ownSession = false, shared = false } = {}) {
   const run = (args) => (prefix.length ? [prefix[0], [...prefix.slice(1), ...args]] : [args[0], args.slice(1)]);
   const server = new Peer(...run([...(ownSession || shared ? ["setsid"] : []), "socat", `UNIX-LISTEN:${sock}`,
-    `EXEC:${command.join(" ")},${shared ? "setpgid" : "setsid"}`]), { env, stderr: true });
+    `EXEC:${command.join(" ")},${shared ? "setpgid" : "setsid"},pipes`]), { env, stderr: true });
   const client = new Peer(...run(["socat", "STDIO", `UNIX-CONNECT:${sock},retry=200,interval=0.02`]), { env, stderr: true });
   client.relayServer = server;
   return client;
@@ -419,7 +426,7 @@ async function sectionWarm(manifest) {
   console.log("   socat STDIO UNIX-CONNECT -> socat UNIX-LISTEN EXEC, and socat STDIO UNIX-CONNECT -> systemd-socket-proxyd");
   console.log("   (socket-activated) -> the C backend on a socket (floor.c listen), and two byte relays on sd-event, the loop");
   console.log("   mcp-lazy must use (tests/bench/sd-relay.c: one io source per direction, read and write); the 90% interval: of");
-  console.log("   each ratio over 400 resamples of the rounds (within each epoch), how far the rounds alone move it; load average " +
+  console.log("   each ratio over 400 resamples of the rounds (within each epoch), how far the rounds alone move it; " + RELAY_STDIO + "; load average " +
     loadavg().map((x) => x.toFixed(2)).join(" ") + ")");
   console.log(`  target: mcp-lazy's added cost <= 1.15x the floor's, median and p99 -> ${verdicts.join("; ")}`);
 }
@@ -940,7 +947,8 @@ function boxWarmRows(warm) {
   table(LATENCY_HEADERS, [...f.rows, ...x.rows]);
   console.log("  (all started in the box through nsenter, the relays too; 'added' per round, as in section 2; the shims serve these");
   console.log("   calls alone (the fleet's sessions closed first); mcp-lazy's backends run in the unit's sandbox, and so does the");
-  console.log(`   backend of '${SANDBOXED_RELAYS}' (systemd-run --pipe with the unit's [Service] lines); the others run outside it)`);
+  console.log(`   backend of '${SANDBOXED_RELAYS}' (systemd-run --pipe with the unit's [Service] lines); the others run outside it;`);
+  console.log(`   ${RELAY_STDIO})`);
   // The target is judged on what mcp-lazy's hops add: against the relays whose backend pays for the
   // same sandbox. What the sandbox itself costs a call is a figure of its own (README: "What the
   // sandbox costs a call"), printed here, and the comparison with unsandboxed relays stays beside it.
