@@ -137,11 +137,11 @@ function writeDirectManifest() {
   return path;
 }
 
-function lazyDirect(manifest, { debug = false } = {}) {
+function lazyDirect(manifest, { debug = false, pipes = false } = {}) {
   const env = { ...process.env };
   if (debug) env.MCP_LAZY_LOG_LEVEL = "debug";
   else delete env.MCP_LAZY_LOG_LEVEL;
-  return new Peer(MCP_LAZY, ["--manifest", manifest, "--activation=direct", "--shimd", SHIMD], { env, stderr: true });
+  return new Peer(MCP_LAZY, ["--manifest", manifest, "--activation=direct", "--shimd", SHIMD], { env, stderr: true, pipes });
 }
 
 function server(name, env = process.env) {
@@ -197,18 +197,17 @@ const permutations = (a) => (a.length <= 1 ? [a] : a.flatMap((x, i) => permutati
 // machine). Under systemd (section 4b, ownSession) the shim has its service's session and starts each
 // backend in a session of its own (setsid); started directly by mcp-lazy (section 2, shared) the shim
 // has a session of its own and its backend a process group in it (setpgid).
-// The backend's stdin and stdout are two pipes (EXEC's `pipes`), as the shim gives its backend
-// (shimd/process.c): on socat's default, one socketpair for both, the C backend took 1.1 µs more CPU
-// per call and server-memory 5.0 ±1.9 µs (FINDINGS-floorcheck.md), which the floor would add and
-// mcp-lazy not. The direct backend is on node's socketpairs (libuv makes one per stdio fd, and the
-// bench's side of every path is one): it costs the backend 0.6 µs (C) and 3.1 ±1.5 µs (server-memory)
-// more than pipes, taken from every path's 'added' alike (a ratio above 1 reads slightly higher).
-const RELAY_STDIO = "the relays' backend on pipes, as the shim's; the direct backend on node's socketpairs";
+// Every backend of these paths runs on pipes, as the shim gives its backend (shimd/process.c), and
+// every process the bench talks to has pipes too (Peer's pipes): on socat EXEC's default, one
+// socketpair for stdin and stdout, the C backend took 1.1-1.4 µs more CPU per call than on pipes and
+// server-memory 3-14 µs; on node's own stdio (a socketpair per fd) the C backend 0.5-0.6 µs more
+// (FINDINGS-floorcheck.md): work the floor's or the direct backend did and mcp-lazy's did not.
+const RELAY_STDIO = "every backend, and every process the bench talks to, on pipes";
 function relayPair(sock, command, { env = process.env, prefix = [], ownSession = false, shared = false } = {}) {
   const run = (args) => (prefix.length ? [prefix[0], [...prefix.slice(1), ...args]] : [args[0], args.slice(1)]);
   const server = new Peer(...run([...(ownSession || shared ? ["setsid"] : []), "socat", `UNIX-LISTEN:${sock}`,
     `EXEC:${command.join(" ")},${shared ? "setpgid" : "setsid"},pipes`]), { env, stderr: true });
-  const client = new Peer(...run(["socat", "STDIO", `UNIX-CONNECT:${sock},retry=200,interval=0.02`]), { env, stderr: true });
+  const client = new Peer(...run(["socat", "STDIO", `UNIX-CONNECT:${sock},retry=200,interval=0.02`]), { env, stderr: true, pipes: true });
   client.relayServer = server;
   return client;
 }
@@ -228,7 +227,7 @@ async function closeRelay(client) {
 const SD_RELAY = join(WORK, "sd-relay");
 function sdRelayPair(sock, command, { env = process.env } = {}) {
   const server = new Peer(SD_RELAY, ["listen", sock, ...command], { env, stderr: true });
-  const client = new Peer(SD_RELAY, ["connect", sock], { env, stderr: true });
+  const client = new Peer(SD_RELAY, ["connect", sock], { env, stderr: true, pipes: true });
   client.relayServer = server;
   return client;
 }
@@ -250,7 +249,7 @@ async function proxydPair(dir, tag = "") {
     if (i > 300) throw new Error(`systemd-socket-proxyd's sockets did not appear${proxy.stderrHint()}${backend.stderrHint()}`);
     await new Promise((r) => setTimeout(r, 10));
   }
-  const client = new Peer("socat", ["STDIO", `UNIX-CONNECT:${a},retry=200,interval=0.02`], { stderr: true });
+  const client = new Peer("socat", ["STDIO", `UNIX-CONNECT:${a},retry=200,interval=0.02`], { stderr: true, pipes: true });
   client.relayServer = proxy;
   client.helpers = [backend];
   return client;
@@ -281,10 +280,10 @@ async function warmEpoch(name, manifest, epoch) {
   const closers = [];
   try {
     // The direct backends in a session of their own, mcp-lazy's and the relays' as relayPair() says.
-    peers.direct = new Peer("setsid", [cmd, ...cargs], { env: w.env("direct"), cwd: TESTS, stderr: true });
+    peers.direct = new Peer("setsid", [cmd, ...cargs], { env: w.env("direct"), cwd: TESTS, stderr: true, pipes: true });
     closers.push(() => peers.direct.close());
     if (w.control) {
-      peers.direct2 = new Peer("setsid", [cmd, ...cargs], { env: w.env("direct2"), cwd: TESTS, stderr: true });
+      peers.direct2 = new Peer("setsid", [cmd, ...cargs], { env: w.env("direct2"), cwd: TESTS, stderr: true, pipes: true });
       closers.push(() => peers.direct2.close());
     }
     peers.relay = relayPair(join(WORK, `relay-${name}-${epoch}.sock`), w.command(), { env: w.env("relay"), shared: true });
@@ -297,7 +296,7 @@ async function warmEpoch(name, manifest, epoch) {
       peers.proxyd = await proxydPair(WORK, `-${epoch}`);
       closers.push(() => closeRelay(peers.proxyd));
     }
-    peers.lazy = lazyDirect(manifest);
+    peers.lazy = lazyDirect(manifest, { pipes: true });
     closers.push(() => peers.lazy.close());
     for (const p of Object.values(peers)) await handshake(p);
     const r = await interleavedCalls(peers, tool, args, { rounds: RUNS.warm[name].rounds, warmUp: RUNS.warm[name].warmUp ?? RUNS.warmUp });
@@ -842,13 +841,13 @@ async function boxWarmOne(box, name, command, [tool, args], manifest, envPrefix,
   const env = getDefaultEnvironment();
   const withEnv = (what) => (envPrefix ? ["env", `${envPrefix}${what}.jsonl`, ...command] : command);
   // Sessions as in the production path (see relayPair()): the shim in its service's, each backend in its own.
-  const peers = { direct: new Peer(nsenter, [...prefix, "setsid", ...withEnv("direct")], { env, stderr: true }) };
-  if (control) peers.direct2 = new Peer(nsenter, [...prefix, "setsid", ...withEnv("direct2")], { env, stderr: true });
+  const peers = { direct: new Peer(nsenter, [...prefix, "setsid", ...withEnv("direct")], { env, stderr: true, pipes: true }) };
+  if (control) peers.direct2 = new Peer(nsenter, [...prefix, "setsid", ...withEnv("direct2")], { env, stderr: true, pipes: true });
   peers.relay = relayPair(`/tmp/mcp-lazy-bench-relay-${name}-${epoch}.sock`, withEnv("relay"), { env, prefix: [nsenter, ...prefix], ownSession: true });
   // The same relays, their backend in the unit's sandbox (writeSandboxed()): a service of its own, as mcp-lazy's.
   const sandboxed = [BOX_SANDBOXED + backend, ...(envPrefix ? ["-E", `${envPrefix}relaysb.jsonl`] : []), ...command];
   peers.relaysb = relayPair(`/tmp/mcp-lazy-bench-relaysb-${name}-${epoch}.sock`, sandboxed, { env, prefix: [nsenter, ...prefix], ownSession: true });
-  peers.lazy = new Peer(nsenter, [...prefix, "/usr/local/bin/mcp-lazy", "--manifest", manifest], { env, stderr: true });
+  peers.lazy = new Peer(nsenter, [...prefix, "/usr/local/bin/mcp-lazy", "--manifest", manifest], { env, stderr: true, pipes: true });
   try {
     for (const p of Object.values(peers)) await handshake(p);
     return await interleavedCalls(peers, tool, args, { rounds: RUNS.warm[name].rounds, warmUp: RUNS.warm[name].warmUp ?? RUNS.warmUp });

@@ -1,7 +1,10 @@
 // lib.mjs — helpers for bench.mjs: timed line-level JSON-RPC peers, /proc readers, statistics,
 // tables, generated manifests, and a process tracker so that no run leaves anything behind.
-import { spawn } from "node:child_process";
-import { readFileSync, readdirSync } from "node:fs";
+import { execFileSync, spawn } from "node:child_process";
+import { closeSync, constants, mkdtempSync, openSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { Socket } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 
 export const now = () => performance.now();
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -198,9 +201,35 @@ export async function reapTree(pid, tree, ms = 8000) {
 
 // ---- a timed JSON-RPC peer on a child's stdio ----------------------------------------------
 
+// The child's stdin and stdout as two pipes, and the bench's ends of them as streams: FIFOs (node makes
+// no anonymous pipe), opened so that no open blocks and the child's ends stay blocking, as pipe2()'s.
+// node's own stdio for a child is one socketpair per fd, which costs a backend more per call than
+// pipes (FINDINGS-floorcheck.md): the warm-call paths give every process the bench talks to, and
+// every backend, pipes, as the shim gives its backend.
+function stdioPipes() {
+  const dir = mkdtempSync(join(tmpdir(), "mcp-lazy-bench-fifo-"));
+  const [a, b] = [join(dir, "in"), join(dir, "out")];
+  try {
+    execFileSync("mkfifo", ["-m", "600", a, b]);
+    const { O_RDONLY, O_WRONLY, O_NONBLOCK } = constants;
+    const reader = openSync(a, O_RDONLY | O_NONBLOCK); // so that the writer's open does not fail
+    const ours = { in: openSync(a, O_WRONLY | O_NONBLOCK), out: openSync(b, O_RDONLY | O_NONBLOCK) };
+    const theirs = [openSync(a, O_RDONLY), openSync(b, O_WRONLY)];
+    closeSync(reader);
+    return {
+      theirs,
+      stdin: new Socket({ fd: ours.in, readable: false, writable: true }),
+      stdout: new Socket({ fd: ours.out, readable: true, writable: false }),
+    };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
 // Every stdout line and (optionally) every stderr line is stamped with performance.now() on arrival.
+// pipes: the child's stdin and stdout are pipes (stdioPipes()), not node's socketpairs.
 export class Peer {
-  constructor(command, args, { env = process.env, cwd, stderr = false } = {}) {
+  constructor(command, args, { env = process.env, cwd, stderr = false, pipes = false } = {}) {
     installTracker();
     this.lines = []; // { t, line }
     this.err = []; // { t, line }
@@ -209,7 +238,11 @@ export class Peer {
     const before = pidsNow();
     this.t0 = now();
     parentsCache = undefined;
-    this.child = spawn(command, args, { env, cwd, stdio: ["pipe", "pipe", stderr ? "pipe" : "ignore"] });
+    const p = pipes ? stdioPipes() : undefined;
+    this.child = spawn(command, args, { env, cwd, stdio: [...(p?.theirs ?? ["pipe", "pipe"]), stderr ? "pipe" : "ignore"] });
+    for (const fd of p?.theirs ?? []) closeSync(fd);
+    this.stdin = p?.stdin ?? this.child.stdin;
+    this.stdout = p?.stdout ?? this.child.stdout;
     this.pid = this.child.pid;
     if (this.pid) remember([this.pid]);
     if (this.pid) bornAfter.set(this.pid, before);
@@ -227,9 +260,9 @@ export class Peer {
       this.spawnError = e;
       this.wake();
     });
-    this.child.stdin.on("error", () => {});
+    this.stdin.on("error", () => {});
     let chunks = [];
-    this.child.stdout.on("data", (d) => {
+    this.stdout.on("data", (d) => {
       const t = now();
       let start = 0;
       for (let i = d.indexOf(10); i >= 0; i = d.indexOf(10, start)) {
@@ -262,7 +295,7 @@ export class Peer {
   }
 
   write(...messages) {
-    this.child.stdin.write(messages.map((m) => (typeof m === "string" ? m : JSON.stringify(m)) + "\n").join(""));
+    this.stdin.write(messages.map((m) => (typeof m === "string" ? m : JSON.stringify(m)) + "\n").join(""));
   }
 
   // The first stdout line (from the start, consumed) that is a response with this id.
@@ -343,7 +376,8 @@ export class Peer {
   async close(ms = 8000) {
     const tree = descendants(this.pid);
     try {
-      this.child.stdin.end();
+      if (this.stdin === this.child.stdin) this.stdin.end();
+      else this.stdin.destroySoon(); // a FIFO has no shutdown(): its last writer's close is the end
     } catch {}
     // The child's own exit is an event: no polling (at 20 ms a step) for a peer without children.
     const end = now() + ms;
