@@ -143,7 +143,8 @@ static _always_inline_ Entry *find(const Hashmap *h, const char *key, uint64_t h
                 Entry *e = &h->entries[i];
                 if (!e->key)
                         return NULL;
-                if (e->key != TOMBSTONE && e->hash == hash && strcmp(e->key, key) == 0)
+                /* route_remove() and its kind look up by the very key they stored: no compare then */
+                if (e->key != TOMBSTONE && e->hash == hash && (e->key == key || strcmp(e->key, key) == 0))
                         return e;
         }
         return NULL;
