@@ -252,8 +252,9 @@ $(B)/fuzz/fuzz-%: tests/fuzz/fuzz-%.c tests/fuzz/fuzz.h $(call objs,$(B)/fuzz/ob
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(ALL_CFLAGS) $(FUZZ_SAN) -O1 -Itests/fuzz $(FUZZ_INC) -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
 
-# fuzz-shim drives the shim's own code (everything but main.c) with two sessions on one backend.
-FUZZ_SHIMD_SRC := $(filter-out shimd/main.c,$(SHIMD_SRC))
+# fuzz-shim drives the shim's own code (everything but main.c, and process.c, which it stands in for)
+# with two sessions on one backend.
+FUZZ_SHIMD_SRC := $(filter-out shimd/main.c shimd/process.c,$(SHIMD_SRC))
 $(S)/fuzz/fuzz-shim $(B)/fuzz/fuzz-shim: FUZZ_INC := -Ishimd
 $(S)/fuzz/fuzz-shim: $(call objs,$(S),$(FUZZ_SHIMD_SRC))
 $(B)/fuzz/fuzz-shim: $(call objs,$(B)/fuzz/obj,$(FUZZ_SHIMD_SRC))
