@@ -56,6 +56,10 @@ size_t line_buffer_pending(const LineBuffer *b) {
 }
 
 int line_buffer_next(LineBuffer *b, const char **ret_line, size_t *ret_len) {
+        /* Nothing read yet, or the room given back (line_buffer_reserve()): no pointer to do sums on
+         * (NULL + 0 is undefined; clang's UBSan stops there, at a channel's first read). */
+        if (!b->data)
+                return LINE_NONE;
         for (;;) {
                 char *p = b->data + b->start, *nl;
                 size_t avail = b->end - b->start, len;
