@@ -4,6 +4,9 @@
 // sessions, and through the frontend and the shim for one session; for one session also through the
 // floors a relay could cost (socat, systemd-socket-proxyd, two socats). The same number of calls is in
 // flight on every side of a comparison (DEPTH per session), and the runs are interleaved.
+// Every backend here, and every process the bench talks to on stdio, on pipes, as the shim gives its
+// backend: node's own stdio for a child is a socketpair per fd and socat EXEC's one socketpair, both
+// of which cost the C backend more per call than pipes (FINDINGS-floorcheck.md).
 import { connect } from "node:net";
 import { existsSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -41,9 +44,9 @@ function socketChannel(path) {
 }
 // A Peer's stdio, without the Peer's own line collector (it would cost this side more than the other).
 function peerChannel(p) {
-  const out = p.child.stdout;
+  const out = p.stdout;
   out.removeAllListeners("data");
-  return { write: (t) => p.child.stdin.write(t), on: (f) => out.on("data", f), off: () => out.removeAllListeners("data"), end: () => {} };
+  return { write: (t) => p.stdin.write(t), on: (f) => out.on("data", f), off: () => out.removeAllListeners("data"), end: () => {} };
 }
 
 // initialize (id 0), then initialized, on a raw channel.
@@ -162,7 +165,7 @@ export async function sectionThroughput({ floor, shimd, mcpLazy, work, quick, so
     }
     // Each side: opened once, then run(ms) as many times as there are rounds.
     const aloneSide = async (sessions) => {
-      const p = new Peer(floor, ["backend"]);
+      const p = new Peer(floor, ["backend"], { pipes: true });
       opened.push(() => p.close());
       const ch = peerChannel(p);
       await handshakeChannel(ch);
@@ -178,7 +181,7 @@ export async function sectionThroughput({ floor, shimd, mcpLazy, work, quick, so
     const frontSide = async () => {
       const env = { ...process.env };
       delete env.MCP_LAZY_LOG_LEVEL;
-      const p = new Peer(mcpLazy, ["--manifest", manifest], { env, stderr: true });
+      const p = new Peer(mcpLazy, ["--manifest", manifest], { env, stderr: true, pipes: true });
       opened.push(() => p.close());
       const ch = peerChannel(p);
       await handshakeChannel(ch);
@@ -198,7 +201,7 @@ export async function sectionThroughput({ floor, shimd, mcpLazy, work, quick, so
     let relays = 0;
     const socatServer = async () => {
       const path = join(work, `relay-${relays++}.sock`);
-      const p = new Peer("socat", [`UNIX-LISTEN:${path}`, `EXEC:${floor} backend,setsid`], { stderr: true });
+      const p = new Peer("socat", [`UNIX-LISTEN:${path}`, `EXEC:${floor} backend,setsid,pipes`], { stderr: true });
       opened.push(() => p.close(3000));
       await waitFor([path], [p]);
       return { path, pids: () => [p.pid], backends: () => descendants(p.pid) };
@@ -224,7 +227,7 @@ export async function sectionThroughput({ floor, shimd, mcpLazy, work, quick, so
     };
     const twoSocatSide = async () => {
       const server = await socatServer();
-      const client = new Peer("socat", ["STDIO", `UNIX-CONNECT:${server.path}`], { stderr: true });
+      const client = new Peer("socat", ["STDIO", `UNIX-CONNECT:${server.path}`], { stderr: true, pipes: true });
       opened.push(() => client.close(3000));
       const ch = peerChannel(client);
       await handshakeChannel(ch);
