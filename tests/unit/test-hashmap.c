@@ -97,7 +97,11 @@ static void check_fifo(bool strings) {
  * bucket, the held ids were a run of 4,000 buckets that every id behind them queued after once the
  * counter came round the table, and every put, get and remove walked up to 4,000 entries (max_dist
  * reached 4,000). Checked after every step: the farthest any entry sits from its bucket, which bounds
- * every probe. */
+ * every probe. The side table's spread is random (keyed per table), so the bound is one no random
+ * spread comes near: over 13,000 runs the farthest was 53 (typically 13-31; the chance of a run of
+ * linear probing in a table at most half full falls exponentially with its length), while the
+ * failures it is there for sat 989 (check_chosen()) and 4,000 buckets away. */
+#define HELD_MAX_DIST 256
 static void check_held(void) {
         IdMap *ids = idmap_new();
         int64_t next = 1, oldest;
@@ -122,9 +126,9 @@ static void check_held(void) {
         for (int64_t id = oldest; id < next; id++)
                 ok = ok && idmap_get(ids, id) == (void *) (uintptr_t) (id + 16);
         CHECK(ok && !idmap_get(ids, oldest - 1) && !idmap_get(ids, 4001) && !idmap_get(ids, next));
-        if (worst >= 64)
+        if (worst >= HELD_MAX_DIST)
                 fprintf(stderr, "held ids: an entry sat %zu buckets past its own\n", worst);
-        CHECK(worst < 64);
+        CHECK(worst < HELD_MAX_DIST);
         idmap_free(ids);
 }
 
@@ -167,9 +171,9 @@ static void check_chosen(void) {
         for (unsigned i = 0; i < 64; i++)
                 ok = ok && idmap_get(ids, fifo[i]) == (void *) (uintptr_t) (fifo[i] + 16);
         CHECK(ok && !idmap_get(ids, held[0] + 1) && !idmap_get(ids, next));
-        if (worst >= 64)
+        if (worst >= HELD_MAX_DIST)
                 fprintf(stderr, "chosen held ids: an entry sat %zu buckets past its own\n", worst);
-        CHECK(worst < 64);
+        CHECK(worst < HELD_MAX_DIST);
         idmap_free(ids);
 }
 
