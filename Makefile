@@ -292,7 +292,8 @@ fuzz: $(addprefix $(B)/fuzz/fuzz-,$(FUZZ_TARGETS))
 # `make fuzz-diff-message DIFF_BASE=REV` runs REV's message layer (common/message.c, its names prefixed
 # old_) beside today's on the same inputs for FUZZ_SECONDS (tests/fuzz/diff-message.c): for a scanner
 # made faster, whatever it accepts, refuses or notes must stay the same. Each side's Messages are read
-# through its own message.h (tests/fuzz/diff-view.c, built against each).
+# through its own message.h (tests/fuzz/diff-view.c, built against each), and each side's message.c
+# calls its own id rules (common/ids.c, which reads a Message's spans).
 DIFF_BASE ?= main
 DIFF := $(B)/fuzz/diff
 .PHONY: fuzz-diff-message
@@ -301,12 +302,16 @@ fuzz-diff-message: tests/fuzz/diff-message.c tests/fuzz/diff-view.c tests/fuzz/d
 	@rm -rf $(DIFF)/old; mkdir -p $(DIFF)/old $(DIFF)/corpus $(DIFF)/artifacts
 	git show $(DIFF_BASE):common/message.c > $(DIFF)/old/message.c
 	git show $(DIFF_BASE):common/message.h > $(DIFF)/old/message.h
-	$(FUZZ_CC) $(ALL_CFLAGS) $(subst fuzzer,fuzzer-no-link,$(FUZZ_SAN)) -O1 -include tests/fuzz/diff-old.h \
-		-c $(DIFF)/old/message.c -o $(DIFF)/old/message.o
+	git show $(DIFF_BASE):common/ids.c > $(DIFF)/old/ids.c
+	git show $(DIFF_BASE):common/ids.h > $(DIFF)/old/ids.h
+	for f in message ids; do \
+		$(FUZZ_CC) $(ALL_CFLAGS) $(subst fuzzer,fuzzer-no-link,$(FUZZ_SAN)) -O1 -include tests/fuzz/diff-old.h \
+			-c $(DIFF)/old/$$f.c -o $(DIFF)/old/$$f.o || exit 1; \
+	done
 	$(FUZZ_CC) -I$(DIFF)/old -Itests/fuzz $(ALL_CFLAGS) $(subst fuzzer,fuzzer-no-link,$(FUZZ_SAN)) -O1 \
 		-include tests/fuzz/diff-old.h -c tests/fuzz/diff-view.c -o $(DIFF)/old/view.o
 	$(FUZZ_CC) $(ALL_CFLAGS) $(FUZZ_SAN) -O1 -Itests/fuzz -o $(DIFF)/diff-message $< tests/fuzz/diff-view.c \
-		$(DIFF)/old/message.o $(DIFF)/old/view.o $(call objs,$(B)/fuzz/obj,$(COMMON_SRC)) $(DEP_LIBS)
+		$(DIFF)/old/message.o $(DIFF)/old/ids.o $(DIFF)/old/view.o $(call objs,$(B)/fuzz/obj,$(COMMON_SRC)) $(DEP_LIBS)
 	$(DIFF)/diff-message $(FUZZ_FLAGS) -dict=tests/fuzz/jsonrpc.dict -max_total_time=$(FUZZ_SECONDS) \
 		-print_final_stats=1 -artifact_prefix=$(DIFF)/artifacts/ $(DIFF)/corpus tests/fuzz/corpus/message
 # ---- end of fuzzing --------------------------------------------------------------------------------

@@ -18,3 +18,16 @@
 #define message_has_envelope      old_message_has_envelope
 #define message_span_dup          old_message_span_dup
 #define diff_message_view         old_diff_message_view
+/* The id rules (common/ids.c) read a Message's spans: the old side needs its own, built against its
+ * own message.h, or it reads an old-layout Message through today's accessors. */
+#define ids_fields                old_ids_fields
+#define ids_method_kind_mismatch  old_ids_method_kind_mismatch
+#define ids_rules_of              old_ids_rules_of
+#define ids_translate             old_ids_translate
+#define ids_translate_buf         old_ids_translate_buf
+#define ids_translate_send        old_ids_translate_send
+#define id_paths                  old_id_paths
+#define id_text_string            old_id_text_string
+#define id_text_integer           old_id_text_integer
+#define id_text_canonical         old_id_text_canonical
+#define id_integer_format         old_id_integer_format
