@@ -111,6 +111,9 @@ void process_describe_exit(const siginfo_t *si, char *buf, size_t size) {
 typedef struct Peer {
         int fd;                     /* our end */
         const char *seen[MAX_SEEN]; /* id and token texts this peer sent (owned) */
+        char *ids[MAX_SEEN];        /* each id text a line of this peer showed, with counts */
+        unsigned sent[MAX_SEEN], answered[MAX_SEEN];
+        size_t n_ids;
         size_t n_seen;
         char buf[1 << 16];
         size_t len;
@@ -128,6 +131,31 @@ static bool was_seen(const Peer *p, const char *text, size_t len) {
         return false;
 }
 
+static void count_id(Peer *p, const char *t, bool answer) {
+        size_t i;
+        for (i = 0; i < p->n_ids; i++)
+                if (streq(p->ids[i], t))
+                        break;
+        if (i == p->n_ids) {
+                if (answer) {
+                        fprintf(stderr, "answer under id %s, which this session never sent\n", t);
+                        FUZZ_ASSERT(!"answer under an id never sent");
+                }
+                if (p->n_ids == MAX_SEEN)
+                        return;
+                p->ids[p->n_ids] = strdup(t);
+                p->sent[p->n_ids] = p->answered[p->n_ids] = 0;
+                p->n_ids++;
+        }
+        if (answer) {
+                p->answered[i]++;
+                if (p->answered[i] > p->sent[i])
+                        fprintf(stderr, "%u answers under id %s, sent %u\n", p->answered[i], t, p->sent[i]);
+                FUZZ_ASSERT(p->answered[i] <= p->sent[i]);
+        } else
+                p->sent[i]++;
+}
+
 /* What a peer sent: the ids and tokens it may later see again. */
 static void note_sent(Peer *p, const char *line, size_t len) {
         _cleanup_message_ Message *m = NULL;
@@ -139,10 +167,14 @@ static void note_sent(Peer *p, const char *line, size_t len) {
                 _cleanup_json_ cJSON *id = jsonrpc_peek_id_raw(line, len);
                 if (id)
                         remember(p, id->valuestring, strlen(id->valuestring));
+                if (id)
+                        count_id(p, id->valuestring, false);
                 return;
         }
         if (m->id_text)
                 remember(p, m->id_text, strlen(m->id_text));
+        if (m->id_text)
+                count_id(p, m->id_text, false);
         n = ids_fields(m, f, ELEMENTSOF(f));
         for (size_t i = 0; i < n && i < ELEMENTSOF(f); i++)
                 remember(p, f[i].text, f[i].len);
@@ -165,6 +197,8 @@ static void check_to_client(Peer *p, const Message *m) {
 
         if (m->kind == JSONRPC_RESPONSE && m->id_text)
                 FUZZ_ASSERT(was_seen(p, m->id_text, strlen(m->id_text)));
+        if (m->kind == JSONRPC_RESPONSE && m->id_text)
+                count_id(p, m->id_text, true);
         if (m->kind == JSONRPC_REQUEST)
                 FUZZ_ASSERT(strncmp(m->id_text, "\"" UPCALL_ID_PREFIX, strlen(UPCALL_ID_PREFIX) + 1) == 0);
         if (m->kind == JSONRPC_NOTIFICATION && streq(m->method, "notifications/progress"))
@@ -273,6 +307,26 @@ static Client *connect_client(Shim *s, Peer *p) {
         return c;
 }
 
+static bool client_alive(Shim *s, Client *c) {
+        for (Client *x = s->clients; x; x = x->next)
+                if (x == c)
+                        return true;
+        return false;
+}
+
+/* The session p/c leaves (or left by itself): a fresh session takes its letter, with nothing seen. */
+static Client *replace_client(Shim *s, Peer *p, Client *c, bool was_freed) {
+        if (!was_freed)
+                client_free(c);
+        safe_close(p->fd);
+        for (size_t j = 0; j < p->n_seen; j++)
+                free((char *) p->seen[j]);
+        for (size_t j = 0; j < p->n_ids; j++)
+                free(p->ids[j]);
+        *p = (Peer){.fd = -1};
+        return connect_client(s, p);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         static sd_event *e;
         static Peer a, b, k;
@@ -299,6 +353,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (Peer *p = &a; p; p = p == &a ? &b : p == &b ? &k : NULL) {
                 for (size_t j = 0; j < p->n_seen; j++)
                         free((char *) p->seen[j]);
+                for (size_t j = 0; j < p->n_ids; j++)
+                        free(p->ids[j]);
                 *p = (Peer){.fd = -1};
         }
         s.event = e;
@@ -334,6 +390,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         Client *c = line[1] == 'a' ? ca : cb;
                         if (c)
                                 c->modern = true;
+                        continue;
+                }
+                if ((line[0] == 'X' || line[0] == 'H') && len >= 2 && (line[1] == 'a' || line[1] == 'b')) {
+                        /* "Xa", "Xb": that session leaves and a new one takes its letter; "Ha", "Hb": it
+                         * hangs up and the shim finds out on its own read (review 5). */
+                        Peer *p = line[1] == 'a' ? &a : &b;
+                        Client **cp = line[1] == 'a' ? &ca : &cb;
+                        if (line[0] == 'X')
+                                *cp = replace_client(&s, p, *cp, false);
+                        else {
+                                /* The session hangs up: the shim finds out by itself. */
+                                (void) shutdown(p->fd, SHUT_RDWR);
+                                for (int round = 0; round < 3; round++)
+                                        (void) sd_event_run(e, 0);
+                                *cp = replace_client(&s, p, *cp, !client_alive(&s, *cp));
+                        }
+                        FUZZ_ASSERT((*cp)->instance == i);
                         continue;
                 }
                 if (line[0] == 'x' && len >= 2) {
