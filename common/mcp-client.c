@@ -344,9 +344,7 @@ static void client_on_message(Client *c, const char *line, size_t len) {
                 _cleanup_free_ char *quote = text_printable_n(line, len, 80);
                 return client_fail(
                         c, -EPROTO, "it wrote something that is not JSON-RPC on stdout: '%s'%s", quote ?: "?",
-                        c->via_ssh && c->step <= STEP_INITIALIZE ? "; its command is ssh, so most likely the remote "
-                                                                   "login wrote it: " SSH_LOGIN_NOISE_HINT
-                                                                 : "");
+                        c->via_ssh && c->step <= STEP_INITIALIZE ? SSH_LOGIN_NOISE_SUFFIX : "");
         }
         msg = jsonrpc_classify(j);
         if (msg.kind == JSONRPC_REQUEST)
@@ -604,7 +602,7 @@ int mcp_discover(const McpServerCommand *cmd, const cJSON *client_capabilities, 
                 return r;
         }
         c.stderr_fd = fds[2];
-        c.via_ssh = streq(strrchr(cmd->argv[0], '/') ? strrchr(cmd->argv[0], '/') + 1 : cmd->argv[0], "ssh");
+        c.via_ssh = command_is_ssh(cmd->argv[0]);
 
         r = sd_event_new(&e);
         if (r >= 0) {

@@ -2,7 +2,9 @@
  * on a terminal: no control characters, no escape sequences, valid UTF-8, bounded. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <string.h>
 
 /* A copy of s with every C0/C1 control character, DEL and invalid UTF-8 byte as '?', and at most max
  * bytes of it (cut at a character, then "..."). NULL only when out of memory. */
@@ -22,3 +24,12 @@ void text_tail_append(char *tail, size_t *len, size_t cap, const char *buf, size
         "a shell startup file that runs for non-interactive shells (~/.bashrc for bash, ~/.zshenv for zsh), "    \
         "~/.ssh/rc or a forced command of the remote user prints it; make it print nothing unless the shell is " \
         "interactive (e.g. begin ~/.bashrc with: case $- in *i*) ;; *) return;; esac)"
+/* What follows a quoted line that is not JSON-RPC from a command that is ssh, before its first answer. */
+#define SSH_LOGIN_NOISE_SUFFIX "; its command is ssh, so most likely the remote login wrote it: " SSH_LOGIN_NOISE_HINT
+
+/* Whether argv0 ([/usr/bin/]ssh) runs ssh, whose login may write to stdout before the command does. */
+static inline bool command_is_ssh(const char *argv0) {
+        const char *slash = argv0 ? strrchr(argv0, '/') : NULL;
+
+        return argv0 && strcmp(slash ? slash + 1 : argv0, "ssh") == 0;
+}

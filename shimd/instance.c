@@ -1115,10 +1115,8 @@ static bool backend_unreadable_request(Instance *i, const char *line, size_t len
 /* A backend run through ssh ([/usr/bin/]ssh ...) that is still starting: a line that is not JSON-RPC
  * on its stdout is most likely its login's (a shell startup file that prints), not the server's. */
 static bool backend_login_noise(const Instance *i) {
-        const char *cmd = i->shim->backend->command ? i->shim->backend->command[0] : NULL;
-        const char *base = cmd ? strrchr(cmd, '/') : NULL;
-
-        return cmd && i->state == INSTANCE_STARTING && streq(base ? base + 1 : cmd, "ssh");
+        return i->state == INSTANCE_STARTING && i->shim->backend->command &&
+               command_is_ssh(i->shim->backend->command[0]);
 }
 
 static void handle_backend_garbage(Instance *i, const char *line, size_t len, int error) {
@@ -1133,9 +1131,7 @@ static void handle_backend_garbage(Instance *i, const char *line, size_t len, in
         quote = text_printable_n(line, len, 80);
         log_warning("Backend '%s' wrote a line that is not JSON-RPC to stdout, ignoring it: '%s'%s", iname(i),
                     quote ?: "?",
-                    backend_login_noise(i)
-                            ? "; its command is ssh, so most likely the remote login wrote it: " SSH_LOGIN_NOISE_HINT
-                            : "");
+                    backend_login_noise(i) ? SSH_LOGIN_NOISE_SUFFIX : "");
         /* jsonrpc_peek_id() gives integers below 10^15 only. */
         if (cJSON_IsNumber(id) &&
             init_answer_bad(i, (int64_t) id->valuedouble,
