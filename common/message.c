@@ -1413,6 +1413,22 @@ int message_string(const Message *m, Span s, char *buf, size_t size, size_t *ret
         return 0;
 }
 
+bool message_span_has_nul(const Message *m, Span s) {
+        _cleanup_free_ char *buf = NULL;
+        size_t len;
+
+        if (s.len < 2)
+                return false;
+        buf = malloc(s.len);
+        return !buf || (message_string(m, s, buf, s.len, &len) == 0 && len != strlen(buf));
+}
+
+bool message_path_has_nul(const Message *m, const char *const *path) {
+        Span s;
+
+        return message_find(m, path, &s) >= 0 && message_span_has_nul(m, s);
+}
+
 bool message_has_envelope(const Message *m) {
         /* A noted span is never empty (a value is at least a byte): its bit says it all. */
         return m->noted & ((UINT32_C(1) << (_ID_PATH_MAX + ROUTE_PATH_META_VERSION)) |

@@ -251,18 +251,6 @@ static void reply_error(Session *s, Batch *batch, const cJSON *id, int code, con
         reply(s, batch, jsonrpc_error_new(id, code, text));
 }
 
-/* Whether the string at s decodes to one with a NUL in it: the tree's value ends there, a peer reads
- * all of it, so it names nothing here (a tool, resource, prompt, task). */
-static bool span_has_nul(const Message *m, Span s) {
-        _cleanup_free_ char *buf = NULL;
-        size_t len;
-
-        if (s.len < 2)
-                return false;
-        buf = malloc(s.len);
-        return !buf || (message_string(m, s, buf, s.len, &len) == 0 && len != strlen(buf));
-}
-
 /* A task-augmented call's answer names a task: later tasks calls for it go to the same backend. */
 static void track_task(Session *s, const Pending *p, const Message *answer) {
         Span t = message_span(answer, ID_PATH_RESULT_TASK_ID); /* the scan noted where it is */
@@ -273,7 +261,7 @@ static void track_task(Session *s, const Pending *p, const Message *answer) {
                 return;
         v = cJSON_ParseWithLength(answer->text + t.start, t.len);
         id = cJSON_GetStringValue(v);
-        if (id && !span_has_nul(answer, t) && hashmap_size(s->tasks) < 65536)
+        if (id && !message_span_has_nul(answer, t) && hashmap_size(s->tasks) < 65536)
                 (void) hashmap_put(s->tasks, id, p->upstream);
 }
 
@@ -758,21 +746,14 @@ static void handle_surface_list(Session *s, Message *m, Batch *batch, size_t off
         reply(s, batch, jsonrpc_result_new(m->id_json, r));
 }
 
-/* Whether the string params[key] (or params.ref[key]) holds a NUL: the tree's value (what is looked up)
- * ends there, the backend reads all of it, so it names nothing here (as a tool's name in
- * handle_tools_call()). */
-static bool path_has_nul(const Message *m, const char *const *path) {
-        Span s;
-
-        return message_find(m, path, &s) >= 0 && span_has_nul(m, s);
-}
-
+/* Whether the string params[key] (or params.ref[key]) holds a NUL: it names nothing here (as a tool's
+ * name in handle_tools_call()). */
 static bool param_has_nul(const Message *m, const char *key) {
-        return path_has_nul(m, (const char *const[]){"params", key, NULL});
+        return message_path_has_nul(m, (const char *const[]){"params", key, NULL});
 }
 
 static bool ref_has_nul(const Message *m, const char *key) {
-        return path_has_nul(m, (const char *const[]){"params", "ref", key, NULL});
+        return message_path_has_nul(m, (const char *const[]){"params", "ref", key, NULL});
 }
 
 static void route_by(Session *s, Message *m, Batch *batch, const Backend *b, const char *what, const char *name) {

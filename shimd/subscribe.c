@@ -218,14 +218,7 @@ static void handle_subscribe(Instance *i, Client *c, const Message *m, bool sub)
 }
 
 bool subscribe_uri_has_nul(const Message *m) {
-        _cleanup_free_ char *buf = NULL;
-        size_t len;
-        Span s;
-
-        if (message_find(m, (const char *const[]){"params", "uri", NULL}, &s) < 0 || s.len < 2)
-                return false;
-        buf = malloc(s.len);
-        return !buf || (message_string(m, s, buf, s.len, &len) == 0 && len != strlen(buf));
+        return message_path_has_nul(m, (const char *const[]){"params", "uri", NULL});
 }
 
 bool subscribe_refuse_nul_uri(Client *c, const Message *m) {

@@ -17,6 +17,8 @@
 #define message_string            old_message_string
 #define message_has_envelope      old_message_has_envelope
 #define message_span_dup          old_message_span_dup
+#define message_span_has_nul      old_message_span_has_nul
+#define message_path_has_nul      old_message_path_has_nul
 #define diff_message_view         old_diff_message_view
 /* The id rules (common/ids.c) read a Message's spans: the old side needs its own, built against its
  * own message.h, or it reads an old-layout Message through today's accessors. */
