@@ -1293,8 +1293,10 @@ static void instance_restart(Instance *i) {
 static bool probe_died(Instance *i, const char *how) {
         char text[512];
 
-        /* Starting, or stopping since it closed its pipes: not a stop we asked for. */
-        if (!i->probe_pending || i->shim->backend->protocol != PROTOCOL_AUTO ||
+        /* Starting, or stopping since it closed its pipes: not a stop we asked for. One that answered
+         * initialize (server/discover unanswered, initialize followed) did not die on server/discover:
+         * its death fails or resends what it was sent, as any backend's. */
+        if (!i->probe_pending || i->init_result || i->shim->backend->protocol != PROTOCOL_AUTO ||
             (i->state != INSTANCE_STARTING && !(i->state == INSTANCE_STOPPING && i->broken)))
                 return false;
         uint64_t now = now_usec();

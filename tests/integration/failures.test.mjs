@@ -34,6 +34,20 @@ readline.createInterface({ input: process.stdin }).on("line", (l) => {
 });
 `,
 );
+// A handshake-era backend that never answers server/discover (the shim initializes it after 2 s), then
+// dies in the middle of its answer to a call: part of a line, no newline, exit.
+writeFileSync(
+  join(dir, "mute.mjs"),
+  `import readline from "node:readline";
+const out = (m) => process.stdout.write(JSON.stringify(m) + "\\n");
+readline.createInterface({ input: process.stdin }).on("line", (l) => {
+  const m = JSON.parse(l);
+  if (m.method === "initialize")
+    out({ jsonrpc: "2.0", id: m.id, result: { protocolVersion: m.params.protocolVersion, capabilities: { tools: {} }, serverInfo: { name: "mute", version: "1" } } });
+  else if (m.method === "tools/call") process.stdout.write('{"jsonrpc":"2.0","id":' + m.id + ',"result":{"content":[{"type":"text","text":"par', () => process.exit(0));
+});
+`,
+);
 const manifest = join(dir, "m.yaml");
 writeFileSync(
   manifest,
@@ -43,6 +57,7 @@ writeFileSync(
   missing: {command: [/nonexistent/server]}
   noisy: {command: [${join(dir, "noisy.sh")}], env: {MEMORY_FILE_PATH: ${dir}/m.jsonl}}
   late: {command: [node, ${join(dir, "late.mjs")}], init_timeout: 20s}
+  mute: {command: [node, ${join(dir, "mute.mjs")}]}
   viassh: {command: [${join(dir, "bin/ssh")}, far, mcp-lazy, connect, memory], env: {MEMORY_FILE_PATH: ${dir}/s.jsonl}}
 tools:
   - {name: crash, backend: crashy, input_schema: {type: object}}
@@ -51,6 +66,7 @@ tools:
   - {name: read_graph, backend: noisy, input_schema: {type: object}}
   - {name: slow_start, backend: late, input_schema: {type: object}}
   - {name: search_nodes, backend: viassh, input_schema: {type: object}}
+  - {name: cut_short, backend: mute, input_schema: {type: object}}
 `,
 );
 
@@ -118,6 +134,16 @@ test("a handshake-era backend slow to initialize after refusing server/discover 
   const p = await session();
   const r = await p.request({ jsonrpc: "2.0", id: ++n, method: "tools/call", params: { name: "slow_start", arguments: {} } }, 30000);
   assert.equal(text(r), "late, but here", p.stderr); // before the fix: "did not answer initialize within 20s" after 2 s
+  await p.close();
+});
+
+test("a backend that never answered server/discover and dies mid-answer fails the call in flight", async () => {
+  const p = await session();
+  const r = await p.request({ jsonrpc: "2.0", id: ++n, method: "tools/call", params: { name: "cut_short", arguments: {} } }, 30000);
+  // Before the fix the shim took the death for one on server/discover (still pending), started the
+  // backend again, and the call waited for ever.
+  assert.ok(r.result?.isError, JSON.stringify(r));
+  assert.match(text(r), /^backend 'mute' exited with status 0 while handling this call; the next call starts it again$/, p.stderr);
   await p.close();
 });
 
