@@ -79,14 +79,16 @@ const RUNS = {
   // rounds; server-memory runs in epochs, each with fresh processes on every path (a node process
   // can be tens of µs per call faster or slower than another for as long as it lives: the epochs
   // average that out, and a second direct process shows what is left of it). Its p99 is a node
-  // process's tail (threadpool hand-offs, GC) more than anything a relay adds: 3000 rounds in 4 epochs
+  // process's tail (threadpool hand-offs, GC) more than anything a relay adds: 3000 rounds in 8 epochs
   // (1200 in 3 before: a p99 of the 12th largest difference moved 2x from run to run), and each ratio
   // printed with the interval its rounds allow (ratioInterval()).
   warm: {
     // The C backend too: one slow direct process (52 µs median where 14-21 is usual, load 6) had made
     // every relay's 'added' negative for a whole run; two epochs and the control row show and halve that.
     floor: { rounds: QUICK ? 300 : 1000, epochs: 2 },
-    memory: { rounds: QUICK ? 100 : 750, epochs: QUICK ? 2 : 4, warmUp: QUICK ? 50 : 100 },
+    // 8 epochs of 375 (4 of 750 before): which vCPU a process lands on can move a relay's whole life
+    // 42 <-> 100 µs, so the process sets, not the rounds, are what the ratio's spread comes from.
+    memory: { rounds: QUICK ? 100 : 375, epochs: QUICK ? 2 : 8, warmUp: QUICK ? 50 : 100 },
   },
   // Rounds of section 3: the C backend (100, for a p99: 3-4 s), each node server and the pooled shim
   // with and without roots (a round of those takes 0.5-1.5 s: 5, so their p90 and p99 read n<10, n<100).
@@ -317,12 +319,12 @@ async function warmPaths(name, manifest) {
   return { ...joinEpochs(epochs), processes, epochs: epochs.length };
 }
 
-// How steady a ratio of added costs is at this number of rounds: the rounds resampled with replacement
-// (within each epoch, so that a resample holds each epoch's processes as the run did; the same rounds
-// for both paths), 400 times (a fixed seed: the same run gives the same interval), mcp-lazy's added
-// over the floor's at the median and at the p99 each time; returns the 5th and 95th percentile of each.
-// A ratio whose interval spans the target is noise-bound at this number of rounds: more rounds, not a
-// faster relay, would settle it.
+// How steady a ratio of added costs is at this number of rounds and epochs: a two-level resample, 400
+// times (a fixed seed: the same run gives the same interval): the epochs drawn with replacement (each
+// epoch is one set of processes, and a process keeps its speed for life), then the rounds within each
+// drawn epoch (the same rounds for both paths); mcp-lazy's added over the floor's at the median and at
+// the p99 each time; returns the 5th and 95th percentile of each. A ratio whose interval spans the
+// target is noise-bound at this size: more rounds or epochs, not a faster relay, would settle it.
 function ratioInterval(r, k, resamples = 400) {
   const n = r.direct.length;
   const per = Math.ceil(n / (r.epochs ?? 1));
@@ -338,10 +340,13 @@ function ratioInterval(r, k, resamples = 400) {
   const a = new Float64Array(n), b = new Float64Array(n);
   const at = (s, q) => s[Math.min(n - 1, Math.max(0, Math.ceil(q * n) - 1))];
   const over = (x, y) => (y > 0 ? x / y : Infinity); // a floor that added nothing: no ratio meets a target
+  const epochs = Math.ceil(n / per);
+  const drawn = new Int32Array(epochs);
   const med = [], p99s = [];
   for (let j = 0; j < resamples; j++) {
+    for (let e = 0; e < epochs; e++) drawn[e] = Math.floor(rand() * epochs);
     for (let i = 0; i < n; i++) {
-      const first = Math.floor(i / per) * per;
+      const first = drawn[Math.floor(i / per)] * per;
       const x = first + Math.floor(rand() * Math.min(per, n - first));
       a[i] = lazy[x];
       b[i] = floor[x];
@@ -353,6 +358,17 @@ function ratioInterval(r, k, resamples = 400) {
   }
   const range = (v) => [quantile(v, 0.05), quantile(v, 0.95)];
   return { med: range(med), p99: range(p99s) };
+}
+// mcp-lazy's added over the floor's at the median, epoch by epoch: how far one set of processes moves it.
+function perEpoch(r, k) {
+  const per = Math.ceil(r.direct.length / r.epochs);
+  const out = [];
+  for (let first = 0; first < r.direct.length; first += per) {
+    const added = (key) => median(r[key].slice(first, first + per).map((v, i) => v - r.direct[first + i]));
+    const f = added(k);
+    out.push(f > 0 ? added("lazy") / f : NaN);
+  }
+  return out.map((x) => (Number.isFinite(x) ? x.toFixed(2) : "-")).join(" ");
 }
 const interval = ([lo, hi]) => (Number.isFinite(lo) && Number.isFinite(hi) ? `${lo.toFixed(2)}..${hi.toFixed(2)}x` : "-");
 
@@ -383,8 +399,11 @@ function latencyRows(label, r, lazyLabel) {
     const a = q(paired(k));
     rows.push([`  mcp-lazy's added / ${what}'`, "", ratio(al[0], a[0]), ratio(al[1], a[1]), ratio(al[2], a[2]), ""]);
     const iv = out.floors[k].interval;
-    rows.push(["    90% interval (rounds resampled)", "", interval(iv.med), "", interval(iv.p99), ""]);
+    rows.push(["    90% interval (epochs and rounds resampled)", "", interval(iv.med), "", interval(iv.p99), ""]);
   }
+  // Epoch by epoch (each its own processes), printed after the table: how far one set of processes moves it.
+  if (r.epochs > 2)
+    out.notes = floors.map(([k, what]) => `  ${label}, per epoch: mcp-lazy's added / ${what}', median: ${perEpoch(r, k)}`);
   out.med = out.floors.relay.med;
   out.p99 = out.floors.relay.p99;
   return out;
@@ -405,6 +424,7 @@ const warmVerdict = (label, x) => {
 async function sectionWarm(manifest) {
   heading("2. Warm call latency: direct vs two relays (socat; socat + systemd-socket-proxyd; sd-event) vs mcp-lazy (direct activation)");
   const rows = [];
+  const notes = [];
   const verdicts = [];
   try {
     execFileSync("cc", ["-O2", "-Wall", "-Wextra", "-D_GNU_SOURCE", "-o", SD_RELAY, join(TESTS, "bench/sd-relay.c"), "-lsystemd"], { stdio: "inherit" });
@@ -415,9 +435,11 @@ async function sectionWarm(manifest) {
     const r = await warmPaths(name, manifest);
     const x = latencyRows(WARM[name].label, r, `mcp-lazy (${r.processes} procs)`);
     rows.push(...x.rows);
+    notes.push(...(x.notes ?? []));
     verdicts.push(warmVerdict(WARM[name].label, x));
   }
   table(LATENCY_HEADERS, rows);
+  for (const n of notes) console.log(n);
   const m = RUNS.warm.memory;
   console.log(`  (sequential raw JSON-RPC calls on stdio after ${RUNS.warmUp} warm-up calls each (server-memory: ${m.epochs} epochs of ${m.rounds}`);
   console.log(`   rounds, each with fresh processes on every path, after ${m.warmUp} warm-up calls each), the paths interleaved, every`);
@@ -425,7 +447,7 @@ async function sectionWarm(manifest) {
   console.log("   socat STDIO UNIX-CONNECT -> socat UNIX-LISTEN EXEC, and socat STDIO UNIX-CONNECT -> systemd-socket-proxyd");
   console.log("   (socket-activated) -> the C backend on a socket (floor.c listen), and two byte relays on sd-event, the loop");
   console.log("   mcp-lazy must use (tests/bench/sd-relay.c: one io source per direction, read and write); the 90% interval: of");
-  console.log("   each ratio over 400 resamples of the rounds (within each epoch), how far the rounds alone move it; " + RELAY_STDIO + "; load average " +
+  console.log("   each ratio over 400 resamples of the epochs, then of the rounds within each, how far the processes and the rounds move it; " + RELAY_STDIO + "; load average " +
     loadavg().map((x) => x.toFixed(2)).join(" ") + ")");
   console.log(`  target: mcp-lazy's added cost <= 1.15x the floor's, median and p99 -> ${verdicts.join("; ")}`);
 }
@@ -944,6 +966,7 @@ function boxWarmRows(warm) {
   const f = latencyRows("C backend", warm.floor, "mcp-lazy (systemd socket)");
   const x = latencyRows("memory read_graph", warm.memory, "mcp-lazy (systemd socket)");
   table(LATENCY_HEADERS, [...f.rows, ...x.rows]);
+  for (const n of [...(f.notes ?? []), ...(x.notes ?? [])]) console.log(n);
   console.log("  (all started in the box through nsenter, the relays too; 'added' per round, as in section 2; the shims serve these");
   console.log("   calls alone (the fleet's sessions closed first); mcp-lazy's backends run in the unit's sandbox, and so does the");
   console.log(`   backend of '${SANDBOXED_RELAYS}' (systemd-run --pipe with the unit's [Service] lines); the others run outside it;`);
