@@ -137,6 +137,8 @@ $(S)/tests/%: tests/unit/%.c $(call objs,$(S),$(COMMON_SRC))
 
 # test-hashmap fails allocations on purpose: the calloc() calls of what it links go to its wrapper.
 $(B)/tests/test-hashmap $(S)/tests/test-hashmap: TEST_LDFLAGS := -Wl,--wrap=calloc
+# test-message-nul fails the message layer's malloc() calls on purpose.
+$(B)/tests/test-message-nul $(S)/tests/test-message-nul: TEST_LDFLAGS := -Wl,--wrap=malloc
 
 # $(call install_units,DIR,SOCKETMODE,GROUPLINE,SYSTEMLINES): SYSTEMLINES is a sed command for the lines
 # marked @system@ (keep them for the system manager, drop them for the user manager).

@@ -1414,19 +1414,28 @@ int message_string(const Message *m, Span s, char *buf, size_t size, size_t *ret
 }
 
 bool message_span_has_nul(const Message *m, Span s) {
-        _cleanup_free_ char *buf = NULL;
-        size_t len;
+        const char *p, *e;
 
-        if (s.len < 2)
+        if (s.len < 2 || m->text[s.start] != '"')
                 return false;
-        buf = malloc(s.len);
-        return !buf || (message_string(m, s, buf, s.len, &len) == 0 && len != strlen(buf));
+        /* Only a \u0000 escape decodes to a NUL: the scan took the string (no raw control byte, every
+         * escape whole, a \u escape's low half never 0000). Read in place: nothing to allocate. */
+        for (p = m->text + s.start + 1, e = m->text + s.start + s.len - 1; (p = memchr(p, '\\', (size_t) (e - p)));
+             p += 2)
+                if (p[1] == 'u' && memcmp(p + 2, "0000", 4) == 0)
+                        return true;
+        return false;
 }
 
-bool message_path_has_nul(const Message *m, const char *const *path) {
+int message_path_has_nul(const Message *m, const char *const *path) {
         Span s;
+        int r = message_find(m, path, &s);
 
-        return message_find(m, path, &s) >= 0 && message_span_has_nul(m, s);
+        if (r == -ENOENT)
+                return 0;
+        if (r < 0) /* out of memory: the text is one the scan took */
+                return r;
+        return message_span_has_nul(m, s);
 }
 
 bool message_has_envelope(const Message *m) {

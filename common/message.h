@@ -138,11 +138,14 @@ bool message_key_is(const Message *m, const Member *mb, const char *name);
  * length (a decoded NUL included: compare with strlen()). -EINVAL if s is not a string (or absent),
  * -ENOBUFS if it does not fit. */
 int message_string(const Message *m, Span s, char *buf, size_t size, size_t *ret_len);
-/* Whether the string at s (or at path, a message_find() path) decodes to one with a NUL in it: the
- * tree's value ends there and a peer reads all of it, so it names nothing a lookup by it finds (a tool,
- * resource, prompt, task, subscribed URI). Out of memory counts as yes (the caller refuses). */
+/* Whether the string at s decodes to one with a NUL in it: the tree's value ends there and a peer reads
+ * all of it, so it names nothing a lookup by it finds (a tool, resource, prompt, task, subscribed URI).
+ * Allocates nothing. */
 bool message_span_has_nul(const Message *m, Span s);
-bool message_path_has_nul(const Message *m, const char *const *path);
+/* The same for the string at path (a message_find() path): 1 if it has a NUL, 0 if not (or no string is
+ * there), -ENOMEM when the text could not be searched (the caller answers "out of memory": neither yes
+ * nor no). */
+int message_path_has_nul(const Message *m, const char *const *path);
 /* The request carries the 2026-07-28 envelope: a member of params._meta that era_envelope_parse() reads. */
 bool message_has_envelope(const Message *m);
 /* The text of a span, malloc'd. */

@@ -453,13 +453,14 @@ cJSON *session_initialize_result_new(const Manifest *mf, const char *version) {
         return TAKE_PTR(r);
 }
 
-static bool param_has_nul(const Message *m, const char *key);
+static int param_has_nul(const Message *m, const char *key);
 
 static void handle_initialize(Session *s, Message *m, Batch *batch) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(m->params, "protocolVersion");
         const Manifest *mf;
         const char *version;
         size_t k;
+        int nul;
 
         if (!cJSON_IsObject(m->params) || !cJSON_IsString(v))
                 return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
@@ -467,7 +468,10 @@ static void handle_initialize(Session *s, Message *m, Batch *batch) {
         if (s->protocol_version)
                 return reply_error(s, batch, m->id_json, JSONRPC_INVALID_REQUEST, "the session is already initialized");
         /* "2025-06-18\u0000x" is no version we speak: the newest is offered, as for any other. */
-        k = negotiate_version(param_has_nul(m, "protocolVersion") ? "" : v->valuestring);
+        nul = param_has_nul(m, "protocolVersion");
+        if (nul < 0)
+                return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+        k = negotiate_version(nul ? "" : v->valuestring);
         version = protocol_versions[k];
         s->protocol_version = strdup(version);
         /* A modern request may have come first (a probe, then the fallback): initialize says it all. */
@@ -747,17 +751,22 @@ static void handle_surface_list(Session *s, Message *m, Batch *batch, size_t off
 }
 
 /* Whether the string params[key] (or params.ref[key]) holds a NUL: it names nothing here (as a tool's
- * name in handle_tools_call()). */
-static bool param_has_nul(const Message *m, const char *key) {
+ * name in handle_tools_call()). 1 or 0; -ENOMEM when that cannot be said (the caller answers "out of
+ * memory"). */
+static int param_has_nul(const Message *m, const char *key) {
         return message_path_has_nul(m, (const char *const[]){"params", key, NULL});
 }
 
-static bool ref_has_nul(const Message *m, const char *key) {
+static int ref_has_nul(const Message *m, const char *key) {
         return message_path_has_nul(m, (const char *const[]){"params", "ref", key, NULL});
 }
 
-static void route_by(Session *s, Message *m, Batch *batch, const Backend *b, const char *what, const char *name) {
-        if (!b)
+/* To b, the backend found by name, unless nul (name's param_has_nul()) says name holds a NUL. */
+static void route_by(Session *s, Message *m, Batch *batch, int nul, const Backend *b, const char *what,
+                     const char *name) {
+        if (nul < 0)
+                return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+        if (!b || nul > 0)
                 return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS, "Unknown %s: '%.200s'", what,
                                    name ?: "");
         route_to_backend(s, m, (size_t) (b - s->manifest->backends), batch);
@@ -766,19 +775,18 @@ static void route_by(Session *s, Message *m, Batch *batch, const Backend *b, con
 static void handle_completion(Session *s, Message *m, Batch *batch) {
         const cJSON *ref = cJSON_GetObjectItemCaseSensitive(m->params, "ref");
         /* "ref/prompt\u0000x" is no ref/prompt to the backend: none here either. */
-        const char *type = !ref_has_nul(m, "type")
-                                   ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ref, "type")) ?: ""
-                                   : "";
+        int nul = ref_has_nul(m, "type");
+        const char *type = nul == 0 ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ref, "type")) ?: "" : "";
         const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ref, "name"));
         const char *uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ref, "uri"));
 
+        if (nul < 0)
+                return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
         if (streq(type, "ref/prompt") && name)
-                return route_by(s, m, batch,
-                                !ref_has_nul(m, "name") ? manifest_find_prompt_backend(s->manifest, name) : NULL,
+                return route_by(s, m, batch, ref_has_nul(m, "name"), manifest_find_prompt_backend(s->manifest, name),
                                 "prompt", name);
         if (streq(type, "ref/resource") && uri)
-                return route_by(s, m, batch,
-                                !ref_has_nul(m, "uri") ? manifest_find_resource_backend(s->manifest, uri) : NULL,
+                return route_by(s, m, batch, ref_has_nul(m, "uri"), manifest_find_resource_backend(s->manifest, uri),
                                 "resource", uri);
         reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
                     "completion/complete needs a ref/prompt or ref/resource");
@@ -787,8 +795,11 @@ static void handle_completion(Session *s, Message *m, Batch *batch) {
 /* Task methods: the backend that answered the call that created the task. */
 static void handle_task(Session *s, Message *m, Batch *batch) {
         const char *id = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "taskId"));
-        Upstream *u = id && !param_has_nul(m, "taskId") ? hashmap_get(s->tasks, id) : NULL;
+        int nul = id ? param_has_nul(m, "taskId") : 0;
+        Upstream *u = id && nul == 0 ? hashmap_get(s->tasks, id) : NULL;
 
+        if (nul < 0)
+                return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
         if (!routable(s, m, batch))
                 return;
         if (streq(m->method, "tasks/list")) {
@@ -916,13 +927,11 @@ static void handle_request(Session *s, Message *m, Batch *batch) {
                 return handle_surface_list(s, m, batch, offsetof(Backend, prompts), "prompts");
         if (streq(m->method, "resources/read") || streq(m->method, "resources/subscribe") ||
             streq(m->method, "resources/unsubscribe"))
-                return route_by(s, m, batch,
-                                uri && !param_has_nul(m, "uri") ? manifest_find_resource_backend(s->manifest, uri) : NULL,
-                                "resource", uri);
+                return route_by(s, m, batch, uri ? param_has_nul(m, "uri") : 0,
+                                uri ? manifest_find_resource_backend(s->manifest, uri) : NULL, "resource", uri);
         if (streq(m->method, "prompts/get"))
-                return route_by(s, m, batch,
-                                name && !param_has_nul(m, "name") ? manifest_find_prompt_backend(s->manifest, name) : NULL,
-                                "prompt", name);
+                return route_by(s, m, batch, name ? param_has_nul(m, "name") : 0,
+                                name ? manifest_find_prompt_backend(s->manifest, name) : NULL, "prompt", name);
         if (streq(m->method, "completion/complete"))
                 return handle_completion(s, m, batch);
         if (strncmp(m->method, "tasks/", 6) == 0)

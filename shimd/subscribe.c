@@ -217,18 +217,24 @@ static void handle_subscribe(Instance *i, Client *c, const Message *m, bool sub)
         i->waiters = w;
 }
 
-bool subscribe_uri_has_nul(const Message *m) {
-        return message_path_has_nul(m, (const char *const[]){"params", "uri", NULL});
+int subscribe_uri_has_nul(const Message *m) {
+        int r = message_path_has_nul(m, (const char *const[]){"params", "uri", NULL});
+
+        if (r < 0)
+                log_oom();
+        return r;
 }
 
 bool subscribe_refuse_nul_uri(Client *c, const Message *m) {
         _cleanup_json_ cJSON *e = NULL;
+        int r = subscribe_uri_has_nul(m);
 
-        if (!subscribe_uri_has_nul(m))
+        if (r == 0)
                 return false;
-        e = jsonrpc_error_new(m->id_json, JSONRPC_INVALID_PARAMS,
-                              "Invalid params: the uri holds a NUL character (\\u0000), which no resource URI has "
-                              "(write it as %00)");
+        e = r < 0 ? jsonrpc_error_new(m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory")
+                  : jsonrpc_error_new(m->id_json, JSONRPC_INVALID_PARAMS,
+                                      "Invalid params: the uri holds a NUL character (\\u0000), which no resource "
+                                      "URI has (write it as %00)");
         if (e)
                 client_send(c, e);
         return true;
@@ -327,7 +333,8 @@ static void handle_updated(Instance *i, const Message *m) {
         _cleanup_json_ cJSON *copy = cJSON_Duplicate(m->json, true);
         cJSON *meta = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(copy, "params"), "_meta");
 
-        if (!uri || !copy || subscribe_uri_has_nul(m)) /* no session holds such a URI */
+        /* No session holds such a URI (nor, out of memory, can it be said which one does). */
+        if (!uri || !copy || subscribe_uri_has_nul(m) != 0)
                 return;
         cJSON_DeleteItemFromObjectCaseSensitive(meta, META_SUBSCRIPTION_ID);
         if (cJSON_IsObject(meta) && !meta->child)
