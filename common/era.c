@@ -1,11 +1,13 @@
 /* What differs between MCP's handshake era and the 2026-07-28 era: the request envelope, the era's
  * own errors, caching hints. */
 #include <errno.h>
+#include <limits.h>
 #include <string.h>
 
 #include "era.h"
 #include "jsonrpc.h"
 #include "macros.h"
+#include "message.h"
 
 #ifndef MCP_LAZY_VERSION
 #define MCP_LAZY_VERSION "0"
@@ -235,4 +237,34 @@ int era_client_era_take(cJSON *params, bool *ret_modern, const char **ret_proble
         if (!meta->child)
                 cJSON_DeleteItemFromObjectCaseSensitive(params, "_meta");
         return 1;
+}
+
+cJSON *era_resource_uris_new(const Message *m, const char *const *path, const cJSON *tree, size_t *ret_n_nul) {
+        _cleanup_json_ cJSON *a = cJSON_CreateArray();
+        _cleanup_free_ Span *el = NULL;
+        const cJSON *list = cJSON_IsArray(tree) ? tree : NULL, *it;
+        size_t n = 0, k = 0, n_nul = 0;
+        Span s = {0, 0};
+
+        if (!a)
+                return NULL;
+        /* The elements' spans, in the tree's order: the text says whether each holds a NUL. */
+        if (list &&
+            (message_find(m, path, &s) < 0 || message_split_batch(m->text + s.start, s.len, UINT_MAX, &el, &n) < 0 ||
+             n != (size_t) cJSON_GetArraySize(list)))
+                return NULL;
+        cJSON_ArrayForEach (it, list) {
+                Span e = {s.start + el[k].start, el[k].len};
+
+                k++;
+                if (!cJSON_IsString(it))
+                        continue;
+                if (message_span_has_nul(m, e))
+                        n_nul++;
+                else if (!cJSON_AddItemToArray(a, cJSON_CreateString(it->valuestring)))
+                        return NULL;
+        }
+        if (ret_n_nul)
+                *ret_n_nul = n_nul;
+        return TAKE_PTR(a);
 }

@@ -2,8 +2,11 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <cjson/cJSON.h>
+
+typedef struct Message Message;
 
 #define ERA_MODERN_VERSION       "2026-07-28"
 #define ERA_NEWEST_LEGACY        "2025-11-25"
@@ -68,3 +71,8 @@ int era_client_era_take(cJSON *params, bool *ret_modern, const char **ret_proble
 /* {"name": "mcp-lazy", "version": ...}: the clientInfo of an initialize mcp-lazy sends for a client
  * that gave none. */
 cJSON *era_client_info_new(void);
+/* The resource URIs of a subscriptions/listen (or of its acknowledgement) at path in m, each whole, as a
+ * new array of strings; tree is the array at path in m's tree. A URI that decodes with a NUL (the tree
+ * has it cut there, where it reads as another URI) is left out and counted in *ret_n_nul; so is
+ * nothing else (anything not a string is left out). NULL when out of memory. */
+cJSON *era_resource_uris_new(const Message *m, const char *const *path, const cJSON *tree, size_t *ret_n_nul);

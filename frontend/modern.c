@@ -249,12 +249,16 @@ static bool string_array(const cJSON *a) {
         return true;
 }
 
+#define LISTEN_URIS_PATH ((const char *const[]){"params", "notifications", "resourceSubscriptions", NULL})
+
 /* A stream the client ends with notifications/cancelled; nothing answers the request until then. */
 static void handle_listen(Session *s, Message *m, Batch *batch) {
         const cJSON *filter = cJSON_GetObjectItemCaseSensitive(m->params, "notifications");
         const cJSON *wanted = cJSON_GetObjectItemCaseSensitive(filter, "resourceSubscriptions");
         const Manifest *mf = session_manifest(s);
         _cleanup_free_ char *key = strdup(m->id_text);
+        _cleanup_json_ cJSON *whole = NULL;
+        size_t n_nul = 0;
         Listen *l;
         int r;
 
@@ -268,6 +272,14 @@ static void handle_listen(Session *s, Message *m, Batch *batch) {
                 return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
                                    "subscriptions/listen: notifications.resourceSubscriptions must be an array of "
                                    "strings");
+        /* Each URI whole, as resources/subscribe takes it: cut at a NUL (as the tree has it) it would
+         * be another URI. */
+        if (wanted && !(whole = era_resource_uris_new(m, LISTEN_URIS_PATH, wanted, &n_nul)))
+                return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+        if (n_nul > 0)
+                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
+                                   "subscriptions/listen: a URI in notifications.resourceSubscriptions holds a NUL "
+                                   "character (\\u0000), which no resource URI has (write it as %00)");
         if (!key)
                 return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
         if (hashmap_get(s->listens, key) || hashmap_get(s->pending, key))
@@ -289,7 +301,7 @@ static void handle_listen(Session *s, Message *m, Batch *batch) {
         l->tools = filter_flag(filter, "toolsListChanged") && session_announces(mf, "tools");
         l->prompts = filter_flag(filter, "promptsListChanged") && session_announces(mf, "prompts");
         l->resources = filter_flag(filter, "resourcesListChanged") && session_announces(mf, "resources");
-        r = listen_resources(s, mf, l, wanted);
+        r = listen_resources(s, mf, l, whole);
         if (r < 0) {
                 modern_cancel(s, l->key);
                 return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR,
@@ -385,8 +397,17 @@ void modern_upstream_attached(Session *s, const char *backend) {
 bool modern_resource_updated(Session *s, const Message *m) {
         const char *uri = message_json(m) ? cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "uri"))
                                           : NULL;
+        /* A uri that decodes with a NUL is no URI a stream holds (handle_listen() refuses them), though
+         * the tree has it cut where it reads as one: it goes on no stream (nor, out of memory, can it be
+         * said whose it is). */
+        int nul = uri ? message_path_has_nul(m, (const char *const[]){"params", "uri", NULL}) : 0;
         size_t state = 0;
         void *v;
+
+        if (nul < 0)
+                log_oom();
+        if (nul != 0)
+                uri = NULL;
 
         while (uri && hashmap_iterate(s->listens, &state, NULL, &v)) {
                 Listen *l = v;

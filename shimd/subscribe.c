@@ -288,24 +288,37 @@ static bool subscription_id(const Message *m, int64_t *ret) {
         return *ret != 0;
 }
 
-/* The stream took (some of) the URIs: the subscribes waiting for them are answered. */
+/* The stream took (some of) the URIs: the subscribes waiting for them are answered. Each URI it took is
+ * compared whole: one that decodes with a NUL is none a session holds (resources/subscribe refuses
+ * them), though the tree has it cut where it reads as one. */
 static void handle_acknowledged(Instance *i, const Message *m) {
+        static const char *const path[] = {"params", "notifications", "resourceSubscriptions", NULL};
         const cJSON *filter = cJSON_GetObjectItemCaseSensitive(m->params, "notifications");
         const cJSON *honoured = cJSON_GetObjectItemCaseSensitive(filter, "resourceSubscriptions");
         _cleanup_json_ cJSON *held = NULL;
+        size_t n_nul = 0;
 
         i->listen_acked = true;
         send_cancel(i, i->listen_old);
         i->listen_old = 0;
         cJSON_Delete(i->listen_honoured);
-        i->listen_honoured = cJSON_IsArray(honoured) ? cJSON_Duplicate(honoured, true) : cJSON_CreateArray();
+        i->listen_honoured = era_resource_uris_new(m, path, honoured, &n_nul); /* NULL: out of memory */
+        if (!i->listen_honoured)
+                log_oom();
+        if (n_nul > 0)
+                log_warning("Backend '%s' acknowledged %zu resource URI%s with a NUL character (\\u0000), which no "
+                            "session subscribed to, ignoring.",
+                            shim_backend_name(i->shim), n_nul, n_nul == 1 ? "" : "s");
         while (i->waiters) {
                 SubscribeWaiter *w = i->waiters;
-                if (array_has(honoured, w->uri))
+                if (array_has(i->listen_honoured, w->uri))
                         reply_empty(w->client, w->id_text);
                 else {
                         subscribe_track(w->client, w->uri, false);
-                        reply_not_offered(i, w->client, w->id_text, w->uri);
+                        if (i->listen_honoured)
+                                reply_not_offered(i, w->client, w->id_text, w->uri);
+                        else
+                                reply(w->client, w->id_text, NULL, "out of memory");
                 }
                 i->waiters = waiter_free(w);
         }

@@ -1,5 +1,6 @@
 // A 2026-07-28-only backend whose subscriptions/listen takes only the URIs that start with "ok:": its
-// acknowledgement leaves the others out (a resource it lists but does not offer updates of).
+// acknowledgement leaves the others out (a resource it lists but does not offer updates of). A URI that
+// starts with "nul:" it acknowledges as another: the same with "\u0000x" after it.
 import { createInterface } from "node:readline";
 
 const send = (m) => process.stdout.write(JSON.stringify(m) + "\n");
@@ -27,7 +28,9 @@ createInterface({ input: process.stdin }).on("line", (line) => {
       jsonrpc: "2.0",
       method: "notifications/subscriptions/acknowledged",
       params: {
-        notifications: { resourceSubscriptions: want.filter((u) => u.startsWith("ok:")) },
+        notifications: {
+          resourceSubscriptions: [...want.filter((u) => u.startsWith("ok:")), ...want.filter((u) => u.startsWith("nul:")).map((u) => `${u}\u0000x`)],
+        },
         _meta: { "io.modelcontextprotocol/subscriptionId": m.id },
       },
     });

@@ -1,8 +1,10 @@
-/* Strings that decode with a NUL (message_span_has_nul(), message_path_has_nul()), also when allocations
- * fail: out of memory is never read as "it holds a NUL" nor as "it does not". */
+/* Strings that decode with a NUL (message_span_has_nul(), message_path_has_nul(), era_resource_uris_new()),
+ * also when allocations fail: out of memory is never read as "it holds a NUL" nor as "it does not". */
 #include <errno.h>
 #include <stdbool.h>
 
+#include "era.h"
+#include "macros.h"
 #include "message.h"
 #include "tests.h"
 
@@ -122,8 +124,70 @@ static void check_out_of_memory(void) {
         }
 }
 
+static const char *const LISTEN[] = {"params", "notifications", "resourceSubscriptions", NULL};
+
+static const cJSON *listen_tree(const Message *m) {
+        return cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m->params, "notifications"),
+                                                "resourceSubscriptions");
+}
+
+#define ACK "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/subscriptions/acknowledged\",\"params\":"
+
+/* A listen's (or acknowledgement's) URIs, each whole: those with a NUL left out and counted, whatever
+ * else is in the array; the rest in order. */
+static void check_resource_uris(void) {
+        static const struct {
+                const char *text, *want;
+                size_t n_nul;
+        } lists[] = {
+                {ACK "{\"notifications\":{\"resourceSubscriptions\":[\"a\",\"a\\u0000b\",1,\"b\\\\u0000\",{\"x\":"
+                     "\"\\u0000\"},"
+                     "\"\\u0000\",[\"\\u0000\"],\"c\\u00e9\"]}}}",
+                 "[\"a\",\"b\\\\u0000\",\"c\u00e9\"]", 2},
+                {ACK "{\"notifications\":{\"resourceSubscriptions\":[]}}}", "[]", 0},
+                {ACK "{\"notifications\":{\"resourceSubscriptions\":[ \"x\" , \"y\\u0000\" ]}}}", "[\"x\"]", 1},
+                {ACK "{\"notifications\":{}}}", "[]", 0},
+                {ACK "{\"notifications\":{\"resourceSubscriptions\":\"a\\u0000\"}}}", "[]", 0},
+        };
+
+        for (size_t k = 0; k < sizeof lists / sizeof lists[0]; k++) {
+                _cleanup_message_ Message *m = parse(lists[k].text);
+                _cleanup_json_ cJSON *uris = NULL;
+                _cleanup_free_ char *printed = NULL;
+                size_t n_nul = 99;
+
+                if (!m)
+                        continue;
+                uris = era_resource_uris_new(m, LISTEN, listen_tree(m), &n_nul);
+                printed = uris ? cJSON_PrintUnformatted(uris) : NULL;
+                CHECK_STREQ(printed, lists[k].want);
+                CHECK(n_nul == lists[k].n_nul);
+
+                /* The Nth allocation failed: NULL, or the same answer. */
+                for (unsigned n = 1; n < 64; n++) {
+                        _cleanup_json_ cJSON *u = NULL;
+                        _cleanup_free_ char *p = NULL;
+                        unsigned calls;
+
+                        malloc_calls = 0;
+                        malloc_fail_in = n;
+                        u = era_resource_uris_new(m, LISTEN, listen_tree(m), &n_nul);
+                        calls = malloc_calls;
+                        malloc_fail_in = 0;
+                        if (u) {
+                                p = cJSON_PrintUnformatted(u);
+                                CHECK_STREQ(p, lists[k].want);
+                                CHECK(n_nul == lists[k].n_nul);
+                        }
+                        if (calls < n)
+                                break;
+                }
+        }
+}
+
 int main(void) {
         check_decoded();
         check_out_of_memory();
+        check_resource_uris();
         return tests_finish("test-message-nul");
 }
