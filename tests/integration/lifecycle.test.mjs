@@ -196,10 +196,17 @@ test("mcp-lazy status: a row per backend from the units and the shim's status, n
   assert.ok(await waitFor(async () => /\(ready\)/.test(await statusText("resi")), 20000));
   const s = await fleet.session();
   await s.callTool({ name: "read_graph", arguments: {} });
+  const t0 = Date.now();
   await s.callTool({ name: "read_graph", arguments: {} });
+  const t1 = Date.now();
   // The shim tells systemd its counts at most every second: the calls show within that.
   let st;
   assert.ok(await waitFor(async () => row((st = await status()), "resi")?.calls === 2, 20000), JSON.stringify(st));
+  // Read again some seconds after the last call, whose age it then gives (below).
+  await sleep(2500);
+  const t3 = Date.now();
+  st = await status();
+  const t4 = Date.now();
   assert.equal(st.manager, "system");
   assert.equal(st.systemd, true);
   assert.equal(st.manifest, "/etc/mcp-lazy/manifest.yaml");
@@ -217,7 +224,12 @@ test("mcp-lazy status: a row per backend from the units and the shim's status, n
   else assert.equal(resi.memory_bytes, null, `${mem} ${JSON.stringify(resi)}`);
   assert.equal(resi.sessions, 1);
   assert.equal(resi.calls, 2);
-  assert.ok(resi.last_call_sec_ago >= 0 && resi.last_call_sec_ago < 60, JSON.stringify(resi));
+  // The age of the last call, in whole seconds: from when the shim answered it (between t0 and t1 by
+  // this test's clock, which the box shares, to the second, plus the status interval of 1 s in which
+  // the line is made) to when status ran (between t3 and t4).
+  const sec = (ms) => Math.floor(ms / 1000);
+  const [lo, hi] = [sec(t3) - (sec(t1) + 1), sec(t4) - sec(t0)];
+  assert.ok(resi.last_call_sec_ago >= lo && resi.last_call_sec_ago <= hi, `${lo}..${hi}: ${JSON.stringify(resi)}`);
   // The manifest declares one of the memory server's tools, with a schema of its own.
   assert.match(resi.manifest_check, /^differs: tools: 0 missing, \d+ extra, 1 changed$/);
   // 'off' has neither socket nor service running, and status did not start them.

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { boxFleet, enableSockets } from "./lib/fleet.mjs";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
-import { MCP_LAZY, ROOT, SERVER_SCRIPTS, SHIMD, journalUntil, waitFor } from "./lib/env.mjs";
+import { MCP_LAZY, ROOT, SERVER_SCRIPTS, SHIMD, journalUntil, sleep, waitFor } from "./lib/env.mjs";
 
 let fleet;
 before(async () => {
@@ -40,7 +40,9 @@ test("systemd-analyze verify is clean on the installed units", async () => {
 test("the shim reports READY and a STATUS= line that systemctl shows", async () => {
   fleet.manifestPath = "/etc/mcp-lazy/frontend.yaml";
   const s = await fleet.session();
+  const t0 = Date.now();
   await s.callTool({ name: "echo", arguments: { message: "x" } });
+  const t1 = Date.now();
   // The test manifest declares 5 of the server's tools, 3 with schemas of its own: the shim says so.
   // (The counts reach systemd at most every second: wait for the call's too.)
   const status = await waitFor(async () => {
@@ -48,11 +50,27 @@ test("the shim reports READY and a STATUS= line that systemctl shows", async () 
     return /manifest differs/.test(st) && / 1 call served/.test(st) && st;
   }, 20000);
   assert.match(status, /^backend pid \d+ \(ready\), 1 session, 0 in flight, 1 call served, last call at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ, manifest differs: tools: 0 missing, \d+ extra, \d+ changed$/m);
+  // The last call's time, to the second: when the shim answered it, between this test's own clock
+  // before the call and after its answer (the box shares the clock), plus the status interval (1 s)
+  // within which the line is made.
+  const lastCall = (st) => Date.parse(st.match(/last call at (\S+Z)/)[1]) / 1000;
+  const sec = (ms) => Math.floor(ms / 1000);
+  const at = lastCall(status);
+  assert.ok(at >= sec(t0) && at <= sec(t1) + 1, `last call at ${at}, the call between ${t0 / 1000} and ${t1 / 1000}`);
   const log = await journalUntil(fleet.sh, "mcp-lazy@everything.service", (l) => /lists the tool 'echo' differently/.test(l));
   assert.match(log, /Backend 'everything' lists the tool 'get-env', which the manifest does not declare\./);
   assert.match(log, /Backend 'everything' lists the tool 'echo' differently from the manifest\./);
   assert.match(await fleet.sh("systemctl show -P Type mcp-lazy@everything.service"), /notify/);
+  // Made again seconds later for another reason (the session leaves), with no call since, the line
+  // still says when the call was answered, not when it was made.
+  await sleep(2500);
   await s.close();
+  const later = await waitFor(async () => {
+    const st = await fleet.sh("systemctl show -P StatusText mcp-lazy@everything.service");
+    return / 0 sessions, /.test(st) && st;
+  }, 20000);
+  assert.ok(later, "the line says the session left");
+  assert.equal(lastCall(later), at, later);
 });
 
 test("a backend whose socket is not enabled: a tool error with the exact command", async () => {
@@ -84,7 +102,9 @@ test("a unit that keeps failing trips its start limit, and the error says how to
 test("stopping a unit kills every process of the backend", async () => {
   fleet.manifestPath = "/etc/mcp-lazy/frontend.yaml";
   const s = await fleet.session();
+  const t0 = Date.now();
   await s.callTool({ name: "echo", arguments: { message: "x" } });
+  const t1 = Date.now();
   assert.ok((await fleet.cgroupPids("everything")).length >= 2);
   await fleet.sh("systemctl stop mcp-lazy@everything.service");
   assert.deepEqual(await fleet.cgroupPids("everything"), []);
