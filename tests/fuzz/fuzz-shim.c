@@ -1,24 +1,37 @@
 /* Fuzz target: the shim's message handling, for real (shimd/client.c, instance.c, upcalls.c), with two
  * client sessions on one pooled backend. Each input line goes to the shim from the peer its first byte
  * names ('a', 'b': a client; 'k': the backend; a line "Ma" or "Mb" makes that client one whose
- * initialize said 2026-07-28, a handshake-era one otherwise; "xa" or "xb": that client leaves; "T":
- * the backend's timer (init_timeout, a stop's grace) runs out now); everything the shim writes is read
- * back and checked: every line is a valid message, an answer reaches only a session that used its id,
- * a progress notification only the session that named its token, and the backend gets only our
- * request ids.
+ * initialize said 2026-07-28, a handshake-era one otherwise; "xa" or "xb": that client leaves; "Xa",
+ * "Xb": it leaves and a new one takes its letter; "Ha", "Hb": it hangs up, and the shim finds out on
+ * its own read; "ha", "hb": it half-closes (sends nothing more, reads on); "T": the backend's timer
+ * (init_timeout, a stop's grace) runs out now); everything the shim writes is read back and checked:
+ * every line is a valid message, an answer reaches only a session that used its id and no more often
+ * than it used it, a progress notification only the session that named its token, the backend gets
+ * only our request ids; a half-closed session the shim closes, and at the end of the input any
+ * session with nothing in flight, has had an answer to every request it did not cancel; no call waits
+ * at a started backend that is down with nothing to start it, nor at one starting or stopping without
+ * its timer; and every descriptor the input opened is closed at its end.
  *
  * The backend is up (READY) unless the input's first line is "S" or "D": then it is down, and the
  * first call starts it for real (instance_spawn(), its timer armed), the input speaking for the
- * process over the socket it is given (process.c is left out: see process_spawn() below), so that
+ * process over the pipes it is given (process.c is left out: see process_spawn() below), so that
  * the input answers the first request (well, badly, late or never, "T" making init_timeout run out)
- * while the sessions' calls queue, and a line "C" closes the backend's stdout. "S": an earlier start
- * learned a handshake-era backend, so initialize (id 0) goes first; "D": server/discover (id -100)
- * does, as at a first start. */
+ * while the sessions' calls queue. "S": an earlier start learned a handshake-era backend, so
+ * initialize (id 0) goes first; "D": server/discover (id -100) does, as at a first start. In these
+ * modes the backend's process can fail, and each later start is a new process the input speaks for:
+ * "C" closes its stdout, "I" its stdin; "W" wedges it (it reads its stdin no more); "P..." writes
+ * bytes of a line without its newline (a later backend line ends it); "K" kills it (its pipes close,
+ * it dies of SIGKILL, or with "K0".."K9" exits with that status); "Z" (or "Z0".."Z9") ends its
+ * process while its pipes stay open (held by a child of its own). The shim sees each death as it
+ * would a real one: on_child(), probe_died(), what the dead process never read sent again. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/pidfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -32,13 +45,34 @@
 #include "process.h"
 #include "shimd.h"
 
-/* main.c's part, which the target leaves out: nothing to re-evaluate here. */
+/* main.c's part, which the target leaves out, but for what on_update() does with connections: the
+ * harness runs shim_on_update() after the loop has run, when something asked for it. */
+static bool update_wanted;
+
 void shim_update(Shim *s) {
         (void) s;
+        update_wanted = true;
 }
 
 void shim_calls_changed(Shim *s, const Client *c) {
-        (void) s, (void) c;
+        (void) s;
+        if (!c || c->eof || c->overflow)
+                update_wanted = true;
+}
+
+/* As on_update() does: a connection that does not read goes, a half-closed one with nothing in
+ * flight is flushed and closed (the channel frees it once its answers are out). */
+static void shim_on_update(Shim *s) {
+        if (!update_wanted)
+                return;
+        update_wanted = false;
+        for (Client *c = s->clients, *n; c; c = n) {
+                n = c->next;
+                if (c->overflow)
+                        client_free(c);
+                else if (c->eof && hashmap_size(c->pending) + c->n_queued + c->n_held == 0)
+                        channel_shutdown(c->ch, CLIENT_STALL_USEC);
+        }
 }
 
 unsigned shim_in_flight(const Shim *s) {
@@ -46,64 +80,163 @@ unsigned shim_in_flight(const Shim *s) {
         return 0;
 }
 
-/* process.c's part. A started backend is a socket whose other end the input speaks for
- * (started_fd), and a child of ours that only waits (sd_event_add_child() wants a real child): it is
- * never signalled (process_kill() does nothing), and it ends when this process does (the pipe it
- * reads is closed then: a replay runs each input in a process of its own). One start per input, in
- * the modes "S" and "D" only: any other (a session whose roots changed gets a backend of its own)
- * fails as a spawn can. */
-static pid_t waiter = -1;
-static int started_fd = -EBADF;
+/* process.c's part. A started backend is two pipes whose other ends the input speaks for (its stdin,
+ * which the harness reads, and its stdout, which it writes), and a child of ours that stands in for
+ * its process (a waiter: sd_event_add_child() wants a real child). A waiter exits when the input
+ * says the backend dies ("K", "Z") or when the shim kills it (process_kill()), and the harness waits
+ * until it is a zombie before the loop runs on, so that the shim sees the death in the same place on
+ * every run. Waiters are held by pidfd, immune to pid reuse once sd-event has reaped one. Each start
+ * of an input gets a fresh process and pipes (a waiter that never died is kept for the next input);
+ * at most MAX_STARTS of them, in the modes "S" and "D" only: past that, or in the mode where the
+ * backend is up from the start, a start fails as a spawn can (EMFILE). */
+#define MAX_STARTS 16
+#define MAX_ENDED  (MAX_STARTS + 1)
+
+typedef struct Waiter {
+        pid_t pid;
+        int pidfd;
+        int life; /* the write end of the pipe it reads: a line written there is its exit status */
+} Waiter;
+#define WAITER_NONE ((Waiter){-1, -EBADF, -EBADF})
+
+static Waiter spare = WAITER_NONE;   /* alive and unused: the next start takes it */
+static Waiter current = WAITER_NONE; /* the started backend's process, alive */
+static Waiter ended[MAX_ENDED];      /* processes that died in this input, reaped at its end */
+static size_t n_ended;
+static unsigned n_starts;
 static bool may_spawn;
+static int started_in = -EBADF, started_out = -EBADF; /* the started backend's ends, for the input */
 
-static void waiter_ensure(void) {
-        sigset_t mask;
+/* A shell that waits for a line on its stdin and exits with the status it says: spawned (vfork and
+ * exec), not forked, which would copy this process's page tables at every start. */
+static Waiter waiter_new(void) {
+        static char *const argv[] = {(char *) "sh", (char *) "-c", (char *) "read -r s; exit \"${s:-0}\"", NULL};
+        static char *const envp[] = {NULL};
+        posix_spawn_file_actions_t fa;
+        Waiter w;
         int p[2];
-        char c;
 
-        if (waiter > 0 && waitpid(waiter, NULL, WNOHANG) == 0)
-                return;
-        sigemptyset(&mask);
-        sigaddset(&mask, SIGCHLD);
-        FUZZ_ASSERT(sigprocmask(SIG_BLOCK, &mask, NULL) == 0);
         FUZZ_ASSERT(pipe2(p, O_CLOEXEC) == 0);
-        waiter = fork();
-        FUZZ_ASSERT(waiter >= 0);
-        if (waiter == 0) {
-                close(p[1]);
-                while (read(p[0], &c, 1) < 0 && errno == EINTR)
-                        ;
-                _exit(0);
-        }
-        close(p[0]); /* p[1] stays open, unused, as long as this process runs */
+        FUZZ_ASSERT(posix_spawn_file_actions_init(&fa) == 0);
+        FUZZ_ASSERT(posix_spawn_file_actions_adddup2(&fa, p[0], STDIN_FILENO) == 0);
+        FUZZ_ASSERT(posix_spawn(&w.pid, "/bin/sh", &fa, NULL, argv, envp) == 0);
+        posix_spawn_file_actions_destroy(&fa);
+        close(p[0]);
+        w.life = p[1];
+        w.pidfd = pidfd_open(w.pid, 0);
+        FUZZ_ASSERT(w.pidfd >= 0);
+        return w;
+}
+
+/* The current process ends: with an exit status (>= 0), or by SIGKILL; returns once it is a zombie. */
+static void current_end(int status) {
+        siginfo_t si = {};
+
+        if (current.pid < 0)
+                return;
+        if (status >= 0) {
+                char line[] = {(char) ('0' + status), '\n'};
+                FUZZ_ASSERT(write(current.life, line, sizeof line) == sizeof line);
+        } else
+                FUZZ_ASSERT(pidfd_send_signal(current.pidfd, SIGKILL, NULL, 0) == 0);
+        safe_close(current.life);
+        current.life = -EBADF;
+        /* ECHILD: reaped already (by sd-event, after the shim's on_child()). */
+        while (waitid(P_PIDFD, current.pidfd, &si, WEXITED | WNOWAIT) < 0 && errno == EINTR)
+                ;
+        FUZZ_ASSERT(n_ended < MAX_ENDED);
+        ended[n_ended++] = current;
+        current = WAITER_NONE;
 }
 
 int process_spawn(const Backend *b, pid_t *ret_pid, int *ret_stdin, int *ret_stdout, char *err, size_t errlen) {
-        int sv[2], out;
+        int in[2], out[2];
 
-        if (!may_spawn) {
+        if (!may_spawn || n_starts >= MAX_STARTS) {
                 snprintf(err, errlen, "cannot start backend '%s': %s", b->name, strerror(EMFILE));
                 return -EMFILE;
         }
-        may_spawn = false;
-        FUZZ_ASSERT(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) == 0);
-        out = fcntl(sv[0], F_DUPFD_CLOEXEC, 3);
-        FUZZ_ASSERT(out >= 0);
-        safe_close(started_fd);
-        started_fd = sv[1];
-        *ret_pid = waiter;
-        *ret_stdin = sv[0];
-        *ret_stdout = out;
+        /* One instance in this harness: a start while its last process lives (the shim neither killed
+         * it nor heard of its death) would leave that process behind. */
+        FUZZ_ASSERT(current.pid < 0);
+        n_starts++;
+        current = spare.pid > 0 ? spare : waiter_new();
+        spare = WAITER_NONE;
+        FUZZ_ASSERT(pipe2(in, O_CLOEXEC | O_NONBLOCK) == 0);
+        FUZZ_ASSERT(pipe2(out, O_CLOEXEC | O_NONBLOCK) == 0);
+        /* What the last process left open (it died with "Z") goes: whatever held it is gone too. */
+        safe_close(started_in);
+        safe_close(started_out);
+        started_in = in[0];
+        started_out = out[1];
+        *ret_pid = current.pid;
+        *ret_stdin = in[1];
+        *ret_stdout = out[0];
         return 0;
 }
 
+/* The shim's signals (a stop that runs out of grace, on_child()'s kill of the group): its process
+ * dies of any of them. Only ever our current waiter, through its pidfd: nothing else is signalled. */
 void process_kill(pid_t pid, int sig) {
-        (void) pid, (void) sig;
+        (void) sig;
+        if (pid > 0 && pid == current.pid)
+                current_end(-1);
 }
 
+/* As process.c says it. */
 void process_describe_exit(const siginfo_t *si, char *buf, size_t size) {
-        (void) si;
-        snprintf(buf, size, "exited");
+        if (si->si_code == CLD_EXITED)
+                snprintf(buf, size, "exited with status %d", si->si_status);
+        else
+                snprintf(buf, size, "was killed by signal %s", sigabbrev_np(si->si_status) ?: "?");
+}
+
+/* At the end of an input: the dead are reaped, a live process is kept for the next input's first start. */
+static void waiters_end_input(void) {
+        siginfo_t si = {};
+
+        for (size_t j = 0; j < n_ended; j++) {
+                while (waitid(P_PIDFD, ended[j].pidfd, &si, WEXITED) < 0 && errno == EINTR)
+                        ;
+                safe_close(ended[j].pidfd);
+        }
+        n_ended = 0;
+        if (current.pid > 0) {
+                if (spare.pid > 0) {
+                        /* Two alive: the current one goes. */
+                        current_end(0);
+                        return waiters_end_input();
+                }
+                spare = current;
+                current = WAITER_NONE;
+        }
+}
+
+/* Descriptors that a leak would leave: pipes, sockets, pidfds (not the event loop's own, which it
+ * makes once and keeps), minus the spare waiter's. */
+static unsigned count_fds(void) {
+        DIR *d = opendir("/proc/self/fd");
+        struct dirent *de;
+        unsigned n = 0;
+
+        FUZZ_ASSERT(d);
+        while ((de = readdir(d))) {
+                char path[300], link[64];
+                ssize_t l;
+
+                if (de->d_name[0] == '.' || atoi(de->d_name) == dirfd(d))
+                        continue;
+                snprintf(path, sizeof path, "/proc/self/fd/%s", de->d_name);
+                l = readlink(path, link, sizeof link - 1);
+                if (l < 0)
+                        continue;
+                link[l] = 0;
+                if (strncmp(link, "pipe:", 5) == 0 || strncmp(link, "socket:", 7) == 0 ||
+                    streq(link, "anon_inode:[pidfd]"))
+                        n++;
+        }
+        closedir(d);
+        return n - (spare.pid > 0 ? 2 : 0);
 }
 
 #define MAX_SEEN 4096
@@ -113,6 +246,8 @@ typedef struct Peer {
         const char *seen[MAX_SEEN]; /* id and token texts this peer sent (owned) */
         char *ids[MAX_SEEN];        /* each id text a line of this peer showed, with counts */
         unsigned sent[MAX_SEEN], answered[MAX_SEEN];
+        unsigned requests[MAX_SEEN], cancels[MAX_SEEN]; /* valid requests under it; its cancellations */
+        bool half_closed;
         size_t n_ids;
         size_t n_seen;
         char buf[1 << 16];
@@ -131,6 +266,20 @@ static bool was_seen(const Peer *p, const char *text, size_t len) {
         return false;
 }
 
+/* The slot of an id text in p's counts, made if need be (MAX_SEEN: no room). */
+static size_t id_slot(Peer *p, const char *t) {
+        size_t i;
+        for (i = 0; i < p->n_ids; i++)
+                if (streq(p->ids[i], t))
+                        return i;
+        if (p->n_ids == MAX_SEEN)
+                return MAX_SEEN;
+        p->ids[p->n_ids] = strdup(t);
+        FUZZ_ASSERT(p->ids[p->n_ids]);
+        p->sent[i] = p->answered[i] = p->requests[i] = p->cancels[i] = 0;
+        return p->n_ids++;
+}
+
 static void count_id(Peer *p, const char *t, bool answer) {
         size_t i;
         for (i = 0; i < p->n_ids; i++)
@@ -141,11 +290,8 @@ static void count_id(Peer *p, const char *t, bool answer) {
                         fprintf(stderr, "answer under id %s, which this session never sent\n", t);
                         FUZZ_ASSERT(!"answer under an id never sent");
                 }
-                if (p->n_ids == MAX_SEEN)
+                if ((i = id_slot(p, t)) == MAX_SEEN)
                         return;
-                p->ids[p->n_ids] = strdup(t);
-                p->sent[p->n_ids] = p->answered[p->n_ids] = 0;
-                p->n_ids++;
         }
         if (answer) {
                 p->answered[i]++;
@@ -160,7 +306,7 @@ static void count_id(Peer *p, const char *t, bool answer) {
 static void note_sent(Peer *p, const char *line, size_t len) {
         _cleanup_message_ Message *m = NULL;
         IdField f[16];
-        size_t n;
+        size_t n, k;
 
         if (message_parse(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &m) < 0) {
                 /* A line that cannot be read but shows a method is refused under the id its beginning shows. */
@@ -175,9 +321,28 @@ static void note_sent(Peer *p, const char *line, size_t len) {
                 remember(p, m->id_text, strlen(m->id_text));
         if (m->id_text)
                 count_id(p, m->id_text, false);
+        if (m->kind == JSONRPC_REQUEST && (k = id_slot(p, m->id_text)) < MAX_SEEN)
+                p->requests[k]++;
         n = ids_fields(m, f, ELEMENTSOF(f));
-        for (size_t i = 0; i < n && i < ELEMENTSOF(f); i++)
+        for (size_t i = 0; i < n && i < ELEMENTSOF(f); i++) {
                 remember(p, f[i].text, f[i].len);
+                if (m->kind == JSONRPC_NOTIFICATION && f[i].kind == ID_KIND_CANCELLED &&
+                    (k = id_slot(p, strndupa(f[i].text, f[i].len))) < MAX_SEEN)
+                        p->cancels[k]++;
+        }
+}
+
+/* A session with nothing in flight at the shim (none pending, queued or held) has had an answer to
+ * every request it sent, but those it cancelled. */
+static void check_all_answered(const Peer *p, const Client *c) {
+        if (hashmap_size(c->pending) + c->n_queued + c->n_held > 0)
+                return;
+        for (size_t i = 0; i < p->n_ids; i++)
+                if (p->answered[i] + p->cancels[i] < p->requests[i]) {
+                        fprintf(stderr, "id %s: %u requests, %u cancelled, %u answered, none in flight\n", p->ids[i],
+                                p->requests[i], p->cancels[i], p->answered[i]);
+                        FUZZ_ASSERT(!"a request never answered");
+                }
 }
 
 static bool is_integer(const char *t) {
@@ -219,6 +384,8 @@ static void check_to_backend(Peer *k, const Message *m) {
                         FUZZ_ASSERT(f[i].kind != ID_KIND_CANCELLED || is_integer(strndupa(f[i].text, f[i].len)));
 }
 
+static const Peer *trace_a;
+
 /* Reads what the shim wrote to this peer and checks each line. */
 static void drain(Peer *p, bool backend) {
         for (;;) {
@@ -231,6 +398,14 @@ static void drain(Peer *p, bool backend) {
                 while ((nl = memchr(p->buf, '\n', p->len))) {
                         size_t l = (size_t) (nl - p->buf);
                         _cleanup_message_ Message *m = NULL;
+
+                        /* FUZZ_SHIM_TRACE=1: what the shim wrote to whom, for reading a seed's course. */
+                        if (getenv("FUZZ_SHIM_TRACE"))
+                                fprintf(stderr, "to %s: %.*s\n",
+                                        backend        ? "backend"
+                                        : p == trace_a ? "a"
+                                                       : "b",
+                                        (int) l, p->buf);
 
                         /* What goes on was checked: it parses, and is a valid message. */
                         FUZZ_ASSERT(message_parse(p->buf, l, JSONRPC_DEFAULT_MAX_DEPTH + 2, &m) == 0);
@@ -247,13 +422,18 @@ static void drain(Peer *p, bool backend) {
         }
 }
 
-/* A line from a started backend, through its socket: what the shim does not read at once waits. */
-static void backend_write(Peer *k, sd_event *e, const char *line, size_t len) {
-        struct iovec iov[2] = {{(void *) line, len}, {(void *) "\n", 1}};
-        size_t left = len + 1;
+/* What a started backend writes to its stdout (a line, or with "P" bytes without their newline): what
+ * the shim does not read at once waits. Meanwhile the backend reads its stdin, unless it is wedged. */
+static bool k_wedged;
+static char *k_partial; /* what "P" lines wrote since the last newline: the next line's beginning */
+static size_t k_partial_len;
+
+static void backend_write(Peer *k, sd_event *e, const char *text, size_t len, bool newline) {
+        struct iovec iov[2] = {{(void *) text, len}, {(void *) "\n", newline}};
+        size_t left = len + newline;
 
         for (int tries = 0; left > 0 && tries < 64; tries++) {
-                ssize_t n = writev(k->fd, iov, 2);
+                ssize_t n = writev(started_out, iov, 2);
                 if (n < 0 && errno != EAGAIN && errno != EINTR)
                         return; /* the shim closed it */
                 if (n > 0) {
@@ -265,9 +445,16 @@ static void backend_write(Peer *k, sd_event *e, const char *line, size_t len) {
                                 n -= (ssize_t) d;
                         }
                 }
-                drain(k, true);
+                if (!k_wedged)
+                        drain(k, true);
                 (void) sd_event_run(e, 0);
         }
+}
+
+static void partial_reset(void) {
+        free(k_partial);
+        k_partial = NULL;
+        k_partial_len = 0;
 }
 
 static void on_backend_dummy(Channel *ch, ChannelEvent ev, const char *line, size_t len, int error, void *userdata) {
@@ -314,6 +501,43 @@ static bool client_alive(Shim *s, Client *c) {
         return false;
 }
 
+/* Nothing waits on nothing: calls at a backend that is down (queued, or to be sent again) start the
+ * next one or fail; a backend starting or stopping has its timer (init_timeout, the stop's grace). */
+static void check_nothing_stuck(Shim *s) {
+        for (Instance *i = s->instances; i; i = i->next) {
+                int enabled = SD_EVENT_OFF;
+
+                if (i->timer_source)
+                        FUZZ_ASSERT(sd_event_source_get_enabled(i->timer_source, &enabled) >= 0);
+                if (i->state == INSTANCE_DOWN && (i->queue || idmap_size(i->routes) > 0)) {
+                        fprintf(stderr, "backend down with %zu calls in flight and %s queued\n", idmap_size(i->routes),
+                                i->queue ? "some" : "none");
+                        FUZZ_ASSERT(!"calls wait at a backend that is down, and nothing starts it");
+                }
+                if (i->state == INSTANCE_STARTING || i->state == INSTANCE_STOPPING)
+                        FUZZ_ASSERT(enabled != SD_EVENT_OFF);
+        }
+}
+
+/* Whether the shim closed the session (one half-closed, once it was answered): then it has had an
+ * answer to every request it sent but those it cancelled, and it sends nothing more. */
+static void session_closed(Shim *s, Peer *p, Client **cp) {
+        if (!*cp || client_alive(s, *cp))
+                return;
+        *cp = NULL;
+        drain(p, false);
+        if (!p->half_closed)
+                return;
+        for (size_t i = 0; i < p->n_ids; i++)
+                if (p->answered[i] + p->cancels[i] < p->requests[i]) {
+                        fprintf(stderr,
+                                "id %s: %u requests, %u cancelled, %u answered, and the shim closed the "
+                                "half-closed session\n",
+                                p->ids[i], p->requests[i], p->cancels[i], p->answered[i]);
+                        FUZZ_ASSERT(!"a half-closed session closed with a request unanswered");
+                }
+}
+
 /* The session p/c leaves (or left by itself): a fresh session takes its letter, with nothing seen. */
 static Client *replace_client(Shim *s, Peer *p, Client *c, bool was_freed) {
         if (!was_freed)
@@ -327,6 +551,27 @@ static Client *replace_client(Shim *s, Peer *p, Client *c, bool was_freed) {
         return connect_client(s, p);
 }
 
+/* The started backend's stdin, as the harness reads it: the current process's (a start reset what the
+ * last one left unread), unless the process is wedged. */
+static unsigned k_starts;
+
+static void drain_backend(Peer *k, char mode) {
+        if (mode && k_starts != n_starts) {
+                k_starts = n_starts;
+                k->len = 0;
+                k_wedged = false;
+        }
+        if (mode)
+                k->fd = started_in;
+        if (!k_wedged)
+                drain(k, true);
+}
+
+/* "K" and "Z": the exit status a digit after the letter gives, else (-1) killed by SIGKILL. */
+static int exit_status(const char *line, size_t len) {
+        return len >= 2 && line[1] >= '0' && line[1] <= '9' ? line[1] - '0' : -1;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         static sd_event *e;
         static Peer a, b, k;
@@ -334,22 +579,32 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         Client *ca, *cb;
         Instance *i;
         char mode = size > 0 && (data[0] == 'S' || data[0] == 'D') && (size == 1 || data[1] == '\n') ? data[0] : 0;
+        unsigned fds_before;
         int sv[2];
 
         if (size > 64 * 1024)
                 return 0;
         if (!e) {
+                sigset_t mask;
+
                 /* As the shim's loop does (event_new()): a write to a peer that went is EPIPE, no signal. */
                 (void) signal(SIGPIPE, SIG_IGN);
+                /* sd_event_add_child() wants SIGCHLD blocked, as main.c does. */
+                sigemptyset(&mask);
+                sigaddset(&mask, SIGCHLD);
+                FUZZ_ASSERT(sigprocmask(SIG_BLOCK, &mask, NULL) == 0);
                 /* Nowhere to keep a learned era (era-state.c): the target writes no files. */
                 unsetenv("STATE_DIRECTORY");
                 unsetenv("RUNTIME_DIRECTORY");
                 unsetenv("XDG_RUNTIME_DIR");
                 FUZZ_ASSERT(sd_event_new(&e) >= 0);
         }
-        if (mode)
-                waiter_ensure();
+        fds_before = count_fds();
+        trace_a = &a;
         may_spawn = mode;
+        n_starts = k_starts = 0;
+        k_wedged = false;
+        partial_reset();
         for (Peer *p = &a; p; p = p == &a ? &b : p == &b ? &k : NULL) {
                 for (size_t j = 0; j < p->n_seen; j++)
                         free((char *) p->seen[j]);
@@ -409,48 +664,117 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         FUZZ_ASSERT((*cp)->instance == i);
                         continue;
                 }
-                if (line[0] == 'x' && len >= 2) {
+                if (line[0] == 'h' && len >= 2 && (line[1] == 'a' || line[1] == 'b')) {
+                        /* "ha", "hb": that session half-closes (it sends nothing more, and reads on): the
+                         * shim answers what it has in flight, then closes it. */
+                        Peer *p = line[1] == 'a' ? &a : &b;
+                        if ((line[1] == 'a' ? ca : cb) && !p->half_closed) {
+                                FUZZ_ASSERT(shutdown(p->fd, SHUT_WR) == 0);
+                                p->half_closed = true;
+                        }
+                } else if (line[0] == 'x' && len >= 2) {
                         /* "xa", "xb": that session leaves (its connection closed). */
                         Client **c = line[1] == 'a' ? &ca : &cb;
                         *c = client_free(*c);
                 } else if (line[0] == 'T')
                         timer_elapse(i);
-                else if (line[0] == 'C' && mode && k.fd >= 0)
-                        (void) shutdown(k.fd, SHUT_WR); /* the backend closes its stdout */
-                else if (line[0] == 'a' || line[0] == 'b') {
+                else if (line[0] == 'C' && mode) {
+                        /* The backend closes its stdout (what it wrote of a line is all there is). */
+                        started_out = safe_close(started_out);
+                        partial_reset();
+                } else if (line[0] == 'I' && mode)
+                        started_in = k.fd = safe_close(started_in); /* ... its stdin */
+                else if (line[0] == 'W' && mode)
+                        k_wedged = true; /* it reads its stdin no more: what comes stays in the pipe */
+                else if ((line[0] == 'K' || line[0] == 'Z') && mode) {
+                        /* The backend's process dies: "K" with its pipes (they close, what it wrote of a
+                         * line is all there is, what it did not read stays unread), "Z" leaving them
+                         * open (held by a child of its own, which the shim's kill of the group ends). */
+                        if (line[0] == 'K') {
+                                started_in = k.fd = safe_close(started_in);
+                                started_out = safe_close(started_out);
+                                partial_reset();
+                        }
+                        current_end(exit_status(line, len));
+                } else if (line[0] == 'a' || line[0] == 'b') {
                         Peer *p = line[0] == 'a' ? &a : &b;
                         Client *c = line[0] == 'a' ? ca : cb;
-                        if (!c)
+                        if (!c || p->half_closed)
                                 continue;
                         note_sent(p, line + 1, len - 1);
                         client_handle_line(c, line + 1, len - 1);
                 } else if (!mode) {
                         note_sent(&k, line + 1, len - 1);
                         instance_handle_backend_line(i, line + 1, len - 1);
-                } else if (k.fd >= 0) {
-                        /* A started backend's line goes through its pipe, as the shim reads one. */
-                        note_sent(&k, line + 1, len - 1);
-                        backend_write(&k, e, line + 1, len - 1);
+                } else if (started_out >= 0 && line[0] == 'P') {
+                        /* "P": bytes of a line, without its newline: the next backend line ends it. */
+                        char *more = realloc(k_partial, k_partial_len + len - 1 + 1);
+                        FUZZ_ASSERT(more);
+                        memcpy(more + k_partial_len, line + 1, len - 1);
+                        k_partial = more;
+                        k_partial_len += len - 1;
+                        backend_write(&k, e, line + 1, len - 1, false);
+                } else if (started_out >= 0) {
+                        /* A started backend's line goes through its pipe, as the shim reads one (with what
+                         * "P" lines began of it: one line to the shim, so noted as one). */
+                        _cleanup_free_ char *whole = malloc(k_partial_len + len - 1 + 1);
+                        FUZZ_ASSERT(whole);
+                        memcpy(whole, k_partial ?: "", k_partial_len);
+                        memcpy(whole + k_partial_len, line + 1, len - 1);
+                        note_sent(&k, whole, k_partial_len + len - 1);
+                        partial_reset();
+                        backend_write(&k, e, line + 1, len - 1, true);
                 }
-                if (k.fd < 0 && started_fd >= 0)
-                        k.fd = TAKE_FD(started_fd);
                 for (int round = 0; round < 2; round++) {
                         drain(&a, false);
                         drain(&b, false);
-                        drain(&k, true);
+                        drain_backend(&k, mode);
                         (void) sd_event_run(e, 0);
+                        shim_on_update(&s);
+                        session_closed(&s, &a, &ca);
+                        session_closed(&s, &b, &cb);
                 }
+        }
+        /* What the last lines set going runs to its end (a death's on_child(), a restart, answers
+         * written out): then every session with nothing in flight has had all its answers. */
+        for (int round = 0; round < 256; round++) {
+                int r;
+
+                drain(&a, false);
+                drain(&b, false);
+                drain_backend(&k, mode);
+                r = sd_event_run(e, 0);
+                shim_on_update(&s);
+                session_closed(&s, &a, &ca);
+                session_closed(&s, &b, &cb);
+                if (r > 0)
+                        continue;
+                drain(&a, false);
+                drain(&b, false);
+                if (ca)
+                        check_all_answered(&a, ca);
+                if (cb)
+                        check_all_answered(&b, cb);
+                if (mode)
+                        check_nothing_stuck(&s);
+                break;
         }
         client_free(ca);
         client_free(cb);
         for (Instance *j = s.instances; j; j = j->next)
-                j->pid = 0; /* the waiter stays */
+                j->pid = 0; /* its process is left to waiters_end_input() */
         while (s.instances)
                 instance_free(s.instances);
-        started_fd = safe_close(started_fd);
         hashmap_free(s.upcalls);
         safe_close(a.fd);
         safe_close(b.fd);
-        safe_close(k.fd);
+        if (!mode)
+                safe_close(k.fd);
+        started_in = safe_close(started_in);
+        started_out = safe_close(started_out);
+        partial_reset();
+        waiters_end_input();
+        /* Everything the shim and the harness opened for this input is closed again. */
+        FUZZ_ASSERT(count_fds() == fds_before);
         return 0;
 }
