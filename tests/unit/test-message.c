@@ -813,7 +813,57 @@ static void test_white_space(void) {
         CHECK(parse_result("[1\x00]") == -EBADMSG);
 }
 
+/* Messages kept side by side, however many, each with its own text and id: the first few live in the
+ * message layer's own room, the rest (and one too large for it) in malloc()'d memory, and a room given
+ * back is taken again. */
+static void test_many_alive(void) {
+        static const char kept[] = "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}";
+        static const char next[] = "{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{}}";
+        Message *m[6] = {};
+        char big[4096], text[128];
+        size_t n;
+
+        for (size_t round = 0; round < 2; round++) {
+                for (size_t i = 0; i < ELEMENTSOF(m); i++) {
+                        if (i == 3) {
+                                n = (size_t) snprintf(big, sizeof big, "{\"jsonrpc\":\"2.0\",\"id\":%zu,"
+                                                                       "\"result\":{\"text\":\"", i);
+                                memset(big + n, 'x', 3000);
+                                n += 3000;
+                                n += (size_t) snprintf(big + n, sizeof big - n, "\"}}");
+                                CHECK(message_parse_envelope(big, n, JSONRPC_DEFAULT_MAX_DEPTH, &m[i]) == 0);
+                                continue;
+                        }
+                        n = (size_t) snprintf(text, sizeof text,
+                                              "{\"jsonrpc\":\"2.0\",\"id\":\"m%zu\",\"method\":\"tools/call\"}", i);
+                        CHECK(message_parse_envelope(text, n, JSONRPC_DEFAULT_MAX_DEPTH, &m[i]) == 0);
+                        memset(text, '#', sizeof text); /* the message keeps its own copy */
+                }
+                for (size_t i = 0; i < ELEMENTSOF(m); i++) {
+                        char id[16];
+                        snprintf(id, sizeof id, i == 3 ? "%zu" : "\"m%zu\"", i);
+                        CHECK(m[i] && streq(m[i]->id_text, id));
+                        CHECK(m[i] && (i == 3 ? m[i]->len > 3000 && m[i]->kind == JSONRPC_RESPONSE
+                                              : strstr(m[i]->text, id) && streq(m[i]->method, "tools/call")));
+                }
+                /* Given back out of order: the second round takes them again. */
+                for (size_t i = 0; i < ELEMENTSOF(m); i += 2)
+                        m[i] = message_unref(m[i]);
+                for (size_t i = 1; i < ELEMENTSOF(m); i += 2)
+                        m[i] = message_unref(m[i]);
+        }
+        /* A message kept by a second reference outlives the first. */
+        CHECK(message_parse_envelope(kept, strlen(kept), JSONRPC_DEFAULT_MAX_DEPTH, &m[0]) == 0);
+        m[1] = message_ref(m[0]);
+        message_unref(m[0]);
+        CHECK(message_parse_envelope(next, strlen(next), JSONRPC_DEFAULT_MAX_DEPTH, &m[2]) == 0);
+        CHECK(m[1] && streq(m[1]->id_text, "1") && m[2] && streq(m[2]->id_text, "2"));
+        message_unref(m[1]);
+        message_unref(m[2]);
+}
+
 int main(void) {
+        test_many_alive();
         test_key_bytes();
         test_white_space();
         test_envelope();
