@@ -54,6 +54,7 @@ typedef struct Batch {
 /* A client request that went to a backend and awaits its response. */
 /* A client's id up to this long (with its quotes) is kept in the Pending itself. */
 #define PENDING_ID_INLINE 48U
+#define PENDING_POOL      4U
 
 typedef struct Pending Pending;
 struct Pending {
@@ -101,6 +102,10 @@ struct Session {
         Hashmap *sub_uris;      /* resource URI -> SubUri: what the streams subscribed at backends (modern.c) */
         sd_event_source *watch; /* inotify on the manifest's directory, or the stat timer */
         struct stat watched;    /* the manifest as the stat timer last saw it */
+        /* The first Pendings, on the Session's own lines and page rather than wherever malloc() put
+         * them (one fell across two pages): a call in flight costs no page of its own. Taken and given
+         * back through spare_pending like the others, never freed. */
+        Pending pending_pool[PENDING_POOL];
 };
 
 /* Whether m's id is a string: its exact text says so first, so that a numeric id (the usual one)

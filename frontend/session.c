@@ -35,6 +35,12 @@ Session *session_new(sd_event *e, Manifest *m, const Options *o) {
         s->listens = hashmap_new();
         if (!s->pending || !s->upcalls || !s->tasks || !s->upstreams || !s->listens)
                 return session_free(s);
+        /* The pool's first is taken first, and comes back first (spare_pending is a stack). */
+        for (size_t i = ELEMENTSOF(s->pending_pool); i > 0; i--) {
+                s->pending_pool[i - 1].spare_next = s->spare_pending;
+                s->spare_pending = &s->pending_pool[i - 1];
+                s->n_spare_pending++;
+        }
         return s;
 }
 
@@ -78,11 +84,17 @@ const Manifest *session_manifest(Session *s) {
         return s->manifest = m;
 }
 
-static Pending *pending_free(Pending *p) {
+static bool pending_pooled(const Session *s, const Pending *p) {
+        return p >= s->pending_pool && p < s->pending_pool + ELEMENTSOF(s->pending_pool);
+}
+
+/* A Pending that was never in the lists, or whose Session goes: its message, and it unless pooled. */
+static Pending *pending_free(Session *s, Pending *p) {
         if (!p)
                 return NULL;
-        message_unref(p->request);
-        free(p);
+        p->request = message_unref(p->request);
+        if (!pending_pooled(s, p))
+                free(p);
         return NULL;
 }
 
@@ -91,8 +103,8 @@ static Pending *pending_free(Pending *p) {
 #define PENDING_SPARE_MAX 64U
 
 static void pending_recycle(Session *s, Pending *p) {
-        message_unref(p->request);
-        if (s->n_spare_pending >= PENDING_SPARE_MAX) {
+        p->request = message_unref(p->request);
+        if (s->n_spare_pending >= PENDING_SPARE_MAX && !pending_pooled(s, p)) {
                 free(p);
                 return;
         }
@@ -127,7 +139,7 @@ Session *session_free(Session *s) {
                 Pending *p = v;
                 Batch *b = p->batch;
 
-                pending_free(p);
+                pending_free(s, p);
                 /* Members of one batch share it: the last one out frees it. */
                 if (b && --b->outstanding == 0) {
                         cJSON_Delete(b->responses);
@@ -137,7 +149,7 @@ Session *session_free(Session *s) {
         while (s->spare_pending) {
                 Pending *p = s->spare_pending;
                 s->spare_pending = p->spare_next;
-                free(p);
+                pending_free(s, p);
         }
         upstream_free_upcalls(s);
         modern_free(s);
@@ -600,7 +612,7 @@ static int pending_new(Session *s, Message *m, Batch *batch, Pending **ret) {
         p->hash = hashmap_hash_len(p->id_text, id_size - 1);
         r = hashmap_put_hashed(s->pending, p->id_text, p->hash, p);
         if (r < 0) {
-                pending_free(p);
+                pending_recycle(s, p);
                 return r;
         }
         p->older = s->newest;
