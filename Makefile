@@ -80,21 +80,19 @@ $(S)/%.o: %.c
 # with the scan.
 HOT_PATH_ESCAPED := scan_string_slow
 HOT_PATH := on_in channel_dispatch_lines line_buffer_next channel_read line_buffer_reserve \
-	line_buffer_commit channel_emit on_upconn upconn_handle_line message_parse_envelope scan_text scan_value \
-	scan_object scan_array $(HOT_PATH_ESCAPED) ids_rules_of check_id_lengths session_complete \
-	hashmap_remove_if hash_string pending_on upconn_release message_unref session_send_text channel_send \
-	channel_sendv chunk_new channel_backed_up channel_flush chunk_free channel_update_reading on_client \
-	session_handle_line message_is_batch ids_method_kind_mismatch handle_message message_has_envelope \
-	handle_tools_call route_to routable hashmap_size hashmap_get modern_request hashmap_put hashmap_put_hashed \
-	session_upstream upstream_name upstream_forward client_handle_line client_handle_message \
-	mrtr_request_refused era_envelope_parse instance_submit channel_write_closed deliver \
-	hashmap_hash_len idmap_put track_subscription ids_translate_buf ids_splices ids_fields map_to_backend \
-	id_integer_format message_splice_buf route_send channel_sent_bytes \
-	shim_calls_changed instance_in_flight idmap_size idle_update status_arm line_buffer_pending on_backend \
-	instance_handle_backend_line idmap_get id_find \
-	ids_translate_send map_to_client client_sendv_pieces client_sendv client_overflowed channel_queued \
-	client_check_peer_queued route_remove idmap_remove hashmap_remove_hashed \
-	route_free mrtr_free
+	line_buffer_commit channel_emit on_upconn upconn_handle_line message_parse_envelope scan_text scan_object \
+	scan_array $(HOT_PATH_ESCAPED) ids_rules_of check_id_lengths session_complete hashmap_remove_hashed \
+	upconn_release pending_recycle message_unref session_send_text channel_send channel_sendv chunk_new \
+	channel_backed_up channel_flush chunk_free channel_update_reading on_client session_handle_line \
+	message_is_batch ids_method_kind_mismatch handle_message message_has_envelope handle_tools_call route_to \
+	routable hashmap_size hashmap_get modern_request hashmap_hash_len hashmap_put_hashed session_upstream \
+	upstream_name upstream_forward client_handle_line client_handle_message mrtr_request_refused \
+	era_envelope_parse instance_submit channel_write_closed deliver idmap_put front_place track_subscription \
+	ids_translate_buf ids_splices map_to_backend id_integer_format message_splice_buf route_send \
+	channel_sent_bytes shim_calls_changed instance_in_flight idmap_size idle_update status_arm \
+	line_buffer_pending on_backend instance_handle_backend_line idmap_get ids_translate_send map_to_client \
+	client_sendv_pieces client_sendv client_overflowed channel_queued client_check_peer_queued route_remove \
+	idmap_remove route_free hashmap_remove_if hash_string pending_on
 $(B)/hot-path.ld: Makefile
 	@mkdir -p $(dir $@)
 	@{ echo 'SECTIONS { .text.hot_path : {'; for f in $(HOT_PATH); do echo "*(.text.$$f .text.$$f.*)"; done; \
