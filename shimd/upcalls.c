@@ -252,7 +252,22 @@ bool upcall_fail(Client *c, const cJSON *id, const char *text) {
         return true;
 }
 
-/* Forgets the upcalls matching (c or i); those with a live backend and a gone client are failed. */
+/* The client hears that our request u is withdrawn; its late answer finds nothing. */
+static void withdraw_at_client(const Upcall *u, const char *reason) {
+        _cleanup_json_ cJSON *n = NULL;
+        cJSON *params = cJSON_CreateObject();
+
+        if (params && (!cJSON_AddStringToObject(params, "requestId", u->key) ||
+                       !cJSON_AddStringToObject(params, "reason", reason)))
+                params = (cJSON_Delete(params), NULL);
+        n = params ? jsonrpc_notification_new("notifications/cancelled", params) : NULL;
+        if (n && u->client)
+                client_send(u->client, n);
+}
+
+/* Forgets the upcalls matching (c or i); those with a live backend and a gone client are failed,
+ * those with a live client and a gone backend withdrawn (the client would go on asking its user or
+ * its model for nobody). */
 static void forget(Shim *s, Client *c, Instance *i) {
         size_t state = 0;
         void *v;
@@ -264,6 +279,8 @@ static void forget(Shim *s, Client *c, Instance *i) {
                 if (c && u->backend_id)
                         reply_backend_error(u->instance, u->backend_id,
                                             "the client session that was asked has gone away");
+                if (i && u->client)
+                        withdraw_at_client(u, "the backend that asked for it has stopped");
                 hashmap_remove(s->upcalls, u->key);
                 upcall_free(u);
         }
@@ -275,19 +292,10 @@ void upcall_withdraw_bridged(Instance *i, int64_t route_id, const char *reason) 
 
         while (hashmap_iterate(i->shim->upcalls, &state, NULL, &v)) {
                 Upcall *u = v;
-                _cleanup_json_ cJSON *n = NULL;
-                cJSON *params;
 
                 if (!u->input_key || u->instance != i || u->bridge_route != route_id)
                         continue;
-                /* The client hears that the request is withdrawn; its late answer finds nothing. */
-                params = cJSON_CreateObject();
-                if (params && (!cJSON_AddStringToObject(params, "requestId", u->key) ||
-                               !cJSON_AddStringToObject(params, "reason", reason)))
-                        params = (cJSON_Delete(params), NULL);
-                n = params ? jsonrpc_notification_new("notifications/cancelled", params) : NULL;
-                if (n && u->client)
-                        client_send(u->client, n);
+                withdraw_at_client(u, reason);
                 log_debug("Withdrew %s ('%s') from connection %llu.", u->key, u->input_key,
                           u->client ? (unsigned long long) u->client->serial : 0ULL);
                 hashmap_remove(i->shim->upcalls, u->key);

@@ -31,7 +31,7 @@ writeFileSync(
     idle_timeout: 10m
     socket: ${sock}
 tools:
-${["hold", "crash", "echo"].map((t) => `  - {name: ${t}, backend: crash, input_schema: {type: object}}`).join("\n")}
+${["hold", "crash", "echo", "ask", "exit"].map((t) => `  - {name: ${t}, backend: crash, input_schema: {type: object}}`).join("\n")}
 `,
 );
 
@@ -75,6 +75,14 @@ async function until(next, pred) {
     if (pred(m)) return [m, before];
     before.push(m);
   }
+}
+
+// How a child exited, or that it did not within ms (a bound for a hang, not a timing).
+async function exitWithin(exited, ms = 30000) {
+  let bound;
+  const r = await Promise.race([exited, new Promise((res) => (bound = setTimeout(() => res(`still running after ${ms} ms`), ms)))]);
+  clearTimeout(bound);
+  return r;
 }
 
 // Which process ran which call: [pid, name, tag] per tools/call the backend read.
@@ -166,11 +174,56 @@ test("a pooled backend dies mid-line with the same id in flight in two sessions,
   assert.deepEqual(await f.close(30000), { code: 0, signal: null }, f.stderr);
   assert.equal(shim.child.exitCode, null, "the shim still runs" + shimSays());
   shim.child.kill("SIGTERM");
-  let bound;
-  const exit = await Promise.race([shim.exited, new Promise((res) => (bound = setTimeout(() => res("still running 30 s after SIGTERM"), 30000)))]);
-  clearTimeout(bound);
-  assert.deepEqual(exit, { code: 0, signal: null }, shimSays());
+  assert.deepEqual(await exitWithin(shim.exited), { code: 0, signal: null }, shimSays());
   if (!shim.child.stderr.closed) await new Promise((res) => shim.child.stderr.once("close", res));
   await f.stderrEnded;
   assert.doesNotMatch(shim.stderr() + f.stderr, /AddressSanitizer|runtime error|LeakSanitizer/);
+});
+
+test("a backend that dies with a request of its own at a session: the session is told it is withdrawn, and its late answer harms nothing", async () => {
+  writeFileSync(noteFile, "");
+  // A shim of its own, reached through the frontend: the withdrawal comes under the id the frontend
+  // gave its client.
+  const askSock = join(dir, "ask.sock");
+  const askManifest = join(dir, "ask.yaml");
+  writeFileSync(askManifest, readFileSync(manifest, "utf8").replace(`socket: ${sock}`, `socket: ${askSock}`));
+  const shim = await startShimOnSocket(askSock, askManifest, "crash");
+  after(() => shim.child.kill("SIGKILL"));
+  const shimSays = () => `\nthe shim said: ${shim.stderr()}`;
+  const f = new RawPeer(MCP_LAZY, ["--manifest", askManifest, "--activation=systemd"]);
+  const next = async () => (await f.next(1, 30000))[0];
+  assert.ok((await f.request(INIT("2025-06-18", { sampling: {} }))).result);
+  f.send(initialized);
+  // The backend asks the session something while call 1 runs.
+  f.send(call(1, "ask", {}));
+  const ask = await next();
+  assert.equal(ask.method, "sampling/createMessage", JSON.stringify(ask) + shimSays());
+  // Call 2 makes it exit before the session answers: both calls fail, and the question is withdrawn
+  // (before the fix nothing told the session: a client would go on asking its user or its model).
+  f.send(call(2, "exit", {}));
+  const died = "backend 'crash' exited with status 3 while handling this call; the next call starts it again";
+  const got = [];
+  // Up to the answer to a ping sent once both calls are answered: whatever came meanwhile is before it.
+  while (got.filter((m) => m.id === 1 || m.id === 2).length < 2) got.push(await next());
+  f.send({ jsonrpc: "2.0", id: 3, method: "ping" });
+  const [, more] = await until(next, (m) => m.id === 3);
+  got.push(...more);
+  assert.deepEqual(
+    got.map((m) => (m.method ? [m.method, m.params.requestId, m.params.reason] : [m.id, textOf(m)])).sort(),
+    [
+      [1, died],
+      [2, died],
+      ["notifications/cancelled", ask.id, "the backend that asked for it has stopped"],
+    ].sort(),
+    JSON.stringify(got) + shimSays(),
+  );
+  // The session's late answer to the withdrawn question goes nowhere; the next call starts a backend.
+  f.send({ jsonrpc: "2.0", id: ask.id, result: { role: "assistant", content: { type: "text", text: "late" }, model: "m" } });
+  f.send(call(4, "echo", { message: "after" }));
+  const [after4, before4] = await until(next, (m) => m.id === 4);
+  assert.deepEqual(before4, []);
+  assert.match(textOf(after4), /^echo after from \d+$/);
+  assert.deepEqual(await f.close(30000), { code: 0, signal: null }, f.stderr);
+  shim.child.kill("SIGTERM");
+  assert.deepEqual(await exitWithin(shim.exited), { code: 0, signal: null }, shimSays());
 });

@@ -8,6 +8,9 @@
 //          from PID"), then the first bytes of the answer to the call held under arguments.cut
 //          (no newline, with text that must never reach a client); then it exits with status 3.
 //          The crash call itself is never answered.
+//   ask    sends sampling/createMessage to the client (its id "q" + the call's id) and keeps the call
+//          open; the client's answer ends the call ("asked: TEXT", the answer's content text)
+//   exit   exits with status 3 at once
 //   echo   "echo MESSAGE from PID"
 // Each tools/call it reads is noted in $NOTE_FILE as "PID NAME TAG": which process ran which call.
 import { appendFileSync } from "node:fs";
@@ -17,10 +20,12 @@ const CUT_TEXT = "PARTIAL-ANSWER-MUST-NEVER-ARRIVE";
 const send = (m) => process.stdout.write(JSON.stringify(m) + "\n");
 const text = (id, t) => ({ jsonrpc: "2.0", id, result: { content: [{ type: "text", text: t }] } });
 const held = new Map(); // tag -> the held call's id
+const asked = new Map(); // our request's id -> the call that asked
 
 createInterface({ input: process.stdin }).on("line", (line) => {
   const m = JSON.parse(line);
   if (m.id === undefined) return;
+  if (m.method === undefined && asked.has(m.id)) return send(text(asked.get(m.id), `asked: ${m.result?.content?.text}`));
   if (m.method === "initialize")
     return send({ jsonrpc: "2.0", id: m.id, result: { protocolVersion: m.params.protocolVersion, capabilities: { tools: {} }, serverInfo: { name: "dies-mid-line", version: "1" } } });
   if (m.method !== "tools/call") return send({ jsonrpc: "2.0", id: m.id, error: { code: -32601, message: "Method not found" } });
@@ -35,6 +40,11 @@ createInterface({ input: process.stdin }).on("line", (line) => {
       const cut = JSON.stringify(text(held.get(a.cut), `${CUT_TEXT} ${"x".repeat(64)}`)).slice(0, -20);
       return process.stdout.write(whole + cut, () => process.exit(3));
     }
+    case "ask":
+      asked.set(`q${m.id}`, m.id);
+      return send({ jsonrpc: "2.0", id: `q${m.id}`, method: "sampling/createMessage", params: { messages: [{ role: "user", content: { type: "text", text: "?" } }], maxTokens: 1 } });
+    case "exit":
+      return process.exit(3);
     case "echo":
       return send(text(m.id, `echo ${a.message} from ${process.pid}`));
   }
