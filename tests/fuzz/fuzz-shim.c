@@ -239,7 +239,8 @@ static unsigned count_fds(void) {
         return n - (spare.pid > 0 ? 2 : 0);
 }
 
-#define MAX_SEEN 4096
+#define MAX_SEEN    4096
+#define MAX_UPCALLS 256
 
 typedef struct Peer {
         int fd;                     /* our end */
@@ -248,6 +249,11 @@ typedef struct Peer {
         unsigned sent[MAX_SEEN], answered[MAX_SEEN];
         unsigned requests[MAX_SEEN], cancels[MAX_SEEN]; /* valid requests under it; its cancellations */
         bool half_closed;
+        /* The shim's requests to this session (keys: their ids decoded), and whether the session
+         * answered each, or the shim withdrew it. */
+        char *upcalls[MAX_UPCALLS];
+        bool upcall_done[MAX_UPCALLS];
+        size_t n_upcalls;
         size_t n_ids;
         size_t n_seen;
         char buf[1 << 16];
@@ -264,6 +270,13 @@ static bool was_seen(const Peer *p, const char *text, size_t len) {
                 if (p->seen[i] && strlen(p->seen[i]) == len && memcmp(p->seen[i], text, len) == 0)
                         return true;
         return false;
+}
+
+/* A request of the shim's to this session (key) is done: answered by it, or withdrawn. */
+static void upcall_done(Peer *p, const char *key) {
+        for (size_t i = 0; key && i < p->n_upcalls; i++)
+                if (streq(p->upcalls[i], key))
+                        p->upcall_done[i] = true;
 }
 
 /* The slot of an id text in p's counts, made if need be (MAX_SEEN: no room). */
@@ -310,13 +323,17 @@ static void note_sent(Peer *p, const char *line, size_t len) {
 
         if (message_parse(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &m) < 0) {
                 /* A line that cannot be read but shows a method is refused under the id its beginning shows. */
-                _cleanup_json_ cJSON *id = jsonrpc_peek_id_raw(line, len);
+                _cleanup_json_ cJSON *id = jsonrpc_peek_id_raw(line, len), *decoded = NULL;
                 if (id)
                         remember(p, id->valuestring, strlen(id->valuestring));
                 if (id)
                         count_id(p, id->valuestring, false);
+                if (id && (decoded = cJSON_Parse(id->valuestring)))
+                        upcall_done(p, cJSON_GetStringValue(decoded)); /* (as an answer, or not: either way) */
                 return;
         }
+        if (m->kind != JSONRPC_REQUEST && m->kind != JSONRPC_NOTIFICATION && cJSON_IsString(m->id))
+                upcall_done(p, m->id->valuestring);
         if (m->id_text)
                 remember(p, m->id_text, strlen(m->id_text));
         if (m->id_text)
@@ -332,10 +349,14 @@ static void note_sent(Peer *p, const char *line, size_t len) {
         }
 }
 
-/* A session with nothing in flight at the shim (none pending, queued or held) has had an answer to
- * every request it sent, but those it cancelled. */
+/* A session with nothing in flight at the shim (none pending, queued, held, or waiting for a
+ * subscription stream) has had an answer to every request it sent, but those it cancelled. */
 static void check_all_answered(const Peer *p, const Client *c) {
         if (hashmap_size(c->pending) + c->n_queued + c->n_held > 0)
+                return;
+        /* A resources/subscribe at a modern backend waits for its listen stream's acknowledgement
+         * (subscribe.c: i->waiters, whose sessions the harness cannot see). */
+        if (c->instance && c->instance->waiters)
                 return;
         for (size_t i = 0; i < p->n_ids; i++)
                 if (p->answered[i] + p->cancels[i] < p->requests[i]) {
@@ -356,9 +377,29 @@ static bool is_integer(const char *t) {
         return true;
 }
 
+/* Each request of the shim's to a session that it neither answered nor was told is withdrawn is one
+ * the shim still waits for: never one it forgot without a word (the session would go on asking its
+ * user or its model for nobody). */
+static void check_upcalls_open(const Shim *s, const Peer *p) {
+        for (size_t i = 0; i < p->n_upcalls; i++)
+                if (!p->upcall_done[i] && !hashmap_get(s->upcalls, p->upcalls[i])) {
+                        fprintf(stderr, "request %s to a session: not answered, not withdrawn, forgotten\n",
+                                p->upcalls[i]);
+                        FUZZ_ASSERT(!"a request to a session forgotten without a word");
+                }
+}
+
 static void check_to_client(Peer *p, const Message *m) {
         IdField f[16];
         size_t n = ids_fields(m, f, ELEMENTSOF(f));
+
+        if (m->kind == JSONRPC_REQUEST && cJSON_IsString(m->id) && p->n_upcalls < MAX_UPCALLS) {
+                p->upcalls[p->n_upcalls] = strdup(m->id->valuestring);
+                FUZZ_ASSERT(p->upcalls[p->n_upcalls]);
+                p->upcall_done[p->n_upcalls++] = false;
+        }
+        if (m->kind == JSONRPC_NOTIFICATION && streq(m->method, "notifications/cancelled") && message_json(m))
+                upcall_done(p, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "requestId")));
 
         if (m->kind == JSONRPC_RESPONSE && m->id_text)
                 FUZZ_ASSERT(was_seen(p, m->id_text, strlen(m->id_text)));
@@ -547,6 +588,8 @@ static Client *replace_client(Shim *s, Peer *p, Client *c, bool was_freed) {
                 free((char *) p->seen[j]);
         for (size_t j = 0; j < p->n_ids; j++)
                 free(p->ids[j]);
+        for (size_t j = 0; j < p->n_upcalls; j++)
+                free(p->upcalls[j]);
         *p = (Peer){.fd = -1};
         return connect_client(s, p);
 }
@@ -610,6 +653,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         free((char *) p->seen[j]);
                 for (size_t j = 0; j < p->n_ids; j++)
                         free(p->ids[j]);
+                for (size_t j = 0; j < p->n_upcalls; j++)
+                        free(p->upcalls[j]);
                 *p = (Peer){.fd = -1};
         }
         s.event = e;
@@ -755,6 +800,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         check_all_answered(&a, ca);
                 if (cb)
                         check_all_answered(&b, cb);
+                if (ca)
+                        check_upcalls_open(&s, &a);
+                if (cb)
+                        check_upcalls_open(&s, &b);
                 if (mode)
                         check_nothing_stuck(&s);
                 break;
