@@ -210,6 +210,10 @@ void client_detach(Client *c) {
         c->instance = NULL;
 }
 
+bool client_done(const Client *c) {
+        return c->eof && hashmap_size(c->pending) + c->n_queued + c->n_held == 0 && !subscribe_waiting(c);
+}
+
 Client *client_free(Client *c) {
         Shim *s;
 

@@ -213,7 +213,7 @@ static int on_update(sd_event_source *src, void *userdata) {
                 n = c->next;
                 if (c->overflow)
                         client_free(c); /* it does not read: what is queued for it is dropped */
-                else if (c->eof && hashmap_size(c->pending) + c->n_queued + c->n_held == 0)
+                else if (client_done(c))
                         channel_shutdown(c->ch, CLIENT_STALL_USEC); /* freed once its answers are out */
         }
         in_flight = shim_in_flight(s);

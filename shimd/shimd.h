@@ -373,6 +373,8 @@ static inline bool subscribe_handle_response(Instance *i, int64_t id, const Mess
 void subscribe_forget_client(Instance *i, Client *c);
 /* The process is gone: subscribes waiting for it fail with text; a next one listens again. */
 void subscribe_reset(Instance *i, const char *text);
+/* c has a resources/subscribe waiting for the stream's acknowledgement. */
+bool subscribe_waiting(const Client *c);
 
 /* era-state.c: the era learned, kept across the shim's exits */
 BackendEra era_state_load(const Shim *s);
@@ -399,6 +401,9 @@ void refused_make_room(Shim *s);
 /* Per-peer shares: false (with a sentence in text) when uid may not have more. */
 bool peer_may_start_instance(Shim *s, uid_t uid, char *text, size_t size);
 Client *client_free(Client *c);
+/* A half-closed connection with nothing it asked for still to come (no call pending, queued, held, or
+ * waiting for a subscription stream): it is flushed and closed. */
+bool client_done(const Client *c);
 void client_send(Client *c, const cJSON *m);
 /* A line of a peer's bytes (a backend's message, its ids already translated). */
 void client_send_text(Client *c, const char *text, size_t len);

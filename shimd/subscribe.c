@@ -42,6 +42,8 @@ static void reply(Client *c, const char *id_text, cJSON *result, const char *err
         m = error ? jsonrpc_error_new(id, JSONRPC_INTERNAL_ERROR, error) : jsonrpc_result_new(id, result);
         if (m)
                 client_send(c, m);
+        if (c->eof)
+                shim_update(c->shim); /* it may be done now (client_done()) */
 }
 
 static void reply_empty(Client *c, const char *id_text) {
@@ -424,6 +426,13 @@ void subscribe_forget_client(Instance *i, Client *c) {
                         w = &(*w)->next;
         if (subscribe_refresh(i, c) < 0)
                 log_oom();
+}
+
+bool subscribe_waiting(const Client *c) {
+        for (const SubscribeWaiter *w = c->instance ? c->instance->waiters : NULL; w; w = w->next)
+                if (w->client == c)
+                        return true;
+        return false;
 }
 
 void subscribe_reset(Instance *i, const char *text) {

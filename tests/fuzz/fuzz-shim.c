@@ -70,7 +70,7 @@ static void shim_on_update(Shim *s) {
                 n = c->next;
                 if (c->overflow)
                         client_free(c);
-                else if (c->eof && hashmap_size(c->pending) + c->n_queued + c->n_held == 0)
+                else if (client_done(c))
                         channel_shutdown(c->ch, CLIENT_STALL_USEC);
         }
 }
@@ -354,9 +354,8 @@ static void note_sent(Peer *p, const char *line, size_t len) {
 static void check_all_answered(const Peer *p, const Client *c) {
         if (hashmap_size(c->pending) + c->n_queued + c->n_held > 0)
                 return;
-        /* A resources/subscribe at a modern backend waits for its listen stream's acknowledgement
-         * (subscribe.c: i->waiters, whose sessions the harness cannot see). */
-        if (c->instance && c->instance->waiters)
+        /* A resources/subscribe at a modern backend waits for its listen stream's acknowledgement. */
+        if (subscribe_waiting(c))
                 return;
         for (size_t i = 0; i < p->n_ids; i++)
                 if (p->answered[i] + p->cancels[i] < p->requests[i]) {
@@ -804,6 +803,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         check_upcalls_open(&s, &a);
                 if (cb)
                         check_upcalls_open(&s, &b);
+                /* A half-closed session with nothing more to come was closed (its peer waits for that). */
+                FUZZ_ASSERT(!(ca && a.half_closed && client_done(ca)));
+                FUZZ_ASSERT(!(cb && b.half_closed && client_done(cb)));
                 if (mode)
                         check_nothing_stuck(&s);
                 break;

@@ -227,3 +227,29 @@ test("a backend that dies with a request of its own at a session: the session is
   shim.child.kill("SIGTERM");
   assert.deepEqual(await exitWithin(shim.exited), { code: 0, signal: null }, shimSays());
 });
+
+test("a session that half-closes while its resources/subscribe waits for a 2026-07-28 backend's stream still gets the answer", async () => {
+  const m = join(dir, "listen.yaml");
+  writeFileSync(
+    m,
+    `backends:\n  listen: {command: [${process.execPath}, ${join(TESTS, "servers/partial-listen-modern.mjs")}], idle_timeout: 10m}\n` +
+      `tools:\n  - {name: t, backend: listen, input_schema: {type: object}}\n`,
+  );
+  const shim = await startShimOnSocket(join(dir, "listen.sock"), m, "listen");
+  after(() => shim.child.kill("SIGKILL"));
+  const shimSays = () => `\nthe shim said: ${shim.stderr()}`;
+  const s = rawSession(shim.path);
+  s.send(INIT());
+  assert.ok((await s.next()).result, shimSays());
+  s.send(initialized);
+  // The subscribe waits for the backend's acknowledgement of its subscriptions/listen stream, which
+  // is no call in flight: before the fix the shim took the half-closed session for done at once,
+  // closed it, and the answer had nowhere to go.
+  s.send({ jsonrpc: "2.0", id: 1, method: "resources/subscribe", params: { uri: "ok:1" } });
+  await s.halfClose();
+  assert.deepEqual(await s.next(), { jsonrpc: "2.0", id: 1, result: {} }, shimSays());
+  assert.ok(await waitFor(() => s.ended, 30000), "then the shim closes the connection" + shimSays());
+  assert.equal(s.raw.length, 2, JSON.stringify(s.raw));
+  shim.child.kill("SIGTERM");
+  assert.deepEqual(await exitWithin(shim.exited), { code: 0, signal: null }, shimSays());
+});
