@@ -310,6 +310,9 @@ static void fail_everything(Instance *i, const char *text) {
                 client_fail_request(q->client, q->message, text);
                 queue_item_free(q);
         }
+        /* A half-closed session answered here may be done (client_done()): the update closes it now,
+         * not when something else next asks for one. */
+        shim_update(i->shim);
 }
 
 /* The backend died: the calls it can have read fail; those it never read (still queued by us, or
@@ -865,6 +868,7 @@ static void instance_ready(Instance *i) {
                  (unsigned long long) ((now_usec() - i->started_usec) / USEC_PER_MSEC));
         resend_routes(i);
         flush_queue(i);
+        shim_update(i->shim); /* queued work it answered at once may leave a half-closed session done */
         contract_request(i);
         /* After a restart, the sessions' subscriptions hold at the new process too. */
         if (subscribe_refresh(i, NULL) < 0)
