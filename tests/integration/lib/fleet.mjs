@@ -73,8 +73,11 @@ export async function boxFleet({ idle } = {}) {
     kind: "systemd",
     box,
     manifestPath: "/etc/mcp-lazy/manifest.yaml",
+    // bash --norc: with its stdin a socket (node's pipes are socketpairs) and SHLVL below 2 (a runner
+    // started in the background, `make check` under `exec`), bash reads root's ~/.bashrc, as for a
+    // command run by sshd; remote.test.mjs makes that file noisy for the far host, which shares it.
     async sh(script) {
-      const r = await box.exec("bash", ["-c", script]);
+      const r = await box.exec("bash", ["--norc", "-c", script]);
       if (r.code !== 0) throw new Error(`box: ${script}\n${r.stdout}${r.stderr}`);
       return r.stdout;
     },
@@ -86,7 +89,7 @@ export async function boxFleet({ idle } = {}) {
     },
     manifestOptions: { postgres: true, ...(idle ? { idle } : {}) },
     async try(script) {
-      return box.exec("bash", ["-c", script]);
+      return box.exec("bash", ["--norc", "-c", script]);
     },
     async session(extra = []) {
       const [cmd, ...pre] = box.nsenterArgs();
