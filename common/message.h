@@ -85,6 +85,12 @@ static inline Span message_route(const Message *m, RoutePath p) {
         return message_path_span(m, _ID_PATH_MAX + (unsigned) p);
 }
 
+/* The length of m's id_text (0 without one), without a strlen(): the id's own copy follows its text
+ * (message_alloc()). */
+static inline size_t message_id_len(const Message *m) {
+        return m->id_text ? (size_t) (m->id_str - m->id_text) - 1 : 0;
+}
+
 /* -EBADMSG: not JSON (strictly), not UTF-8, NUL, a lone UTF-16 surrogate escape, or trailing bytes;
  * -E2BIG: deeper than max_depth. Anything else that is JSON gives a Message, of kind JSONRPC_INVALID
  * if it is not a valid one (duplicate keys included), with its tree built. */

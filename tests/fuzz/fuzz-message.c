@@ -298,6 +298,7 @@ static void check_line(const char *text, size_t size) {
         }
         /* A problem goes into an error a peer reads: UTF-8, however a key it quotes was cut. */
         FUZZ_ASSERT(!m->problem || utf8_is_valid(m->problem, strlen(m->problem)));
+        FUZZ_ASSERT(message_id_len(m) == (m->id_text ? strlen(m->id_text) : 0));
         if (m->kind == JSONRPC_REQUEST)
                 FUZZ_ASSERT(m->method && m->id && m->id_text && m->id_json);
         if (m->kind == JSONRPC_NOTIFICATION)

@@ -373,6 +373,7 @@ static void test_id_length_invalid(void) {
                                 continue;
                         CHECK(!!m->id_json == kept && !!m->id_text == kept && !!m->id == kept);
                         CHECK(!m->id_text || strlen(m->id_text) == (size_t) n + 2);
+                        CHECK(message_id_len(m) == (m->id_text ? strlen(m->id_text) : 0));
                         e = jsonrpc_error_new(m->id_json, JSONRPC_INVALID_REQUEST, m->problem);
                         s = e ? cJSON_PrintUnformatted(e) : NULL;
                         CHECK(s && message_parse(s, strlen(s), JSONRPC_DEFAULT_MAX_DEPTH, &back) == 0);
@@ -442,6 +443,7 @@ static void test_envelope(void) {
         CHECK(b && cJSON_IsNumber(b->id) && b->id->valuedouble == 7 && b->id_json);
         CHECK_STREQ(b && b->id_json ? b->id_json->valuestring : NULL, "7");
         CHECK_STREQ(b ? b->id_text : NULL, "7");
+        CHECK(a && message_id_len(a) == strlen(a->id_text) && b && message_id_len(b) == 1);
         CHECK(message_parse_envelope("{\"a\":01}", 8, JSONRPC_DEFAULT_MAX_DEPTH, &b) == -EBADMSG);
 }
 
