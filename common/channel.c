@@ -81,7 +81,7 @@ struct Channel {
  * burst of answers then costs no malloc() of 16 KiB (which also makes glibc sort its small free
  * chunks every time), and an idle connection holds none. One event loop per process: statics. */
 #define CHUNK_CACHE 4U
-static OutChunk *chunk_cache[CHUNK_CACHE];
+static OutChunk *chunk_cache[CHUNK_CACHE]; /* read only where a chunk is taken or given back */
 static unsigned n_chunk_cache;
 
 static OutChunk *chunk_new(size_t size) {
@@ -115,6 +115,15 @@ static void channel_flush(Channel *c);
  * reader). Outside a burst a send is written at once. One event loop per process: a static. */
 static unsigned batch_depth;
 static Channel *batch_head;
+/* The channel whose lines the outermost burst hands out, when no read follows in it (else NULL). While
+ * it hands out its last line (nothing else buffered: burst_ending()), what that line's handler sends
+ * would be written alone when the burst ends, right after the handler returns: it is written at once
+ * instead, from the sender's own bytes (channel_write_now()). Asked only by a send, never per line. */
+static Channel *batch_final;
+
+static inline bool burst_ending(void) {
+        return batch_depth == 1 && batch_final && batch_final->lines.start == batch_final->lines.end;
+}
 
 static void batch_begin(void) {
         batch_depth++;
@@ -376,10 +385,13 @@ static bool channel_may_read(const Channel *c) {
                (!c->backpressure || c->out_bytes < OUT_HIGH_WATER);
 }
 
-/* Hand every complete line to the handler, until reading is paused. */
-static bool channel_dispatch_lines(Channel *c) {
+/* Hand every complete line to the handler, until reading is paused. final: no read follows in this
+ * batch, so the line that empties the buffer ends the burst (burst_ending()). */
+static bool channel_dispatch_lines(Channel *c, bool final) {
+        Channel *outer = batch_final; /* a handler may read another channel (channel_read_all()) */
         unsigned n = 0;
 
+        batch_final = final && batch_depth == 1 ? c : NULL;
         while (channel_may_read(c)) {
                 const char *line;
                 size_t len;
@@ -387,24 +399,28 @@ static bool channel_dispatch_lines(Channel *c) {
 
                 if (k == LINE_NONE)
                         break;
-                if (!channel_emit(c, k == LINE_OK ? CHANNEL_LINE : CHANNEL_OVERSIZE, line, len, 0))
+                if (!channel_emit(c, k == LINE_OK ? CHANNEL_LINE : CHANNEL_OVERSIZE, line, len, 0)) {
+                        batch_final = outer;
                         return false;
+                }
                 /* The head of a long burst goes out now: the next process starts on it while the rest
                  * is handled (else a window of calls travels as one convoy, one process at a time). */
                 if (c->burst_head > 0 && ++n == c->burst_head && batch_depth == 1)
                         batch_flush();
         }
+        batch_final = outer;
         return true;
 }
 
 static void channel_read(Channel *c, int max_rounds) {
         /* Lines held back by a pause go first. */
-        if (!channel_dispatch_lines(c))
+        if (!channel_dispatch_lines(c, false))
                 return;
         for (int rounds = 0; rounds < max_rounds && !c->eof_seen && channel_may_read(c); rounds++) {
                 char *p;
                 size_t avail;
                 ssize_t n;
+                bool last;
                 int r = line_buffer_reserve(&c->lines, READ_CHUNK, &p, &avail);
 
                 if (r < 0) {
@@ -437,7 +453,9 @@ static void channel_read(Channel *c, int max_rounds) {
                         return;
                 }
                 line_buffer_commit(&c->lines, (size_t) n);
-                if (!channel_dispatch_lines(c))
+                /* A short read emptied the pipe: no read follows (below). */
+                last = (size_t) n < avail && c->in_pollable && max_rounds <= 16;
+                if (!channel_dispatch_lines(c, last))
                         return;
                 if (c->read_hook && line_buffer_pending(&c->lines) > 0) {
                         c->dispatching++;
@@ -448,7 +466,7 @@ static void channel_read(Channel *c, int max_rounds) {
                 }
                 /* A short read emptied the pipe: epoll says when there is more, which saves the
                  * read that would only answer EAGAIN, on every message. */
-                if ((size_t) n < avail && c->in_pollable && max_rounds <= 16)
+                if (last)
                         return;
         }
 }
@@ -484,7 +502,7 @@ static int on_dispatch(sd_event_source *s, void *userdata) {
         (void) s;
         c->dispatching++;
         batch_begin();
-        (void) channel_dispatch_lines(c);
+        (void) channel_dispatch_lines(c, true);
         c->dispatching--;
         if (c->free_pending && c->dispatching == 0)
                 channel_really_free(c);
@@ -680,7 +698,7 @@ static inline int out_queued(Channel *c, size_t len, bool was_empty) {
 
         /* Inside a burst of lines: written when it ends (batch_end()). Else right away: a reply
          * usually fits the pipe, and that saves a trip through epoll. */
-        if (was_empty && batch_depth > 0) {
+        if (was_empty && batch_depth > 0 && !burst_ending()) {
                 if (!c->batched) {
                         c->batched = true;
                         c->batch_next = batch_head;
@@ -712,6 +730,62 @@ static void out_copy(OutChunk *o, const struct iovec *iov, size_t n) {
         }
 }
 
+/* Most parts a message is sent in (ids_translate_send(): the text around two ids) that are written
+ * from the sender's bytes; a message in more is copied. */
+#define WRITE_NOW_PARTS 8U
+
+/* A message to a channel with nothing queued, outside a burst or at its end: written at once from the
+ * caller's bytes, and only what the peer did not take is copied, into a cached chunk (there is one,
+ * and the message fits it: no allocation can fail between writing part of it and keeping the rest, so
+ * it still goes in whole or not at all). A request or an answer then touches no chunk (16 KiB, with
+ * its own lines and page) on its way, in a process that wakes up cache-cold after a slow backend. */
+static bool may_write_now(const Channel *c, size_t n, size_t len) {
+        return n <= WRITE_NOW_PARTS && len < OUT_CHUNK_SIZE && n_chunk_cache > 0 && !c->connecting &&
+               (batch_depth == 0 || burst_ending());
+}
+
+static int channel_write_now(Channel *c, const struct iovec *iov, size_t n, size_t len) {
+        struct iovec v[WRITE_NOW_PARTS + 1];
+        size_t done;
+        ssize_t k;
+        OutChunk *o;
+
+        memcpy(v, iov, n * sizeof *iov);
+        v[n] = (struct iovec){(char *) "\n", 1};
+        do
+                k = writev(c->out_fd, v, n + 1);
+        while (k < 0 && errno == EINTR);
+        c->sent_total += len + 1;
+        if (k < 0 && errno != EAGAIN) {
+                channel_error_write(c, -errno); /* reported from the loop, as a queued send's */
+                return 0;
+        }
+        done = k < 0 ? 0 : (size_t) k;
+        c->written_total += done;
+        if (done == len + 1)
+                return 0;
+        /* The rest waits for the peer to read, as queued output does. */
+        o = chunk_new(OUT_CHUNK_SIZE); /* from the cache (may_write_now()): never NULL */
+        if (!o) {
+                channel_error_write(c, -ENOMEM);
+                return 0;
+        }
+        for (size_t i = 0; i <= n; i++) {
+                if (done >= v[i].iov_len) {
+                        done -= v[i].iov_len;
+                        continue;
+                }
+                memcpy(o->data + o->len, (const char *) v[i].iov_base + done, v[i].iov_len - done);
+                o->len += v[i].iov_len - done;
+                done = 0;
+        }
+        out_link(c, o);
+        c->out_bytes += o->len;
+        queued_total += o->len;
+        channel_flush(c);
+        return 0;
+}
+
 int channel_sendv(Channel *c, const struct iovec *iov, size_t n) {
         OutChunk *o = c->out_tail;
         bool was_empty = !c->out_head;
@@ -721,6 +795,8 @@ int channel_sendv(Channel *c, const struct iovec *iov, size_t n) {
                 return -EPIPE;
         for (size_t i = 0; i < n; i++)
                 len += iov[i].iov_len;
+        if (was_empty && may_write_now(c, n, len))
+                return channel_write_now(c, iov, n, len);
         if (!o || o->ref || o->size - o->len < len + 1) {
                 size_t size = len + 1 > OUT_CHUNK_SIZE ? len + 1 : OUT_CHUNK_SIZE;
                 o = chunk_new(size);

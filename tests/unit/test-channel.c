@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -409,6 +410,121 @@ static void test_connect_under_way(void) {
         sd_event_unref(e);
 }
 
+/* The last line of a burst: what its handler sends goes out before the handler returns (as when the
+ * burst ended, right after), from the sender's parts joined in one write; a burst of more lines still
+ * goes out in one write when it ends. */
+typedef struct Tail {
+        Channel *to;
+        int peer;
+        unsigned lines, seen_in_handler;
+} Tail;
+
+static void tail_handler(Channel *c, ChannelEvent ev, const char *line, size_t len, int error, void *userdata) {
+        Tail *t = userdata;
+        char buf[64];
+
+        (void) c, (void) error;
+        if (ev != CHANNEL_LINE)
+                return;
+        t->lines++;
+        CHECK(channel_sendv(t->to,
+                            (const struct iovec[]){{(char *) "got ", 4}, {(char *) line, len}, {(char *) "!", 1}}, 3) == 0);
+        if (recv(t->peer, buf, sizeof buf, MSG_DONTWAIT | MSG_PEEK) > 0)
+                t->seen_in_handler++;
+}
+
+static void test_tail_written_now(void) {
+        sd_event *e = NULL;
+        Channel *in = NULL;
+        Seen s = {};
+        Tail t = {};
+        char buf[256];
+        int a[2], b[2];
+        ssize_t n;
+
+        CHECK(sd_event_new(&e) >= 0);
+        CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, a) == 0);
+        CHECK(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, b) == 0);
+        CHECK(channel_new(e, a[0], a[0], 1024, tail_handler, &t, &in) >= 0);
+        CHECK(channel_new(e, b[0], b[0], 1024, handler, &s, &t.to) >= 0);
+        t.peer = b[1];
+        /* A burst of one line: written inside its handler, in one piece. */
+        CHECK(write(a[1], "one\n", 4) == 4);
+        run_for(e, 20);
+        CHECK(t.lines == 1 && t.seen_in_handler == 1);
+        n = recv(b[1], buf, sizeof buf - 1, MSG_DONTWAIT);
+        CHECK(n == 9 && memcmp(buf, "got one!\n", 9) == 0);
+        /* Two lines: nothing goes out while the first is handled; both in one record after the last. */
+        CHECK(write(a[1], "two\nthree\n", 10) == 10);
+        run_for(e, 20);
+        CHECK(t.lines == 3 && t.seen_in_handler == 1);
+        n = recv(b[1], buf, sizeof buf - 1, MSG_DONTWAIT);
+        CHECK(n == 20 && memcmp(buf, "got two!\ngot three!\n", 20) == 0);
+        CHECK(recv(b[1], buf, sizeof buf, MSG_DONTWAIT) < 0 && errno == EAGAIN);
+        /* A line cut in two reads is a burst of its own when it is complete. */
+        CHECK(write(a[1], "fo", 2) == 2);
+        run_for(e, 20);
+        CHECK(write(a[1], "ur\n", 3) == 3);
+        run_for(e, 20);
+        CHECK(t.lines == 4 && t.seen_in_handler == 2);
+        n = recv(b[1], buf, sizeof buf - 1, MSG_DONTWAIT);
+        CHECK(n == 10 && memcmp(buf, "got four!\n", 10) == 0);
+        channel_free(in);
+        channel_free(t.to);
+        close(a[1]);
+        close(b[1]);
+        sd_event_unref(e);
+}
+
+/* A send written at once that the peer takes only part of: the rest waits, whole and in order with
+ * what follows; a send to a peer that is gone is reported once, from the loop. */
+static void test_written_now_partly(void) {
+        static char msg[8000], want[4000 + sizeof msg + 1 + 6];
+        char *got = malloc(sizeof want);
+        sd_event *e = NULL;
+        Channel *c = NULL;
+        Seen s = {};
+        size_t have = 0;
+        int sv[2], p[2];
+        ssize_t n;
+
+        for (size_t i = 0; i < sizeof msg; i++)
+                msg[i] = (char) ('a' + i % 26);
+        CHECK(got != NULL);
+        CHECK(sd_event_new(&e) >= 0);
+        CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+        CHECK(pipe2(p, O_CLOEXEC | O_NONBLOCK) == 0);
+        CHECK(fcntl(p[1], F_SETPIPE_SZ, 4096) >= 4096);
+        memset(want, '-', 4000);
+        CHECK(write(p[1], want, 4000) == 4000); /* room for less than the message */
+        CHECK(channel_new(e, sv[0], p[1], 1024, handler, &s, &c) >= 0);
+        CHECK(channel_sendv(c, (const struct iovec[]){{msg, 3000}, {msg + 3000, 5000}}, 2) == 0);
+        CHECK(channel_send(c, "after", 5) == 0);
+        CHECK(channel_sent_bytes(c) == sizeof msg + 1 + 6);
+        CHECK(channel_queued(c) > 6 && channel_queued(c) <= sizeof msg + 1 + 6);
+        memcpy(want + 4000, msg, sizeof msg);
+        memcpy(want + 4000 + sizeof msg, "\nafter\n", 7);
+        for (int k = 0; k < 2000 && have < sizeof want; k++) {
+                while (have < sizeof want && (n = read(p[0], got + have, sizeof want - have)) > 0)
+                        have += (size_t) n;
+                (void) sd_event_run(e, 1000);
+        }
+        CHECK(have == sizeof want && memcmp(got, want, sizeof want) == 0);
+        CHECK(channel_queued(c) == 0 && channel_delivered_bytes(c) == sizeof msg + 1 + 6);
+        /* Its reader gone: the send is taken, and the failure comes from the loop, once. */
+        (void) signal(SIGPIPE, SIG_IGN);
+        close(p[0]);
+        CHECK(channel_send(c, "lost", 4) == 0);
+        CHECK(s.write_errors == 0);
+        run_for(e, 20);
+        CHECK(s.write_errors == 1 && s.write_error == -EPIPE);
+        CHECK(channel_send(c, "more", 4) == -EPIPE);
+        channel_free(c);
+        close(sv[1]);
+        free(got);
+        sd_event_unref(e);
+}
+
 static void count_release(void *owner) {
         (*(unsigned *) owner)++;
 }
@@ -467,6 +583,8 @@ static void test_borrow(void) {
 int main(void) {
         test_burst_one_write();
         test_burst_head();
+        test_tail_written_now();
+        test_written_now_partly();
         test_last_line_without_newline();
         test_resume_dispatches_buffered();
         test_shutdown_flushes();
