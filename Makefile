@@ -134,7 +134,7 @@ $(S)/tests/%: tests/unit/%.c $(call objs,$(S),$(COMMON_SRC))
 	$(CC) $(ALL_CFLAGS) $(SAN) -Itests/unit -o $@ $(filter %.c %.o,$^) $(TEST_LDFLAGS) $(DEP_LIBS)
 
 # test-hashmap fails allocations on purpose: the calloc() calls of what it links go to its wrapper.
-$(B)/tests/test-hashmap $(S)/tests/test-hashmap: TEST_LDFLAGS := -Wl,--wrap=calloc
+$(B)/tests/test-hashmap $(S)/tests/test-hashmap: TEST_LDFLAGS := -Wl,--wrap=calloc,--wrap=aligned_alloc
 # test-message-nul fails the message layer's malloc() calls on purpose.
 $(B)/tests/test-message-nul $(S)/tests/test-message-nul: TEST_LDFLAGS := -Wl,--wrap=malloc
 

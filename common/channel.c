@@ -82,7 +82,7 @@ struct Channel {
  * chunks every time), and an idle connection holds none. One event loop per process: statics. */
 #define CHUNK_CACHE 4U
 static OutChunk *chunk_cache[CHUNK_CACHE]; /* read only where a chunk is taken or given back */
-static unsigned n_chunk_cache;
+static _hot_ unsigned n_chunk_cache;
 
 static OutChunk *chunk_new(size_t size) {
         OutChunk *o = size == OUT_CHUNK_SIZE && n_chunk_cache > 0 ? chunk_cache[--n_chunk_cache]
@@ -104,7 +104,7 @@ static void chunk_free(OutChunk *o) {
 
 /* Every channel's out_bytes summed, changed where they change (sendv, flush, drop): a bound for what
  * any group of channels holds, asked before walking them. */
-static size_t queued_total;
+static _hot_ size_t queued_total;
 
 static void channel_update_reading(Channel *c);
 static void channel_mark_closed(Channel *c);
@@ -113,13 +113,13 @@ static void channel_flush(Channel *c);
 /* While lines are handed out, what the handlers send is queued and written when the burst of lines
  * ends, one writev() per channel per burst instead of one write() per line (each of which wakes the
  * reader). Outside a burst a send is written at once. One event loop per process: a static. */
-static unsigned batch_depth;
-static Channel *batch_head;
+static _hot_ unsigned batch_depth;
+static _hot_ Channel *batch_head;
 /* The channel whose lines the outermost burst hands out, when no read follows in it (else NULL). While
  * it hands out its last line (nothing else buffered: burst_ending()), what that line's handler sends
  * would be written alone when the burst ends, right after the handler returns: it is written at once
  * instead, from the sender's own bytes (channel_write_now()). Asked only by a send, never per line. */
-static Channel *batch_final;
+static _hot_ Channel *batch_final;
 
 static inline bool burst_ending(void) {
         return batch_depth == 1 && batch_final && batch_final->lines.start == batch_final->lines.end;

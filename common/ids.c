@@ -19,26 +19,30 @@ const char *const id_paths[_ID_PATH_MAX][ID_PATH_DEPTH + 1] = {
         [ID_PATH_RESULT_TASKS] = {"result", "tasks"},
 };
 
-/* method NULL: any message of that kind. Eras add their methods' fields here. */
+/* method NULL: any message of that kind. Eras add their methods' fields here. 16 bytes a rule: a request's
+ * two (its id, a progress token) are one 64-byte line, read on every message. */
 typedef struct IdRule {
-        JsonRpcKind kind;
         const char *method;
-        IdPath path;
-        IdKind id_kind;
+        unsigned char kind;    /* JsonRpcKind */
+        unsigned char path;    /* IdPath */
+        unsigned char id_kind; /* IdKind */
 } IdRule;
 
-static const IdRule id_rules[] = {
-        {JSONRPC_REQUEST, NULL, ID_PATH_ID, ID_KIND_REQUEST},
-        {JSONRPC_RESPONSE, NULL, ID_PATH_ID, ID_KIND_REQUEST},
-        {JSONRPC_REQUEST, NULL, ID_PATH_PARAMS_META_PROGRESS, ID_KIND_PROGRESS},
-        {JSONRPC_NOTIFICATION, "notifications/cancelled", ID_PATH_PARAMS_REQUEST_ID, ID_KIND_CANCELLED},
-        {JSONRPC_NOTIFICATION, "notifications/progress", ID_PATH_PARAMS_PROGRESS, ID_KIND_PROGRESS},
-        {JSONRPC_REQUEST, "tasks/get", ID_PATH_PARAMS_TASK_ID, ID_KIND_TASK},
-        {JSONRPC_REQUEST, "tasks/result", ID_PATH_PARAMS_TASK_ID, ID_KIND_TASK},
-        {JSONRPC_REQUEST, "tasks/cancel", ID_PATH_PARAMS_TASK_ID, ID_KIND_TASK},
-        {JSONRPC_NOTIFICATION, "notifications/tasks/status", ID_PATH_PARAMS_TASK_ID, ID_KIND_TASK},
-        {JSONRPC_RESPONSE, NULL, ID_PATH_RESULT_TASK_ID, ID_KIND_TASK},
+#define RULE(k, m, p, ik) {.method = (m), .kind = (k), .path = (p), .id_kind = (ik)}
+static const IdRule id_rules[] __attribute__((aligned(64))) = {
+        RULE(JSONRPC_REQUEST, NULL, ID_PATH_ID, ID_KIND_REQUEST),
+        RULE(JSONRPC_RESPONSE, NULL, ID_PATH_ID, ID_KIND_REQUEST),
+        RULE(JSONRPC_REQUEST, NULL, ID_PATH_PARAMS_META_PROGRESS, ID_KIND_PROGRESS),
+        RULE(JSONRPC_NOTIFICATION, "notifications/cancelled", ID_PATH_PARAMS_REQUEST_ID, ID_KIND_CANCELLED),
+        RULE(JSONRPC_NOTIFICATION, "notifications/progress", ID_PATH_PARAMS_PROGRESS, ID_KIND_PROGRESS),
+        RULE(JSONRPC_REQUEST, "tasks/get", ID_PATH_PARAMS_TASK_ID, ID_KIND_TASK),
+        RULE(JSONRPC_REQUEST, "tasks/result", ID_PATH_PARAMS_TASK_ID, ID_KIND_TASK),
+        RULE(JSONRPC_REQUEST, "tasks/cancel", ID_PATH_PARAMS_TASK_ID, ID_KIND_TASK),
+        RULE(JSONRPC_NOTIFICATION, "notifications/tasks/status", ID_PATH_PARAMS_TASK_ID, ID_KIND_TASK),
+        RULE(JSONRPC_RESPONSE, NULL, ID_PATH_RESULT_TASK_ID, ID_KIND_TASK),
 };
+_Static_assert(sizeof(IdRule) == 16, "a rule is 16 bytes");
+_Static_assert(_ID_PATH_MAX <= 256 && JSONRPC_INVALID < 256, "a rule's fields are bytes");
 
 /* Whether the rule names this method: its first two bytes settle most of them without a call. */
 static bool rule_method_is(const IdRule *r, const char *method) {
@@ -49,11 +53,11 @@ static bool rule_method_is(const IdRule *r, const char *method) {
  * for each kind of message the rules that name no method. Most methods (tools/call, resources/read)
  * begin with none of the pairs: their rules are their kind's, with no name compared. */
 static struct {
-        bool made;
-        char pairs[ELEMENTSOF(id_rules)][2];
-        size_t n_pairs;
         uint32_t any_method[JSONRPC_INVALID + 1]; /* by JsonRpcKind (INVALID is the last) */
-} rule_index;
+        bool made;
+        unsigned char n_pairs;
+        char pairs[ELEMENTSOF(id_rules)][2];
+} rule_index _hot_ __attribute__((aligned(8))); /* 40 bytes, read by every message */
 
 static void rule_index_make(void) {
         for (size_t i = 0; i < ELEMENTSOF(id_rules); i++) {
@@ -254,9 +258,36 @@ static const char digit_pairs[] = "000102030405060708091011121314151617181920212
                                   "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
                                   "8081828384858687888990919293949596979899";
 
+/* The last positive integer formatted: a shim numbers its requests to a backend from a counter, so the
+ * next one's text is this one's plus one, a digit or two to change (no division, no table to read). */
+static _hot_ struct {
+        long long n;
+        unsigned char at; /* where its text starts in text[] */
+        char text[ID_INTEGER_MAX];
+} last_integer;
+
+static const char *next_integer(char buf[static ID_INTEGER_MAX]) {
+        char *t = last_integer.text;
+        int k = ID_INTEGER_MAX - 2;
+
+        while (k >= last_integer.at && t[k] == '9')
+                t[k--] = '0';
+        if (k >= last_integer.at)
+                t[k]++;
+        else
+                t[--last_integer.at] = '1'; /* 99 -> 100 */
+        last_integer.n++;
+        memcpy(buf, t, ID_INTEGER_MAX);
+        return buf + last_integer.at;
+}
+
 const char *id_integer_format(long long n, char buf[static ID_INTEGER_MAX]) {
         unsigned long long u = n < 0 ? -(unsigned long long) n : (unsigned long long) n;
         char *p = buf + ID_INTEGER_MAX - 1;
+
+        /* at > 1: room for a digit more (positive numbers take at most 19 of the 20) */
+        if (n > 1 && n - 1 == last_integer.n && last_integer.at > 1)
+                return next_integer(buf);
 
         *p = 0;
         for (; u >= 100; u /= 100) {
@@ -270,6 +301,11 @@ const char *id_integer_format(long long n, char buf[static ID_INTEGER_MAX]) {
                 *--p = (char) ('0' + u);
         if (n < 0)
                 *--p = '-';
+        if (n > 0) {
+                last_integer.n = n;
+                last_integer.at = (unsigned char) (p - buf);
+                memcpy(last_integer.text, buf, ID_INTEGER_MAX);
+        }
         return p;
 }
 

@@ -71,6 +71,11 @@ static inline void strv_freep(char ***l) {
 
 #define streq(a, b) (strcmp((a), (b)) == 0)
 
+/* A static that a message's path reads or writes on every wakeup: those of every file together, in a
+ * section of their own (a few 64-byte lines after .data), not each on a line of its own among the cold
+ * statics. A process woken cache-cold after a slow backend fetches each such line again. */
+#define _hot_ __attribute__((section("mcp_lazy_hot")))
+
 /* calloc() of an object laid out by 64-byte cache line (its fields that a message's path touches
  * together, together): it starts on a line, so that each group is the lines it was laid out for. */
 static inline void *calloc_lines(size_t size) {

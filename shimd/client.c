@@ -469,6 +469,8 @@ static void on_client(Channel *ch, ChannelEvent ev, const char *line, size_t len
         Client *c = userdata;
 
         (void) ch;
+        if (ev == CHANNEL_LINE) /* the usual one first: no jump table to read (.rodata) */
+                return client_handle_line(c, line, len);
         switch (ev) {
         case CHANNEL_LINE:
                 return client_handle_line(c, line, len);

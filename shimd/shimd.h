@@ -197,26 +197,30 @@ struct Client {
         Client *next;
 };
 
+/* The first 64-byte line is what a call's request and answer read (main.c keeps the one Shim on one). */
 struct Shim {
         sd_event *event;
-        Manifest *manifest;
         const Backend *backend;
+        Client *clients;
+        Instance *instances;
+        uint64_t calls_served;
+        unsigned n_clients;
+        uid_t own_uid; /* peers of this uid are the shim's own user: no per-peer shares */
+        bool draining, inetd;
+        /* The rest: */
+        Manifest *manifest;
         sd_event_source **listeners;
         size_t n_listeners;
-        Client *clients;
-        unsigned n_clients, n_over_limit;
+        unsigned n_over_limit;
         unsigned max_clients; /* the manifest's max_sessions, or fewer if the descriptor limit says so */
         bool fd_bound;        /* max_clients comes from the descriptor limit */
-        uid_t own_uid;        /* peers of this uid are the shim's own user: no per-peer shares */
         sd_event_source *accept_retry_source;
-        Instance *instances;
         sd_event_source *idle_source, *drain_source;
         Hashmap *upcalls; /* id given to a client -> Upcall (a backend's request to a client) */
         uint64_t next_upcall;
         BackendEra learned_era; /* what the last backend process turned out to be */
-        bool draining, inetd;
-        size_t max_line; /* --max-line-bytes */
-        uint64_t calls_served, next_client_serial;
+        size_t max_line;        /* --max-line-bytes */
+        uint64_t next_client_serial;
         uint64_t last_call_usec; /* when the last call was answered (CLOCK_MONOTONIC), 0: none; the status */
         uint64_t calls_noted;    /* line notes it (main.c), with calls_served as it was then */
         char last_status[384];

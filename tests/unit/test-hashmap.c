@@ -6,11 +6,14 @@
 #include "hashmap.h"
 #include "tests.h"
 
-/* Allocations that fail on purpose: this test is linked with -Wl,--wrap=calloc (Makefile), so every
- * calloc() of the map's code comes here. calloc_fail_in > 0 fails the call that many calls on (1: the
- * next one); calloc_calls counts them. */
+/* Allocations that fail on purpose: this test is linked with -Wl,--wrap=calloc,--wrap=aligned_alloc
+ * (Makefile), so every calloc() of the map's code comes here, and every aligned_alloc() (a map's header,
+ * calloc_lines()). calloc_fail_in > 0 fails the call that many calls on (1: the next one); calloc_calls
+ * counts them. */
 void *__real_calloc(size_t n, size_t size);
 void *__wrap_calloc(size_t n, size_t size);
+void *__real_aligned_alloc(size_t alignment, size_t size);
+void *__wrap_aligned_alloc(size_t alignment, size_t size);
 static unsigned calloc_fail_in, calloc_calls;
 
 void *__wrap_calloc(size_t n, size_t size) {
@@ -18,6 +21,13 @@ void *__wrap_calloc(size_t n, size_t size) {
         if (calloc_fail_in > 0 && --calloc_fail_in == 0)
                 return NULL;
         return __real_calloc(n, size);
+}
+
+void *__wrap_aligned_alloc(size_t alignment, size_t size) {
+        calloc_calls++;
+        if (calloc_fail_in > 0 && --calloc_fail_in == 0)
+                return NULL;
+        return __real_aligned_alloc(alignment, size);
 }
 
 static bool value_is(const void *value, const void *userdata) {

@@ -163,6 +163,25 @@ static void test_ids(void) {
         CHECK_STREQ(id_integer_format(-42, buf), "-42");
         CHECK_STREQ(id_integer_format(9007199254740991LL, buf), "9007199254740991");
         CHECK_STREQ(id_integer_format(-9223372036854775807LL - 1, buf), "-9223372036854775808");
+        /* Counted up from the last one formatted (what a shim does), across carries and a digit more. */
+        for (long long n = 1; n <= 100200; n++) {
+                char want[32];
+                snprintf(want, sizeof want, "%lld", n);
+                if (strcmp(id_integer_format(n, buf), want) != 0) {
+                        CHECK_STREQ(id_integer_format(n, buf), want);
+                        break;
+                }
+        }
+        CHECK_STREQ(id_integer_format(99, buf), "99");
+        CHECK_STREQ(id_integer_format(100, buf), "100");
+        CHECK_STREQ(id_integer_format(7, buf), "7");
+        CHECK_STREQ(id_integer_format(9223372036854775806LL, buf), "9223372036854775806");
+        CHECK_STREQ(id_integer_format(9223372036854775807LL, buf), "9223372036854775807");
+        CHECK_STREQ(id_integer_format(999999999999999999LL, buf), "999999999999999999");
+        CHECK_STREQ(id_integer_format(1000000000000000000LL, buf), "1000000000000000000");
+        CHECK_STREQ(id_integer_format(-5, buf), "-5");
+        CHECK_STREQ(id_integer_format(-4, buf), "-4");
+        CHECK_STREQ(id_integer_format(1000000000000000001LL, buf), "1000000000000000001");
 }
 
 typedef struct Map {
