@@ -1,5 +1,7 @@
 /* Event loop setup shared by mcp-lazy and mcp-lazy-shimd. */
+#include <alloca.h>
 #include <signal.h>
+#include <stdint.h>
 
 #include "event-util.h"
 #include "macros.h"
@@ -29,4 +31,12 @@ int event_new(sd_event_signal_handler_t on_terminate, void *userdata, sd_event *
                 return r;
         *ret = TAKE_PTR(e);
         return 0;
+}
+
+int event_loop_on_page(sd_event *e) {
+        char here;
+        char *pad = alloca(((uintptr_t) &here & 4095U) + 128U);
+
+        __asm__ volatile("" : : "r"(pad) : "memory"); /* kept: the frames below start under it */
+        return sd_event_loop(e);
 }

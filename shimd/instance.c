@@ -164,6 +164,20 @@ int instance_get(Shim *s, Client *c, Instance **ret) {
 static _hot_ void *route_pool; /* linked through each block's first word */
 static _hot_ unsigned n_route_pool;
 
+/* A block is ROUTE_BLOCK bytes from a 64-byte boundary of a malloc()'d ROUTE_BLOCK + 64, the word
+ * before it the address malloc() gave: a route's head (what its answer reads) is two whole lines, not
+ * parts of three (aligned_alloc() would cost more than that where the free list runs dry). */
+static Route *block_new(void) {
+        char *raw = malloc(ROUTE_BLOCK + 64U);
+        Route *r;
+
+        if (!raw)
+                return NULL;
+        r = (Route *) (((uintptr_t) raw + 64U) & ~(uintptr_t) 63U); /* at least a word past raw */
+        ((void **) r)[-1] = raw;
+        return r;
+}
+
 static Route *route_alloc(size_t size) {
         Route *r;
 
@@ -178,7 +192,7 @@ static Route *route_alloc(size_t size) {
                 route_pool = *(void **) route_pool;
                 n_route_pool--;
         } else
-                r = malloc(ROUTE_BLOCK);
+                r = block_new();
         if (r)
                 r->block = true;
         return r;
@@ -190,7 +204,7 @@ static void route_release(Route *r) {
                 route_pool = r;
                 n_route_pool++;
         } else
-                free(r);
+                free(r->block ? ((void **) r)[-1] : (void *) r);
 }
 
 static void route_free(Route *r) {

@@ -1,10 +1,8 @@
 /* mcp-lazy-shimd: takes the backend's socket from systemd, runs the backend while it is used, exits when idle. */
-#include <alloca.h>
 #include <errno.h>
 #include <getopt.h>
 #include <malloc.h>
 #include <signal.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -410,18 +408,6 @@ static int setup_fds(Shim *s, int n) {
                         return log_error_errno(-EBADF, "File descriptor %d from systemd is not a stream socket.", fd);
         }
         return 0;
-}
-
-/* What a loop wakeup touches of the stack, from sd_event_loop()'s frame down to the scan's deepest, is
- * 2.5-3.5 KiB (lackey): started at the top of a page, it is one page, where from anywhere else it is
- * mostly two (the kernel starts the stack at a random offset), and a process woken cache-cold after a
- * slow backend pays a page walk for each. The Shim is therefore not on the stack either (run()). */
-static __attribute__((noinline)) int event_loop_on_page(sd_event *e) {
-        char here;
-        char *pad = alloca(((uintptr_t) &here & 4095U) + 128U);
-
-        __asm__ volatile("" : : "r"(pad) : "memory"); /* kept: the frames below start under it */
-        return sd_event_loop(e);
 }
 
 static int run(const char *manifest_path, const char *name_arg, size_t max_line) {
