@@ -83,6 +83,7 @@ struct Session {
         cJSON *client_params;   /* initialize's params, handed to each backend */
         char *protocol_version; /* negotiated */
         bool batches_allowed;
+        bool input_ended; /* the client closed its input: the calls in flight are answered, then we exit */
         Hashmap *pending;   /* id key -> Pending */
         Pending *oldest, *newest; /* the calls in flight in the order they were sent: answers mostly
                                    * come in that order, and the oldest is found without hashing */
@@ -210,6 +211,8 @@ void upstream_cancel(Session *s, Pending *p, const Message *notification);
 Upstream *upstream_new(Session *s, const char *name);
 const char *upstream_name(const Upstream *u);
 void upstream_free_upcalls(Session *s);
+/* The client closed its input: every backend request waiting for it gets an error saying so. */
+void upstream_fail_upcalls(Session *s);
 /* The client's era changed (initialize after 2026-07-28 requests): each shim connection, opened in
  * the other era, takes no new calls; the next call opens one that says the new era. */
 void upstream_era_changed(Session *s);

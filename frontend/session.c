@@ -328,6 +328,18 @@ static Pending *pending_take(Session *s, const UpConn *c, const Message *answer)
         return hashmap_remove_if(s->pending, answer->id_text, pending_on, c);
 }
 
+/* The client is done sending, but answers already made may still sit in our queue (a pipe full of
+ * them): they go out first, as long as the client reads, then we exit. */
+#define EXIT_STALL_USEC (2ULL * USEC_PER_SEC)
+
+/* After the client's input ended, the calls in flight are answered as a server run directly would
+ * answer them (no timeout of ours: a hung backend waits for the client's SIGTERM); the last answer
+ * starts the exit. */
+static void session_maybe_end(Session *s) {
+        if (s->input_ended && hashmap_size(s->pending) == 0)
+                channel_shutdown(s->client, EXIT_STALL_USEC);
+}
+
 bool session_complete(Session *s, const UpConn *c, const Message *answer) {
         Pending *p = pending_take(s, c, answer);
         Batch *b;
@@ -348,12 +360,14 @@ bool session_complete(Session *s, const UpConn *c, const Message *answer) {
                         } else
                                 reply(s, b, adapted);
                         batch_member_done(s, b);
+                        session_maybe_end(s);
                         return true;
                 }
         }
         b = pending_done(s, p);
         reply_text(s, b, answer->text, answer->len);
         batch_member_done(s, b);
+        session_maybe_end(s);
         return true;
 }
 
@@ -372,6 +386,7 @@ void session_fail(Session *s, Pending *p, const char *text) {
 
         reply(s, b, m);
         batch_member_done(s, b);
+        session_maybe_end(s);
 }
 
 /* The index in protocol_versions of the version we agree on. */
@@ -1094,11 +1109,6 @@ void session_handle_line(Session *s, const char *line, size_t len) {
         handle_message(s, m, NULL);
 }
 
-/* The client is done sending, but answers already made may still sit in our queue (a pipe full of
- * them): they go out first, as long as the client reads, then we exit. Calls in flight are not
- * waited for. */
-#define EXIT_STALL_USEC (2ULL * USEC_PER_SEC)
-
 /* A line past the limit: refused under its own id when its beginning shows one. */
 static void reply_oversize(Session *s, const char *line, size_t len) {
         _cleanup_json_ cJSON *id = jsonrpc_peek_id_raw(line, len), *parsed = NULL;
@@ -1133,7 +1143,9 @@ static void on_client(Channel *c, ChannelEvent ev, const char *line, size_t len,
         case CHANNEL_EOF:
                 if (error < 0)
                         log_warning_errno(error, "Reading from the client failed: %m");
-                channel_shutdown(s->client, EXIT_STALL_USEC);
+                s->input_ended = true;
+                upstream_fail_upcalls(s);
+                session_maybe_end(s);
                 break;
         case CHANNEL_CLOSED:
         case CHANNEL_WRITE_ERROR:

@@ -373,6 +373,8 @@ static void upconn_reply_error_id(UpConn *c, const char *id_text, const char *te
                 (void) channel_send_json(c->ch, e);
 }
 
+#define UPCALL_INPUT_ENDED "the client closed its input (stdin): it can no longer answer requests"
+
 /* A backend asks the client something (sampling, elicitation, roots): the client sees it under an
  * id of ours, since two backends may use the same ids. */
 static void upconn_forward_upcall(UpConn *c, const Message *m) {
@@ -381,6 +383,8 @@ static void upconn_forward_upcall(UpConn *c, const Message *m) {
         Upcall *u;
         size_t len;
 
+        if (s->input_ended)
+                return upconn_reply_error(c, m, UPCALL_INPUT_ENDED);
         if (hashmap_size(s->upcalls) >= SESSION_MAX_PENDING)
                 return upconn_reply_error(c, m, "too many requests waiting for the client");
         u = calloc(1, sizeof *u);
@@ -783,6 +787,18 @@ void upstream_free_upcalls(Session *s) {
         while (s->upcalls && hashmap_iterate(s->upcalls, &state, NULL, &v)) {
                 Upcall *u = v;
                 hashmap_remove(s->upcalls, u->key);
+                upcall_free(u);
+        }
+}
+
+void upstream_fail_upcalls(Session *s) {
+        size_t state = 0;
+        void *v;
+
+        while (hashmap_iterate(s->upcalls, &state, NULL, &v)) {
+                Upcall *u = v;
+                hashmap_remove(s->upcalls, u->key);
+                upconn_reply_error_id(u->conn, u->shim_id, UPCALL_INPUT_ENDED);
                 upcall_free(u);
         }
 }

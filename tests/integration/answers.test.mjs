@@ -298,7 +298,7 @@ function reseal(b) {
 }
 const segment = (b, i) => [Number(b.readBigUInt64LE(120 + 16 * i)), Number(b.readBigUInt64LE(128 + 16 * i))];
 
-// One session that stays open until the call is answered (closing stdin ends a session, calls and all).
+// One session that stays open until the call is answered.
 // Its stderr is read to the end: a line logged before the answer can still be unread when it comes.
 async function callOnce(args, id, name) {
   const p = new RawPeer(MCP_LAZY, args, { env: { ...process.env, MCP_LAZY_CACHE_DIR: CACHE, MCP_LAZY_LOG_LEVEL: "debug" } });
