@@ -130,7 +130,7 @@ static int run(Options *o) {
                 session_free(s);
                 return log_error_errno(r, "Failed to set up stdio: %m");
         }
-        r = sd_event_loop(e);
+        r = event_loop_on_page(e);
         session_free(s);
         return r < 0 ? log_error_errno(r, "Event loop failed: %m") : 0;
 }
