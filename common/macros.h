@@ -76,6 +76,21 @@ static inline void strv_freep(char ***l) {
  * statics. A process woken cache-cold after a slow backend fetches each such line again. */
 #define _hot_ __attribute__((section("mcp_lazy_hot")))
 
+/* Built with AddressSanitizer: gcc says so with __SANITIZE_ADDRESS__, clang (the fuzzers' compiler)
+ * only through __has_feature(). The process-wide pools that hand a freed block to the next user (a
+ * Message's rooms, the shim's free list of routes) are off then, so that ASan sees every use after
+ * free instead of the next user's bytes. */
+#if defined(__SANITIZE_ADDRESS__)
+#define HAVE_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HAVE_ASAN 1
+#endif
+#endif
+#ifndef HAVE_ASAN
+#define HAVE_ASAN 0
+#endif
+
 /* calloc() of an object laid out by 64-byte cache line (its fields that a message's path touches
  * together, together): it starts on a line, so that each group is the lines it was laid out for. */
 static inline void *calloc_lines(size_t size) {

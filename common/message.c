@@ -14,13 +14,6 @@
 #ifdef __SSE2__
 #include <emmintrin.h>
 #endif
-#if defined(__has_include) && __has_include(<sanitizer/asan_interface.h>)
-#include <sanitizer/asan_interface.h> /* no-ops unless built with ASan */
-#endif
-#ifndef ASAN_POISON_MEMORY_REGION
-#define ASAN_POISON_MEMORY_REGION(a, n)   ((void) (a), (void) (n))
-#define ASAN_UNPOISON_MEMORY_REGION(a, n) ((void) (a), (void) (n))
-#endif
 
 #include "era.h"
 #include "framing.h"
@@ -134,8 +127,7 @@ static struct {
          * (message_unref() gives it back): the usual message, parsed, forwarded and gone within one
          * wakeup, then sits beside the tables the scan reads anyway, not on a heap page of its own, and
          * costs no malloc()/free(). Two, so that a message kept a while (a held initialize, a request
-         * whose answer needs it) does not send every other one to malloc(). Poisoned while free, for
-         * ASan. */
+         * whose answer needs it) does not send every other one to malloc(). None under ASan. */
         bool room_taken[MESSAGE_ROOMS];
         _Alignas(64) uint8_t stops[3][16]; /* '"', '\\', 0x20 */
         _Alignas(64) PathSlot slots[ID_PATH_DEPTH][PATH_SLOTS];
@@ -221,7 +213,6 @@ static void path_index_make(void) {
                 }
         for (unsigned mb = 0; mb < _MEMBER_MAX; mb++)
                 path_index_key(0, member_names[mb])->member = (int8_t) mb;
-        ASAN_POISON_MEMORY_REGION(scan_hot.room, sizeof scan_hot.room);
         scan_hot.made = true;
 }
 
@@ -1212,13 +1203,13 @@ static Message *message_alloc(const char *line, size_t len, const Scanner *sc) {
         size_t id_len = sc->has_member[MEMBER_ID] ? sc->members[MEMBER_ID].len : 0;
         size_t method_len = sc->has_member[MEMBER_METHOD] ? sc->members[MEMBER_METHOD].len : 0;
         size_t size = sizeof(Message) + sc->n_spans * sizeof(Span) + len + 1 + 2 * (id_len + 1) + method_len + 1;
-        unsigned r = size <= MESSAGE_ROOM ? 0 : MESSAGE_ROOMS;
+        /* None under ASan (HAVE_ASAN): a room's next message would hide a use after unref. */
+        unsigned r = size <= MESSAGE_ROOM && !HAVE_ASAN ? 0 : MESSAGE_ROOMS;
         Message *m;
 
         while (r < MESSAGE_ROOMS && scan_hot.room_taken[r])
                 r++;
         if (r < MESSAGE_ROOMS) {
-                ASAN_UNPOISON_MEMORY_REGION(scan_hot.room[r], size);
                 scan_hot.room_taken[r] = true;
                 m = (Message *) scan_hot.room[r];
         } else if (!(m = malloc(size)))
@@ -1319,10 +1310,9 @@ Message *message_unref(Message *m) {
         if (m->problem_buf)
                 free(m->problem_buf);
         size_t off = (size_t) ((uintptr_t) m - (uintptr_t) scan_hot.room);
-        if (off < sizeof scan_hot.room) {
+        if (off < sizeof scan_hot.room)
                 scan_hot.room_taken[off / MESSAGE_ROOM] = false;
-                ASAN_POISON_MEMORY_REGION(scan_hot.room[off / MESSAGE_ROOM], MESSAGE_ROOM);
-        } else
+        else
                 free(m);
         return NULL;
 }

@@ -156,11 +156,7 @@ int instance_get(Shim *s, Client *c, Instance **ret) {
  * One event loop per process: statics. */
 #define ROUTE_BLOCK    512U
 #define ROUTE_POOL_MAX 1024U
-#if defined(__SANITIZE_ADDRESS__)
-#define ROUTE_POOL_ON 0
-#else
-#define ROUTE_POOL_ON 1
-#endif
+#define ROUTE_POOL_ON (!HAVE_ASAN)
 static _hot_ void *route_pool; /* linked through each block's first word */
 static _hot_ unsigned n_route_pool;
 
