@@ -479,8 +479,9 @@ static void test_tail_written_now(void) {
 /* A send written at once that the peer takes only part of: the rest waits, whole and in order with
  * what follows; a send to a peer that is gone is reported once, from the loop. */
 static void test_written_now_partly(void) {
-        static char msg[8000], want[4000 + sizeof msg + 1 + 6];
-        char *got = malloc(sizeof want);
+        enum { MSG = 8000 };
+        static char want[4000 + MSG + 1 + 6];
+        char *msg = malloc(MSG), *got = malloc(sizeof want);
         sd_event *e = NULL;
         Channel *c = NULL;
         Seen s = {};
@@ -488,9 +489,9 @@ static void test_written_now_partly(void) {
         int sv[2], p[2];
         ssize_t n;
 
-        for (size_t i = 0; i < sizeof msg; i++)
+        CHECK(msg != NULL && got != NULL);
+        for (size_t i = 0; i < MSG; i++)
                 msg[i] = (char) ('a' + i % 26);
-        CHECK(got != NULL);
         CHECK(sd_event_new(&e) >= 0);
         CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
         CHECK(pipe2(p, O_CLOEXEC | O_NONBLOCK) == 0);
@@ -498,19 +499,22 @@ static void test_written_now_partly(void) {
         memset(want, '-', 4000);
         CHECK(write(p[1], want, 4000) == 4000); /* room for less than the message */
         CHECK(channel_new(e, sv[0], p[1], 1024, handler, &s, &c) >= 0);
+        memcpy(want + 4000, msg, MSG);
+        memcpy(want + 4000 + MSG, "\nafter\n", 7);
         CHECK(channel_sendv(c, (const struct iovec[]){{msg, 3000}, {msg + 3000, 5000}}, 2) == 0);
+        /* The sender's bytes are gone once the send returns: what the pipe did not take was copied. */
+        memset(msg, 'X', MSG);
+        free(msg);
         CHECK(channel_send(c, "after", 5) == 0);
-        CHECK(channel_sent_bytes(c) == sizeof msg + 1 + 6);
-        CHECK(channel_queued(c) > 6 && channel_queued(c) <= sizeof msg + 1 + 6);
-        memcpy(want + 4000, msg, sizeof msg);
-        memcpy(want + 4000 + sizeof msg, "\nafter\n", 7);
+        CHECK(channel_sent_bytes(c) == MSG + 1 + 6);
+        CHECK(channel_queued(c) > 6 && channel_queued(c) <= MSG + 1 + 6);
         for (int k = 0; k < 2000 && have < sizeof want; k++) {
                 while (have < sizeof want && (n = read(p[0], got + have, sizeof want - have)) > 0)
                         have += (size_t) n;
                 (void) sd_event_run(e, 1000);
         }
         CHECK(have == sizeof want && memcmp(got, want, sizeof want) == 0);
-        CHECK(channel_queued(c) == 0 && channel_delivered_bytes(c) == sizeof msg + 1 + 6);
+        CHECK(channel_queued(c) == 0 && channel_delivered_bytes(c) == MSG + 1 + 6);
         /* Its reader gone: the send is taken, and the failure comes from the loop, once. */
         (void) signal(SIGPIPE, SIG_IGN);
         close(p[0]);
