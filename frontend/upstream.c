@@ -780,27 +780,26 @@ void upstream_set_reading(Session *s, bool b) {
         }
 }
 
-void upstream_free_upcalls(Session *s) {
+/* Every backend request waiting for the client forgotten; with fail_text, each answered with it first. */
+static void upcalls_end(Session *s, const char *fail_text) {
         size_t state = 0;
         void *v;
 
         while (s->upcalls && hashmap_iterate(s->upcalls, &state, NULL, &v)) {
                 Upcall *u = v;
                 hashmap_remove(s->upcalls, u->key);
+                if (fail_text)
+                        upconn_reply_error_id(u->conn, u->shim_id, fail_text);
                 upcall_free(u);
         }
 }
 
-void upstream_fail_upcalls(Session *s) {
-        size_t state = 0;
-        void *v;
+void upstream_free_upcalls(Session *s) {
+        upcalls_end(s, NULL);
+}
 
-        while (hashmap_iterate(s->upcalls, &state, NULL, &v)) {
-                Upcall *u = v;
-                hashmap_remove(s->upcalls, u->key);
-                upconn_reply_error_id(u->conn, u->shim_id, UPCALL_INPUT_ENDED);
-                upcall_free(u);
-        }
+void upstream_fail_upcalls(Session *s) {
+        upcalls_end(s, UPCALL_INPUT_ENDED);
 }
 
 void upstream_broadcast_text(Session *s, const char *text, size_t len) {
