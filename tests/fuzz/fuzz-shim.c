@@ -578,11 +578,8 @@ static void session_closed(Shim *s, Peer *p, Client **cp) {
                 }
 }
 
-/* The session p/c leaves (or left by itself): a fresh session takes its letter, with nothing seen. */
-static Client *replace_client(Shim *s, Peer *p, Client *c, bool was_freed) {
-        if (!was_freed)
-                client_free(c);
-        safe_close(p->fd);
+/* What the harness noted of peer p forgotten: p as new, with no fd. */
+static void peer_reset(Peer *p) {
         for (size_t j = 0; j < p->n_seen; j++)
                 free((char *) p->seen[j]);
         for (size_t j = 0; j < p->n_ids; j++)
@@ -590,6 +587,14 @@ static Client *replace_client(Shim *s, Peer *p, Client *c, bool was_freed) {
         for (size_t j = 0; j < p->n_upcalls; j++)
                 free(p->upcalls[j]);
         *p = (Peer){.fd = -1};
+}
+
+/* The session p/c leaves (or left by itself): a fresh session takes its letter, with nothing seen. */
+static Client *replace_client(Shim *s, Peer *p, Client *c, bool was_freed) {
+        if (!was_freed)
+                client_free(c);
+        safe_close(p->fd);
+        peer_reset(p);
         return connect_client(s, p);
 }
 
@@ -647,15 +652,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         n_starts = k_starts = 0;
         k_wedged = false;
         partial_reset();
-        for (Peer *p = &a; p; p = p == &a ? &b : p == &b ? &k : NULL) {
-                for (size_t j = 0; j < p->n_seen; j++)
-                        free((char *) p->seen[j]);
-                for (size_t j = 0; j < p->n_ids; j++)
-                        free(p->ids[j]);
-                for (size_t j = 0; j < p->n_upcalls; j++)
-                        free(p->upcalls[j]);
-                *p = (Peer){.fd = -1};
-        }
+        for (Peer *p = &a; p; p = p == &a ? &b : p == &b ? &k : NULL)
+                peer_reset(p);
         s.event = e;
         s.manifest = manifest();
         s.backend = &s.manifest->backends[0];
