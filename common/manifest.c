@@ -176,6 +176,12 @@ static int parse_timeout(Loader *l, const YNode *n, const char *key, const char 
         return 0;
 }
 
+static bool env_name_ok(const YNode *key) {
+        return key->length > 0 &&
+               strspn(key->value, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") == key->length &&
+               !(key->value[0] >= '0' && key->value[0] <= '9');
+}
+
 static int parse_env(Loader *l, const YNode *n, Backend *b) {
         size_t k = 0;
 
@@ -187,10 +193,7 @@ static int parse_env(Loader *l, const YNode *n, Backend *b) {
         for (size_t i = 0; i < n->n_items; i += 2) {
                 const YNode *key = n->items[i], *val = n->items[i + 1];
 
-                if (key->length == 0 ||
-                    strspn(key->value, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") !=
-                            key->length ||
-                    (key->value[0] >= '0' && key->value[0] <= '9')) {
+                if (!env_name_ok(key)) {
                         loader_error(l, key, "'%s' is not a valid environment variable name", key->value);
                         continue;
                 }
@@ -199,6 +202,29 @@ static int parse_env(Loader *l, const YNode *n, Backend *b) {
                 if (asprintf(&b->env[k], "%s=%s", key->value, val->value) < 0)
                         return -ENOMEM;
                 k++;
+        }
+        return 0;
+}
+
+/* secret_env: the names of the variables the backend's unit hands it from its secrets file. */
+static int parse_secret_env(Loader *l, const YNode *n, Backend *b) {
+        int r;
+
+        if (!expect_kind(l, n, YNODE_SEQUENCE, "secret_env"))
+                return -EINVAL;
+        r = strv_from_seq(l, n, "a secret_env name", &b->secret_env);
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < n->n_items; i++) {
+                if (!env_name_ok(n->items[i]))
+                        loader_error(l, n->items[i], "'%s' is not a valid environment variable name",
+                                     n->items[i]->value);
+                for (size_t k = 0; k < i; k++)
+                        if (streq(n->items[k]->value, n->items[i]->value)) {
+                                loader_error(l, n->items[i], "secret_env of backend '%s' names '%s' twice", b->name,
+                                             n->items[i]->value);
+                                break;
+                        }
         }
         return 0;
 }
@@ -220,7 +246,7 @@ static int parse_path(Loader *l, const YNode *n, const char *what, bool relative
 static const char *const backend_keys[] = {
         "command", "env", "cwd", "idle_timeout", "init_timeout", "sharing", "socket", "resources", "resource_templates",
         "prompts", "server_info", "instructions", "capabilities", "client_capabilities", "host", "remote_name", "lifecycle",
-        "max_sessions", "protocol", "input_timeout", NULL,
+        "max_sessions", "protocol", "input_timeout", "secret_env", NULL,
 };
 
 /* resources, resource_templates, prompts: lists of objects, passed to the client as they are,
@@ -387,7 +413,7 @@ static int parse_backend(Loader *l, const YNode *key, const YNode *n, Backend *b
         v = ynode_get(n, "command");
         if (b->remote.kind != REMOTE_NONE) {
                 /* Its tools, resources and prompts are listed here; everything else is the remote's. */
-                static const char *const remote_only[] = {"command", "env", "cwd", "socket", NULL};
+                static const char *const remote_only[] = {"command", "env", "secret_env", "cwd", "socket", NULL};
                 for (const char *const *k = remote_only; *k; k++)
                         if ((v = ynode_get(n, *k)))
                                 loader_error(l, v,
@@ -413,6 +439,8 @@ static int parse_backend(Loader *l, const YNode *key, const YNode *n, Backend *b
         if ((v = ynode_get(n, "input_timeout")))
                 (void) parse_timeout(l, v, "input_timeout", b->name, &b->input_timeout_usec);
         if ((v = ynode_get(n, "env")) && parse_env(l, v, b) == -ENOMEM)
+                return -ENOMEM;
+        if ((v = ynode_get(n, "secret_env")) && parse_secret_env(l, v, b) == -ENOMEM)
                 return -ENOMEM;
         if ((v = ynode_get(n, "cwd")) && parse_path(l, v, "cwd", true, &b->cwd) == -ENOMEM)
                 return -ENOMEM;
@@ -727,6 +755,7 @@ static void backend_done(Backend *b) {
         free(b->name);
         strv_free(b->command);
         strv_free(b->env);
+        strv_free(b->secret_env);
         free(b->cwd);
         free(b->socket);
         remote_done(&b->remote);

@@ -54,6 +54,7 @@ typedef struct Backend {
         char *name;
         char **command;             /* argv, NULL-terminated, never empty; NULL for a remote backend */
         char **env;                 /* "KEY=VALUE", NULL-terminated, may be NULL */
+        char **secret_env;          /* names its unit sets from the backend's secrets file, or NULL */
         char *cwd;                  /* absolute, or NULL */
         char *socket;               /* absolute socket path, or NULL for the default */
         uint64_t idle_timeout_usec; /* UINT64_MAX: never */

@@ -90,7 +90,8 @@ static void test_options(void) {
         _cleanup_free_ char *err = NULL;
         const char *text = "server: {name: fleet, version: '2.0', instructions: Use the tools., page_size: 2}\n"
                            "backends:\n  b:\n    command: [x]\n    idle_timeout: 0\n    cwd: rel/dir\n"
-                           "    env: {A: 1, B: 'two'}\n    sharing: session\n    socket: /run/x.sock\n"
+                           "    env: {A: 1, B: 'two'}\n    secret_env: [TOKEN, PGPASSWORD]\n"
+                           "    sharing: session\n    socket: /run/x.sock\n"
                            "    max_sessions: 20000\n"
                            "  c:\n    command: [y]\n    lifecycle: resident\n  d:\n    command: [z]\n    lifecycle: warm\n";
         const Backend *b;
@@ -103,6 +104,9 @@ static void test_options(void) {
         CHECK_STREQ(b->cwd, "/base/rel/dir");
         CHECK_STREQ(b->env[0], "A=1");
         CHECK_STREQ(b->env[1], "B=two");
+        CHECK(b->secret_env && streq(b->secret_env[0], "TOKEN") && streq(b->secret_env[1], "PGPASSWORD") &&
+              !b->secret_env[2]);
+        CHECK(!m->backends[1].secret_env);
         CHECK(b->sharing == SHARING_SESSION);
         CHECK_STREQ(b->socket, "/run/x.sock");
         CHECK(b->lifecycle == LIFECYCLE_LAZY);

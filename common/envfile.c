@@ -1,0 +1,232 @@
+/* Environment files in systemd's EnvironmentFile= syntax: writing a backend's secrets, reading them back. */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "envfile.h"
+#include "framing.h"
+#include "macros.h"
+#include "manifest-write.h"
+
+#define NAME_FIRST "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_"
+#define NAME_CHARS NAME_FIRST "0123456789"
+
+static bool env_name_valid(const char *s, size_t n) {
+        return n > 0 && s[0] && strchr(NAME_FIRST, s[0]) && strspn(s, NAME_CHARS) >= n;
+}
+
+const char *strv_env_get(char *const *env, const char *name) {
+        size_t n = strlen(name);
+
+        for (char *const *v = env; v && *v; v++)
+                if (strncmp(*v, name, n) == 0 && (*v)[n] == '=')
+                        return *v + n + 1;
+        return NULL;
+}
+
+int envfile_format(char *const *env, char **ret_text, size_t *ret_len) {
+        _cleanup_free_ char *text = NULL;
+        size_t len = 0, alloc = 1;
+
+        for (char *const *v = env; v && *v; v++)
+                alloc += 2 * strlen(*v) + 4; /* every character escaped at worst, two quotes, a newline */
+        text = malloc(alloc);
+        if (!text)
+                return -ENOMEM;
+        for (char *const *v = env; v && *v; v++) {
+                const char *eq = strchr(*v, '=');
+                size_t k = eq ? (size_t) (eq - *v) : 0;
+
+                if (!eq || !env_name_valid(*v, k) || !utf8_is_valid(eq + 1, strlen(eq + 1)))
+                        return -EINVAL;
+                memcpy(text + len, *v, k + 1);
+                len += k + 1;
+                text[len++] = '"';
+                for (const char *c = eq + 1; *c; c++) {
+                        if (strchr("\"\\`$", *c))
+                                text[len++] = '\\';
+                        text[len++] = *c;
+                }
+                text[len++] = '"';
+                text[len++] = '\n';
+        }
+        text[len] = 0;
+        *ret_text = TAKE_PTR(text);
+        *ret_len = len;
+        return 0;
+}
+
+/* name=value into env (a strv of n entries): replaces an earlier value of name in place. */
+static int env_put(char ***env, size_t *n, const char *name, size_t name_len, const char *value, size_t value_len) {
+        char *s = NULL, **l;
+
+        if (asprintf(&s, "%.*s=%.*s", (int) name_len, name, (int) value_len, value) < 0)
+                return -ENOMEM;
+        for (size_t i = 0; i < *n; i++)
+                if (strncmp((*env)[i], s, name_len + 1) == 0) {
+                        free((*env)[i]);
+                        (*env)[i] = s;
+                        return 0;
+                }
+        l = realloc(*env, (*n + 2) * sizeof(char *));
+        if (!l) {
+                free(s);
+                return -ENOMEM;
+        }
+        *env = l;
+        l[(*n)++] = s;
+        l[*n] = NULL;
+        return 0;
+}
+
+static const char *skip_blanks(const char *p, const char *end, const char *set) {
+        while (p < end && strchr(set, *p) && *p)
+                p++;
+        return p;
+}
+
+/* One value, from p (just past '=' and the blanks after it) to the end of its line, appended to out;
+ * *p is left at the start of the next line. */
+static int parse_value(const char **p, const char *end, char *out, size_t *ret_len, unsigned *line) {
+        const char *s = *p;
+        size_t n = 0, kept = 0; /* kept: the length without trailing blanks (escaped ones count) */
+        char quote = 0;
+
+        if (s < end && (*s == '"' || *s == '\''))
+                quote = *s++;
+        for (; s < end; s++) {
+                char c = *s;
+                if (quote && c == quote) {
+                        s = skip_blanks(s + 1, end, " \t\r");
+                        if (s < end && *s != '\n')
+                                return -EBADMSG;
+                        *p = s < end ? s + 1 : s;
+                        *ret_len = n;
+                        (*line)++;
+                        return 0;
+                }
+                if (c == '\\' && quote != '\'' && s + 1 < end) {
+                        c = *++s;
+                        if (c == '\n') { /* a continued line */
+                                (*line)++;
+                                continue;
+                        }
+                        if (quote == '"' && !strchr("\"\\`$", c))
+                                out[n++] = '\\';
+                        out[n++] = c;
+                        kept = n;
+                        continue;
+                }
+                if (c == '\n') {
+                        if (quote) {
+                                out[n++] = c;
+                                (*line)++;
+                                continue;
+                        }
+                        break;
+                }
+                out[n++] = c;
+                if (quote || (c != ' ' && c != '\t'))
+                        kept = n;
+        }
+        if (quote)
+                return -EBADMSG; /* never closed */
+        *p = s < end ? s + 1 : s;
+        *ret_len = kept;
+        (*line)++;
+        return 0;
+}
+
+int envfile_parse(const char *text, size_t len, char ***ret_env, unsigned *ret_line) {
+        _cleanup_strv_free_ char **env = calloc(1, sizeof(char *));
+        _cleanup_free_ char *value = malloc(len + 1);
+        const char *p = text, *end = text + len;
+        unsigned line = 1;
+        size_t n = 0;
+
+        if (!env || !value)
+                return -ENOMEM;
+        while (p < end) {
+                const char *key, *eq;
+                size_t key_len, value_len;
+                int r;
+
+                p = skip_blanks(p, end, " \t\r");
+                if (p >= end)
+                        break;
+                if (*p == '\n' || *p == '#' || *p == ';') {
+                        const char *nl = memchr(p, '\n', (size_t) (end - p));
+                        p = nl ? nl + 1 : end;
+                        line++;
+                        continue;
+                }
+                key = p;
+                eq = memchr(p, '=', (size_t) (end - p));
+                if (!eq || memchr(p, '\n', (size_t) (eq - p))) {
+                        *ret_line = line;
+                        return -EBADMSG;
+                }
+                key_len = (size_t) (eq - key);
+                while (key_len > 0 && (key[key_len - 1] == ' ' || key[key_len - 1] == '\t'))
+                        key_len--;
+                if (!env_name_valid(key, key_len)) {
+                        *ret_line = line;
+                        return -EBADMSG;
+                }
+                p = skip_blanks(eq + 1, end, " \t");
+                {
+                        unsigned at = line;
+                        r = parse_value(&p, end, value, &value_len, &line);
+                        if (r < 0) {
+                                *ret_line = at;
+                                return r;
+                        }
+                }
+                if (memchr(value, 0, value_len)) {
+                        *ret_line = line - 1;
+                        return -EBADMSG;
+                }
+                r = env_put(&env, &n, key, key_len, value, value_len);
+                if (r < 0)
+                        return r;
+        }
+        *ret_env = TAKE_PTR(env);
+        return 0;
+}
+
+int envfile_write(const char *path, char *const *env) {
+        _cleanup_free_ char *text = NULL, *copy = strdup(path);
+        _cleanup_close_ int dfd = -EBADF;
+        const char *dir;
+        struct stat st;
+        size_t len;
+        int r;
+
+        if (!copy)
+                return -ENOMEM;
+        r = envfile_format(env, &text, &len);
+        if (r < 0)
+                return r;
+        dir = dirname(copy);
+        if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+                return -errno;
+        dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (dfd < 0)
+                return -errno;
+        if (fstat(dfd, &st) < 0)
+                return -errno;
+        /* Whoever else could write here could swap the file for a link to theirs. */
+        if (st.st_uid != geteuid() || (st.st_mode & 022))
+                return -EPERM;
+        if ((st.st_mode & 07777) != 0700 && fchmod(dfd, 0700) < 0)
+                return -errno;
+        if (lstat(path, &st) >= 0 && !S_ISREG(st.st_mode))
+                return -EPERM;
+        return write_file_atomic_owned(path, text, len, 0600, false, geteuid() == 0 ? 0 : (uid_t) -1,
+                                       geteuid() == 0 ? 0 : (gid_t) -1);
+}

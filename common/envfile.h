@@ -1,0 +1,25 @@
+/* Environment files as systemd's EnvironmentFile= reads them: a backend's secrets, kept out of the
+ * manifest, in a file only root reads. */
+#pragma once
+
+#include <stddef.h>
+
+/* The text of an environment file holding env ("KEY=VALUE" strings, NULL-terminated): one
+ * KEY="VALUE" line each, the value double-quoted with \ before each of " \ ` $, so that systemd
+ * reads back exactly VALUE (newlines included). -EINVAL: a name that is not [A-Za-z_][A-Za-z0-9_]*,
+ * or a value that is not UTF-8 (systemd drops such a line). */
+int envfile_format(char *const *env, char **ret_text, size_t *ret_len);
+/* The variables of an environment file, as "KEY=VALUE" strings in file order (a name set twice:
+ * the last value, at the first one's place). Reads what envfile_format() writes and what an admin
+ * writes by hand in systemd's syntax: comments (# or ;), blank lines, KEY=VALUE unquoted (outer
+ * blanks trimmed, \ escapes the next character, \ at the end of a line continues it), "double
+ * quoted" (\ escapes " \ ` $ and a newline) or 'single quoted'. -EBADMSG with *ret_line (1-based)
+ * for a line it cannot read. */
+int envfile_parse(const char *text, size_t len, char ***ret_env, unsigned *ret_line);
+/* Writes env as the environment file path: mode 0600, owner root when run as root, written to a
+ * temporary file that is renamed over path (never readable by anyone else, whatever the umask). Its
+ * directory is made mode 0700 if missing; one that is not a directory of our own, or that others
+ * may write to, is refused (-EPERM), and one that others may read or enter is made 0700. */
+int envfile_write(const char *path, char *const *env);
+/* env's value of name (a "KEY=VALUE" list), or NULL. */
+const char *strv_env_get(char *const *env, const char *name);
