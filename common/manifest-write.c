@@ -269,7 +269,8 @@ bool manifest_doc_has_env(const ManifestDoc *d) {
                 return false;
         for (size_t i = 1; i < backends->n_items; i += 2) {
                 const YNode *env = ynode_get(backends->items[i], "env");
-                if (env && env->n_items > 0)
+                const YNode *secret = ynode_get(backends->items[i], "secret_env");
+                if ((env && env->n_items > 0) || (secret && secret->n_items > 0))
                         return true;
         }
         return false;

@@ -43,7 +43,8 @@ int manifest_doc_set_backend_key(ManifestDoc *d, const char *name, const char *k
 int manifest_doc_set_tools(ManifestDoc *d, const char *name, cJSON *tools);
 /* The tools of the manifest that belong to other backends than 'name': tool name -> backend. */
 const char *manifest_doc_tool_owner(const ManifestDoc *d, const char *tool);
-/* Whether any backend has an env with values (the file then gets mode 0600). */
+/* Whether any backend has an env with values, or secret_env (the file then gets mode 0600: its
+ * commands may hold secrets too, a password in a URL). */
 bool manifest_doc_has_env(const ManifestDoc *d);
 
 /* The YAML text; checked with the manifest reader before it is handed back (-EINVAL and *ret_error

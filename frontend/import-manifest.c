@@ -109,6 +109,19 @@ int import_write_manifest(ManifestDoc *doc, bool dry_run) {
                         err ?: strerror(-r));
                 return r;
         }
+        /* Checked first: the secrets files are written only for a manifest that will be written too. */
+        if (secrets_wanted(doc->path)) {
+                free(text);
+                text = NULL;
+                r = secrets_split(doc, dry_run);
+                if (r >= 0)
+                        r = manifest_doc_emit(doc, &text, &len, &err);
+                if (r < 0) {
+                        if (err)
+                                fprintf(stderr, "mcp-lazy: the manifest would not be valid:\n%s\n", err);
+                        return r;
+                }
+        }
         if (dry_run) {
                 printf("--- %s (would be written)\n%s", doc->path, text);
                 return 0;

@@ -156,6 +156,62 @@ static bool scalar_seq_equal(const YNode *seq, char *const *v) {
         return i == seq->n_items && (!v || !v[i]);
 }
 
+/* The whole env backend b runs with: the manifest's env over what its secrets file holds (when the
+ * manifest names some: secret_env); NULL when that file cannot be read. */
+static char **backend_env(const ManifestDoc *doc, const char *name, const YNode *b) {
+        const YNode *e = ynode_get(b, "env");
+        _cleanup_strv_free_ char **env = NULL;
+        _cleanup_free_ char *err = NULL;
+        size_t n = 0;
+
+        if (ynode_get(b, "secret_env") && secrets_read(doc->path, name, &env, &err) < 0)
+                return NULL;
+        for (char **v = env; v && *v; v++)
+                n++;
+        for (size_t k = 0; e && e->kind == YNODE_MAPPING && k + 1 < e->n_items; k += 2) {
+                const YNode *key = e->items[k], *val = e->items[k + 1];
+                char **l = realloc(env, (n + 2) * sizeof(char *));
+                if (!l)
+                        return NULL;
+                env = l;
+                env[n] = NULL;
+                if (val->kind != YNODE_SCALAR || asprintf(&env[n], "%s=%s", key->value, val->value) < 0)
+                        return NULL;
+                /* Over the file's value of the same name. */
+                for (size_t i = 0; i < n; i++)
+                        if (strncmp(env[i], env[n], key->length + 1) == 0) {
+                                free(env[i]);
+                                env[i] = env[n];
+                                env[n--] = NULL;
+                                break;
+                        }
+                env[++n] = NULL;
+        }
+        if (!env)
+                env = calloc(1, sizeof(char *));
+        return TAKE_PTR(env);
+}
+
+/* The same variables with the same values, in any order. */
+static bool env_equal(char *const *a, char *const *b) {
+        size_t na = 0, nb = 0;
+
+        for (char *const *v = a; v && *v; v++)
+                na++;
+        for (char *const *v = b; v && *v; v++)
+                nb++;
+        if (na != nb)
+                return false;
+        for (char *const *v = a; v && *v; v++) {
+                bool found = false;
+                for (char *const *w = b; w && *w && !found; w++)
+                        found = streq(*v, *w);
+                if (!found)
+                        return false;
+        }
+        return true;
+}
+
 /* A backend of the manifest that runs exactly this (command, env, cwd): importing it again
  * refreshes that backend instead of adding a twin whose tool names would clash. */
 static const char *manifest_backend_running(const ManifestDoc *doc, char *const *argv, char *const *env,
@@ -165,23 +221,14 @@ static const char *manifest_backend_running(const ManifestDoc *doc, char *const 
         if (!backends || backends->kind != YNODE_MAPPING)
                 return NULL;
         for (size_t i = 0; i + 1 < backends->n_items; i += 2) {
-                const YNode *b = backends->items[i + 1], *e = ynode_get(b, "env"), *c = ynode_get(b, "cwd");
-                size_t n_env = 0;
-                bool same = scalar_seq_equal(ynode_get(b, "command"), argv);
+                const YNode *b = backends->items[i + 1], *c = ynode_get(b, "cwd");
+                _cleanup_strv_free_ char **has = NULL;
 
-                for (char *const *v = env; v && *v; v++)
-                        n_env++;
-                same = same && (!c ? !cwd : cwd && c->kind == YNODE_SCALAR && streq(c->value, cwd));
-                same = same && (e ? e->kind == YNODE_MAPPING && e->n_items / 2 == n_env : n_env == 0);
-                for (size_t k = 0; same && e && k + 1 < e->n_items; k += 2) {
-                        size_t kl = e->items[k]->length;
-                        bool found = false;
-                        for (char *const *v = env; v && *v && !found; v++)
-                                found = strncmp(*v, e->items[k]->value, kl) == 0 && (*v)[kl] == '=' &&
-                                        streq(*v + kl + 1, e->items[k + 1]->value);
-                        same = found;
-                }
-                if (same)
+                if (!scalar_seq_equal(ynode_get(b, "command"), argv) ||
+                    !(!c ? !cwd : cwd && c->kind == YNODE_SCALAR && streq(c->value, cwd)))
+                        continue;
+                has = backend_env(doc, backends->items[i]->value, b);
+                if (has && env_equal(has, env))
                         return backends->items[i]->value;
         }
         return NULL;
@@ -431,6 +478,10 @@ static int store_command(ManifestDoc *doc, const Target *t) {
         r = manifest_doc_set_backend_key(doc, t->backend, "command", TAKE_PTR(argv));
         if (r >= 0)
                 r = manifest_doc_set_backend_key(doc, t->backend, "env", TAKE_PTR(env));
+        /* The client's env is the server's whole env: what a secrets file held before is replaced
+         * (written anew from env when the manifest is). */
+        if (r >= 0)
+                r = manifest_doc_set_backend_key(doc, t->backend, "secret_env", NULL);
         if (r >= 0)
                 r = manifest_doc_set_backend_key(doc, t->backend, "cwd", t->cwd ? cJSON_CreateString(t->cwd) : NULL);
         /* The era import found (it probes as a dual-era client): the shim need not probe again. */

@@ -23,3 +23,19 @@ cJSON *tools_for_manifest(const cJSON *tools, const char *backend, bool warn);
  * without systemd says what to run instead and returns 0. */
 int enable_sockets(char *const *backends);
 int parse_timeout_arg(const char *s, uint64_t *ret);
+
+/* Secrets (secrets.c): under the system manager, the backends' env values go into a file of each
+ * backend that only root reads (secrets/NAME.env beside the manifest, which mcp-lazy@NAME.service
+ * reads with EnvironmentFile=); the manifest keeps their names as secret_env. */
+/* Whether writing manifest_path moves env values out: root writing the system manager's manifest
+ * (/etc/mcp-lazy/manifest.yaml), with systemd running and the socket group there. */
+bool secrets_wanted(const char *manifest_path);
+int secrets_path(const char *manifest_path, const char *backend, char **ret);
+/* The variables of backend's secrets file ("KEY=VALUE"); *ret_error says which file and why. */
+int secrets_read(const char *manifest_path, const char *backend, char ***ret_env, char **ret_error);
+/* Moves each backend's env values (but those of the shim's own) into its secrets file, over the
+ * values the file holds for the names secret_env lists, and records the names in secret_env. Each
+ * file is written (or, with dry_run, said) before anything else; errors are said on stderr. */
+int secrets_split(ManifestDoc *doc, bool dry_run);
+/* Whether some backend has env values that secrets_split() would move. */
+bool secrets_pending(const ManifestDoc *doc);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "client-config.h"
+#include "envfile.h"
 #include "frontend.h"
 #include "hashmap.h"
 #include "log.h"
@@ -179,6 +180,50 @@ static unsigned backend_compare(const Manifest *m, const Backend *b, const McpDi
         return n;
 }
 
+/* The env backend b runs with under its unit: its secrets file, the manifest's env on top. A file
+ * that cannot be read (refresh not run as root) will do when our own environment has every variable
+ * secret_env names: the server inherits them. */
+static int backend_env_with_secrets(const char *manifest_path, const Backend *b, char ***ret, char **ret_error) {
+        _cleanup_strv_free_ char **env = NULL;
+        _cleanup_free_ char *err = NULL, *path = NULL;
+        size_t n = 0;
+        int r;
+
+        r = secrets_read(manifest_path, b->name, &env, &err);
+        if (r == -ENOMEM || (r < 0 && secrets_path(manifest_path, b->name, &path) < 0))
+                return -ENOMEM;
+        if (r == -EBADMSG) {
+                *ret_error = TAKE_PTR(err);
+                return r;
+        }
+        if (r < 0) {
+                for (char **v = b->secret_env; *v; v++)
+                        if (!getenv(*v) && !strv_env_get(b->env, *v)) {
+                                if (asprintf(ret_error,
+                                             "it gets %s from %s, which cannot be read (%s): run refresh as root, or "
+                                             "with the variable in refresh's own environment",
+                                             *v, path, strerror(-r)) < 0)
+                                        return -ENOMEM;
+                                return r;
+                        }
+                *ret = NULL;
+                return 0;
+        }
+        for (char **v = env; *v; v++)
+                n++;
+        for (char **v = b->env; v && *v; v++) {
+                char **l = realloc(env, (n + 2) * sizeof(char *));
+                if (!l)
+                        return -ENOMEM;
+                env = l;
+                if (!(env[n] = strdup(*v)))
+                        return -ENOMEM;
+                env[++n] = NULL;
+        }
+        *ret = TAKE_PTR(env);
+        return 0;
+}
+
 static void help(void) {
         printf("Usage: mcp-lazy refresh [OPTIONS] [NAME...]\n\n"
                "Starts each named backend (default: all) once, prints what changed against the manifest\n"
@@ -273,7 +318,7 @@ int refresh_main(int argc, char *argv[]) {
                 _cleanup_(mcp_discovery_freep) McpDiscovery *d = NULL;
                 _cleanup_json_ cJSON *caps = NULL, *tools_now = NULL;
                 _cleanup_free_ char *derr = NULL;
-                _cleanup_strv_free_ char **remote_argv = NULL;
+                _cleanup_strv_free_ char **remote_argv = NULL, **env = NULL;
                 /* In the era the manifest says (import recorded it), else probed as import does. */
                 McpServerCommand cmd = {.argv = b->command,
                                         .env = b->env,
@@ -306,6 +351,18 @@ int refresh_main(int argc, char *argv[]) {
                                 return (fprintf(stderr, "mcp-lazy: out of memory\n"), 1);
                         cmd.argv = remote_argv;
                 }
+                if (b->secret_env) {
+                        r = backend_env_with_secrets(manifest_path, b, &env, &derr);
+                        if (r == -ENOMEM)
+                                return (fprintf(stderr, "mcp-lazy: out of memory\n"), 1);
+                        if (r < 0) {
+                                printf("  FAILED: %s\n", derr);
+                                failures++;
+                                continue;
+                        }
+                        if (env)
+                                cmd.env = env;
+                }
                 r = mcp_discover(&cmd, caps, timeout, &d, &derr);
                 if (r < 0) {
                         printf("  FAILED: %s\n", derr ?: strerror(-r));
@@ -329,6 +386,15 @@ int refresh_main(int argc, char *argv[]) {
                         return 1;
                 }
                 refreshed++;
+        }
+        /* A manifest from before secret_env (or one edited by hand) with values the group can read. */
+        if (secrets_wanted(manifest_path) && secrets_pending(doc)) {
+                if (check) {
+                        printf("The manifest holds env values that the socket group can read: 'mcp-lazy refresh' "
+                               "moves them into secrets files.\n");
+                        differences++;
+                } else
+                        refreshed++;
         }
         if (!check && refreshed > 0) {
                 r = import_write_manifest(doc, dry_run);

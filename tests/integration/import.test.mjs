@@ -127,8 +127,9 @@ test("as root: /etc/mcp-lazy/manifest.yaml and the system manager's sockets", as
   const cfg = JSON.stringify({ mcpServers: { "root mem": { command: "node", args: [code.direct.memory.args[0]], env: { MEMORY_FILE_PATH: "/root/mem.jsonl" } } } }, null, 2);
   await sh("cat > /root/claude.json", cfg);
   // The system manager runs backends as users of their own (README: what a backend may do); this
-  // server writes in /root, as root's own client ran it. The manifest (env: mode 0640, group
-  // mcp-lazy) is for the socket group and the shims, which the unit puts in that group.
+  // server writes in /root, as root's own client ran it. The manifest (mode 0640, group mcp-lazy)
+  // is for the socket group and the shims, which the unit puts in that group; its env values go to
+  // /etc/mcp-lazy/secrets/root-mem.env, which the unit reads (secrets.test.mjs).
   await sh(`mkdir -p /etc/systemd/system/mcp-lazy@root-mem.service.d
     printf '[Service]\\nDynamicUser=no\\nUser=root\\nProtectHome=no\\nReadWritePaths=/root\\nBindReadOnlyPaths=${ROOT}\\n' > /etc/systemd/system/mcp-lazy@root-mem.service.d/as-root.conf`);
   const r = await tryIn(`cd /root && env HOME=/root ${MCP_LAZY} import --from /root/claude.json`);

@@ -1,0 +1,270 @@
+/* A backend's env values kept out of the system manager's manifest, which the socket group reads:
+ * import and refresh write them into a file of that backend that only root reads
+ * (/etc/mcp-lazy/secrets/NAME.env), which only its unit reads (EnvironmentFile=); the manifest keeps
+ * their names (secret_env). */
+#include <errno.h>
+#include <grp.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <systemd/sd-daemon.h>
+
+#include "envfile.h"
+#include "import.h"
+#include "macros.h"
+
+/* Variables of the shim's own, or of how systemd hands it its socket: in the unit's environment file
+ * they would change the shim too, so they stay in the manifest's env (set for the backend alone). */
+static bool env_name_stays(const char *name, size_t n) {
+        static const char *const prefixes[] = {"MCP_LAZY_", "LISTEN_", "WATCHDOG_", "SYSTEMD_", "LD_", NULL};
+
+        for (const char *const *p = prefixes; *p; p++)
+                if (n >= strlen(*p) && strncmp(name, *p, strlen(*p)) == 0)
+                        return true;
+        return n == strlen("NOTIFY_SOCKET") && strncmp(name, "NOTIFY_SOCKET", n) == 0;
+}
+
+bool secrets_wanted(const char *manifest_path) {
+        _cleanup_free_ char *sys = NULL, *a = NULL, *b = NULL;
+
+        if (geteuid() != 0 || !getgrnam(MCP_LAZY_SOCKET_GROUP) || sd_booted() <= 0)
+                return false;
+        sys = manifest_default_path_for(true);
+        if (!sys)
+                return false;
+        a = realpath(manifest_path, NULL);
+        b = realpath(sys, NULL);
+        return streq(a ?: manifest_path, b ?: sys);
+}
+
+int secrets_path(const char *manifest_path, const char *backend, char **ret) {
+        _cleanup_free_ char *copy = strdup(manifest_path);
+
+        if (!copy || asprintf(ret, "%s/secrets/%s.env", dirname(copy), backend) < 0)
+                return -ENOMEM;
+        return 0;
+}
+
+int secrets_read(const char *manifest_path, const char *backend, char ***ret_env, char **ret_error) {
+        _cleanup_free_ char *path = NULL, *text = NULL;
+        unsigned line = 0;
+        size_t len;
+        int r;
+
+        *ret_error = NULL;
+        r = secrets_path(manifest_path, backend, &path);
+        if (r >= 0)
+                r = read_file_full(path, 1024U * 1024U, &text, &len);
+        if (r >= 0)
+                r = envfile_parse(text, len, ret_env, &line);
+        if (r == -EBADMSG && asprintf(ret_error, "%s:%u: not a line of an environment file", path, line) < 0)
+                *ret_error = NULL;
+        else if (r < 0 && path && asprintf(ret_error, "%s: %s", path, strerror(-r)) < 0)
+                *ret_error = NULL;
+        return r;
+}
+
+/* The names of env as a YAML sequence. */
+static int names_node(char *const *env, YNode **ret) {
+        _cleanup_json_ cJSON *j = cJSON_CreateArray();
+
+        for (char *const *v = env; j && v && *v; v++) {
+                _cleanup_free_ char *k = strndup(*v, strcspn(*v, "="));
+                if (!k || !cJSON_AddItemToArray(j, cJSON_CreateString(k)))
+                        return -ENOMEM;
+        }
+        return j ? ynode_from_json(j, ret) : -ENOMEM;
+}
+
+static int key_node(const char *key, YNode **ret) {
+        _cleanup_json_ cJSON *j = cJSON_CreateString(key);
+        return j ? ynode_from_json(j, ret) : -ENOMEM;
+}
+
+/* In backend b (a mapping), where its env is at pair index at: env becomes 'stays' (a mapping, or
+ * NULL: no env left) and secret_env 'names' (where it was, else right after env). Takes both. */
+static int backend_put_secret_env(YNode *b, size_t at, YNode *stays, YNode *names) {
+        _cleanup_(ynode_freep) YNode *s = stays, *n = names, *k = NULL;
+        size_t se = SIZE_MAX;
+        int r;
+
+        for (size_t i = 0; i + 1 < b->n_items; i += 2)
+                if (streq(b->items[i]->value, "secret_env"))
+                        se = i;
+        if (se != SIZE_MAX) {
+                ynode_free(b->items[se + 1]);
+                b->items[se + 1] = TAKE_PTR(n);
+        } else {
+                r = key_node("secret_env", &k);
+                if (r < 0)
+                        return r;
+                /* Two more slots, then the pair goes in right after env. */
+                if (ynode_append(b, k) < 0)
+                        return -ENOMEM;
+                k = NULL;
+                if (ynode_append(b, n) < 0) {
+                        b->n_items--; /* the key appended alone: take it back */
+                        ynode_free(b->items[b->n_items]);
+                        return -ENOMEM;
+                }
+                n = NULL;
+                YNode *kk = b->items[b->n_items - 2], *vv = b->items[b->n_items - 1];
+                memmove(b->items + at + 4, b->items + at + 2, (b->n_items - 2 - at - 2) * sizeof(YNode *));
+                b->items[at + 2] = kk;
+                b->items[at + 3] = vv;
+        }
+        if (s) {
+                ynode_free(b->items[at + 1]);
+                b->items[at + 1] = TAKE_PTR(s);
+                return 0;
+        }
+        ynode_free(b->items[at]);
+        ynode_free(b->items[at + 1]);
+        memmove(b->items + at, b->items + at + 2, (b->n_items - at - 2) * sizeof(YNode *));
+        b->n_items -= 2;
+        return 0;
+}
+
+/* One backend: its env values that may move into its file, merged over what the file holds when the
+ * manifest names some already. 0: nothing to move. */
+static int backend_split(ManifestDoc *doc, const char *name, YNode *b, bool dry_run) {
+        _cleanup_strv_free_ char **secrets = NULL;
+        _cleanup_free_ char *path = NULL, *err = NULL, *shown = NULL;
+        _cleanup_json_ cJSON *stays = cJSON_CreateObject();
+        _cleanup_(ynode_freep) YNode *stays_node = NULL, *names = NULL;
+        YNode *env = NULL;
+        size_t at = 0, n = 0, moved = 0;
+        int r;
+
+        for (size_t i = 0; i + 1 < b->n_items; i += 2)
+                if (streq(b->items[i]->value, "env"))
+                        env = b->items[i + 1], at = i;
+        if (!env || env->kind != YNODE_MAPPING || env->n_items == 0)
+                return 0;
+        if (!stays)
+                return -ENOMEM;
+        r = secrets_path(doc->path, name, &path);
+        if (r < 0)
+                return r;
+        if (ynode_get(b, "secret_env")) {
+                /* Values it has there already stay, unless the manifest's env sets them anew. */
+                r = secrets_read(doc->path, name, &secrets, &err);
+                if (r == -ENOENT)
+                        r = 0;
+                if (r < 0) {
+                        fprintf(stderr, "mcp-lazy: cannot read %s; nothing was changed\n", err ?: path);
+                        return r;
+                }
+        }
+        for (char **v = secrets; v && *v; v++)
+                n++;
+        for (size_t i = 0; i + 1 < env->n_items; i += 2) {
+                const YNode *k = env->items[i], *v = env->items[i + 1];
+                char *s = NULL, **l;
+                bool replaced = false;
+
+                if (env_name_stays(k->value, k->length) || v->kind != YNODE_SCALAR) {
+                        cJSON *copy = NULL;
+                        _cleanup_free_ char *e = NULL;
+                        if (ynode_to_json(v, &copy, &e) < 0 || !cJSON_AddItemToObject(stays, k->value, copy)) {
+                                cJSON_Delete(copy);
+                                return -ENOMEM;
+                        }
+                        if (v->kind == YNODE_SCALAR)
+                                printf("%s: %s stays in the manifest's env (in the unit's environment file it would "
+                                       "change the shim too)\n",
+                                       name, k->value);
+                        continue;
+                }
+                if (asprintf(&s, "%s=%s", k->value, v->value) < 0)
+                        return -ENOMEM;
+                moved++;
+                for (size_t j = 0; j < n && !replaced; j++)
+                        if (strncmp(secrets[j], s, k->length + 1) == 0) {
+                                free(secrets[j]);
+                                secrets[j] = s;
+                                replaced = true;
+                        }
+                if (replaced)
+                        continue;
+                l = realloc(secrets, (n + 2) * sizeof(char *));
+                if (!l) {
+                        free(s);
+                        return -ENOMEM;
+                }
+                secrets = l;
+                secrets[n++] = s;
+                secrets[n] = NULL;
+        }
+        if (moved == 0)
+                return 0;
+        r = names_node(secrets, &names);
+        if (r >= 0 && cJSON_GetArraySize(stays) > 0)
+                r = ynode_from_json(stays, &stays_node);
+        if (r < 0)
+                return r;
+        for (char **v = secrets; *v; v++) {
+                char *s = NULL;
+                if (asprintf(&s, "%s%s%.*s", shown ?: "", shown ? ", " : "", (int) strcspn(*v, "="), *v) < 0)
+                        return -ENOMEM;
+                free(shown);
+                shown = s;
+        }
+        if (dry_run)
+                printf("--- %s (would be written, mode 0600, for root alone: %s; values not shown)\n", path, shown);
+        else {
+                _cleanup_free_ char *dir = strdup(doc->path);
+                r = dir ? mkdir_parents(dirname(dir), 0755) : -ENOMEM;
+                if (r >= 0)
+                        r = envfile_write(path, secrets);
+                if (r == -EINVAL)
+                        fprintf(stderr,
+                                "mcp-lazy: backend '%s': an env value is not UTF-8, which an environment file cannot "
+                                "hold; nothing was changed\n",
+                                name);
+                else if (r == -EPERM)
+                        fprintf(stderr,
+                                "mcp-lazy: cannot write %s: its directory must be root's own and writable by root "
+                                "alone; nothing was changed\n",
+                                path);
+                else if (r < 0)
+                        fprintf(stderr, "mcp-lazy: cannot write %s: %s; nothing was changed\n", path, strerror(-r));
+                if (r < 0)
+                        return r;
+                printf("Wrote %s (%s; mode 0600: root reads it, for mcp-lazy@%s.service)\n", path, shown, name);
+        }
+        r = backend_put_secret_env(b, at, TAKE_PTR(stays_node), TAKE_PTR(names));
+        return r < 0 ? r : 1;
+}
+
+int secrets_split(ManifestDoc *doc, bool dry_run) {
+        YNode *backends = (YNode *) ynode_get(doc->root, "backends");
+        int r;
+
+        if (!backends || backends->kind != YNODE_MAPPING)
+                return 0;
+        for (size_t i = 0; i + 1 < backends->n_items; i += 2) {
+                if (backends->items[i + 1]->kind != YNODE_MAPPING)
+                        continue;
+                r = backend_split(doc, backends->items[i]->value, backends->items[i + 1], dry_run);
+                if (r == -ENOMEM)
+                        fprintf(stderr, "mcp-lazy: out of memory\n");
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+bool secrets_pending(const ManifestDoc *doc) {
+        const YNode *backends = ynode_get(doc->root, "backends");
+
+        for (size_t i = 0; backends && backends->kind == YNODE_MAPPING && i + 1 < backends->n_items; i += 2) {
+                const YNode *env = ynode_get(backends->items[i + 1], "env");
+                for (size_t k = 0; env && env->kind == YNODE_MAPPING && k + 1 < env->n_items; k += 2)
+                        if (!env_name_stays(env->items[k]->value, env->items[k]->length))
+                                return true;
+        }
+        return false;
+}

@@ -1,0 +1,165 @@
+// `mcp-lazy import` as root under a real system manager: a backend's env values go into a file of that
+// backend that only root reads (/etc/mcp-lazy/secrets/NAME.env, which its unit reads with
+// EnvironmentFile=), never into the manifest the socket group reads. The backend still gets them
+// (server-everything's get-env, through a real client), refresh and re-import use them, undo leaves
+// none where another user could read it, and an older manifest's values are moved by refresh.
+import { after, before, test } from "node:test";
+import assert from "node:assert/strict";
+import { startBox } from "./lib/box.mjs";
+import { MCP_LAZY, ROOT, SANITIZER_DROPIN, SERVER_SCRIPTS, SHIMD } from "./lib/env.mjs";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+
+// What an environment file must carry through exactly: quotes of both kinds, a backslash, what a
+// shell would expand, a newline, text beyond ASCII.
+const SECRET = "s3cr3t-\"dq\" 'sq' $HOME `id` \\ ü";
+const MULTI = "first line\nsecond line";
+const MARK = "s3cr3t-"; // what no readable file, journal line or output may hold
+// A real server that refuses to start without its secret, as one that needs an API key does.
+const WRAPPER = `[ -n "$API_TOKEN" ] || { echo 'API_TOKEN is not set' >&2; exit 1; }; exec ${process.execPath} ${SERVER_SCRIPTS.everything} stdio`;
+const server = { command: "sh", args: ["-c", WRAPPER], env: { API_TOKEN: SECRET, MULTI, MCP_LAZY_TEST_PLAIN: "plain-value" } };
+const CONFIG = JSON.stringify({ mcpServers: { vault: server } }, null, 2) + "\n";
+
+let box;
+async function sh(script, input) {
+  const r = await box.exec("bash", ["--norc", "-c", script], input === undefined ? {} : { input });
+  if (r.code !== 0) throw new Error(`box: ${script}\n${r.stdout}${r.stderr}`);
+  return r.stdout;
+}
+const tryIn = (script) => box.exec("bash", ["--norc", "-c", script]);
+const AS_BOB = "runuser -u bob --";
+// root's import, with an undo record of this test's own (the box's /root is the host's, overlaid).
+const AS_ROOT = "env HOME=/root XDG_STATE_HOME=/root/secrets-test-state";
+
+// Files that others than their owner may read, holding the mark.
+const readableLeaks = () =>
+  sh(`{ find /etc /run /var/lib /var/log /var/cache /var/tmp /home -type f -perm /044 -print0; find /root -maxdepth 2 -type f -perm /044 -print0; } 2>/dev/null |
+    xargs -0 grep -lF -- '${MARK}' 2>/dev/null || true`);
+
+// The backend's environment, through the rewritten entry, as the client launches it.
+async function backendEnv() {
+  const entry = JSON.parse(await sh("cat /root/vault.json")).mcpServers.vault;
+  const [cmd, ...pre] = box.nsenterArgs();
+  const transport = new StdioClientTransport({ command: cmd, args: [...pre, "env", "HOME=/root", entry.command, ...entry.args], stderr: "pipe" });
+  const client = new Client({ name: "secrets-test", version: "1.0.0" });
+  await client.connect(transport);
+  try {
+    const r = await client.callTool({ name: "get-env", arguments: {} });
+    assert.notEqual(r.isError, true, JSON.stringify(r));
+    return JSON.parse(r.content[0].text);
+  } finally {
+    await client.close();
+  }
+}
+
+before(async () => {
+  box = await startBox({ bind: [ROOT] });
+  try {
+    await sh(`make -s -C ${ROOT} install PREFIX=/usr/local >/dev/null && systemd-sysusers
+      mkdir -p /etc/systemd/system/mcp-lazy@.service.d
+      printf '[Service]\\nExecStart=\\nExecStart=${SHIMD} --manifest \${MCP_LAZY_MANIFEST} %%i\\n' > /etc/systemd/system/mcp-lazy@.service.d/test.conf
+      ${SANITIZER_DROPIN}
+      systemctl daemon-reload
+      id bob >/dev/null 2>&1 || useradd -m -u 1600 -G mcp-lazy bob`);
+    await sh("umask 077 && cat > /root/vault.json", CONFIG);
+  } catch (e) {
+    await box.stop();
+    throw e;
+  }
+});
+after(async () => box && (await box.stop()));
+
+test("import as root: the values go to a root-only file the unit reads, the manifest keeps their names", async () => {
+  const r = await tryIn(`cd /root && ${AS_ROOT} ${MCP_LAZY} import --from /root/vault.json`);
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  assert.match(r.stdout, /^Wrote \/etc\/mcp-lazy\/secrets\/vault\.env \(API_TOKEN, MULTI; mode 0600: root reads it, for mcp-lazy@vault\.service\)$/m);
+  assert.match(r.stdout, /^vault: MCP_LAZY_TEST_PLAIN stays in the manifest's env/m);
+  assert.match(r.stdout, /^vault\s+claude-code\s+-> backend 'vault'$/m);
+  assert.ok(!(r.stdout + r.stderr).includes(MARK), r.stdout + r.stderr);
+
+  const manifest = await sh("cat /etc/mcp-lazy/manifest.yaml");
+  assert.ok(!manifest.includes(MARK) && !manifest.includes("second line"), manifest);
+  assert.match(manifest, /^    secret_env: \[API_TOKEN, MULTI\]$/m);
+  assert.match(manifest, /^      MCP_LAZY_TEST_PLAIN: plain-value$/m);
+  assert.equal(await sh("stat -c '%a %U %G' /etc/mcp-lazy/manifest.yaml /etc/mcp-lazy/secrets /etc/mcp-lazy/secrets/vault.env"),
+    "640 root mcp-lazy\n700 root root\n600 root root\n");
+
+  // bob may connect (the socket group) and read the manifest, but not the secret in any form.
+  const b = await tryIn(`${AS_BOB} head -c 10 /etc/mcp-lazy/manifest.yaml >/dev/null && echo manifest-readable
+    ${AS_BOB} cat /etc/mcp-lazy/secrets/vault.env; echo "cat: $?"
+    ${AS_BOB} systemctl show mcp-lazy@vault.service`);
+  assert.match(b.stdout, /^manifest-readable$/m);
+  assert.match(b.stdout, /^cat: 1$/m);
+  assert.match(b.stderr, /Permission denied/);
+  assert.match(b.stdout, /^EnvironmentFiles=\/etc\/mcp-lazy\/secrets\/vault\.env \(ignore_errors=yes\)$/m);
+  assert.ok(!(b.stdout + b.stderr).includes(MARK), b.stdout + b.stderr);
+
+  // The backend (started by its socket, its secret from the file) gets every value exactly.
+  const env = await backendEnv();
+  assert.equal(env.API_TOKEN, SECRET);
+  assert.equal(env.MULTI, MULTI);
+  assert.equal(env.MCP_LAZY_TEST_PLAIN, "plain-value");
+  assert.equal((await tryIn("systemctl is-active mcp-lazy@vault.service")).stdout.trim(), "active");
+
+  const status = await tryIn(`${MCP_LAZY} status; ${MCP_LAZY} status --json`);
+  assert.match(status.stdout, /vault/);
+  assert.ok(!(status.stdout + status.stderr).includes(MARK));
+  assert.equal(await readableLeaks(), "");
+  assert.equal(await sh(`journalctl -q -o cat | grep -cF -- '${MARK}' || true`), "0\n");
+});
+
+test("refresh as root starts the server with its secrets; one who cannot read them is told so", async () => {
+  const r = await tryIn(`${MCP_LAZY} refresh --check vault`);
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  assert.match(r.stdout, /^vault:\n {2}matches the manifest$/m);
+  // Without the file (bob cannot read it), the server would start without API_TOKEN: refresh says why.
+  const b = await tryIn(`cd /tmp && ${AS_BOB} ${MCP_LAZY} refresh --check --manifest /etc/mcp-lazy/manifest.yaml vault`);
+  assert.equal(b.code, 1, b.stdout + b.stderr);
+  assert.match(b.stdout, /^ {2}FAILED: it gets API_TOKEN from \/etc\/mcp-lazy\/secrets\/vault\.env, which cannot be read \(Permission denied\): run refresh as root, or with the variable in refresh's own environment$/m);
+  // ...and the server really needs it: given in refresh's own environment, it starts.
+  const e = await tryIn(`cd /tmp && ${AS_BOB} env API_TOKEN=other MULTI=x ${MCP_LAZY} refresh --check --manifest /etc/mcp-lazy/manifest.yaml vault`);
+  assert.equal(e.code, 0, e.stdout + e.stderr);
+  assert.match(e.stdout, /^ {2}matches the manifest$/m);
+});
+
+test("re-importing the same server (same env, from another config) refreshes its backend", async () => {
+  await sh("umask 077 && cat > /root/again.json", JSON.stringify({ mcpServers: { "vault again": server } }, null, 2) + "\n");
+  const r = await tryIn(`cd /root && ${AS_ROOT} ${MCP_LAZY} import --from /root/again.json`);
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  assert.match(r.stdout, /^vault again\s+claude-code\s+-> backend 'vault'$/m);
+  const manifest = await sh("cat /etc/mcp-lazy/manifest.yaml");
+  assert.doesNotMatch(manifest, /vault-2/);
+  assert.ok(!manifest.includes(MARK));
+  assert.equal(await sh("stat -c '%a %U' /etc/mcp-lazy/secrets/vault.env"), "600 root\n");
+  assert.equal((await backendEnv()).API_TOKEN, SECRET);
+});
+
+test("undo puts the configs back byte for byte; the secret stays where only root reads it", async () => {
+  const r = await tryIn(`cd /root && ${AS_ROOT} ${MCP_LAZY} import --undo`);
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  assert.match(r.stdout, /^Put back \/root\/vault\.json$/m);
+  assert.equal(await sh("cat /root/vault.json"), CONFIG);
+  assert.equal(await sh("stat -c '%a' /root/vault.json /root/again.json; ls /root | grep -c backup || true"), "600\n600\n0\n");
+  assert.equal(await sh("stat -c '%a %U' /etc/mcp-lazy/secrets/vault.env"), "600 root\n");
+  assert.ok(!(await sh("cat /etc/mcp-lazy/manifest.yaml")).includes(MARK));
+  assert.equal(await readableLeaks(), "");
+});
+
+test("refresh moves the values of an older manifest (or one edited by hand) into secrets files", async () => {
+  // A backend as an older import wrote it: its env in the manifest, which the group reads.
+  await sh(`sed -i 's/^backends:$/backends:\\n  old:\\n    command: [sh, -c, "exit 1"]\\n    env: {OLD_TOKEN: ${MARK}old}/' /etc/mcp-lazy/manifest.yaml
+    grep -q 'OLD_TOKEN: ${MARK}old' /etc/mcp-lazy/manifest.yaml`);
+  const c = await tryIn(`${MCP_LAZY} refresh --check vault`);
+  assert.equal(c.code, 1, c.stdout + c.stderr);
+  assert.match(c.stdout, /^The manifest holds env values that the socket group can read: 'mcp-lazy refresh' moves them into secrets files\.$/m);
+  const r = await tryIn(`${MCP_LAZY} refresh vault`);
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  assert.match(r.stdout, /^Wrote \/etc\/mcp-lazy\/secrets\/old\.env \(OLD_TOKEN; mode 0600/m);
+  const manifest = await sh("cat /etc/mcp-lazy/manifest.yaml");
+  assert.ok(!manifest.includes(MARK), manifest);
+  assert.match(manifest, /^ {4}secret_env: \[OLD_TOKEN\]$/m);
+  assert.equal(await sh("stat -c '%a %U' /etc/mcp-lazy/secrets/old.env; cat /etc/mcp-lazy/secrets/old.env"), `600 root\nOLD_TOKEN="${MARK}old"\n`);
+  assert.equal(await readableLeaks(), "");
+  // vault's file was left as it was.
+  assert.match(await sh("cat /etc/mcp-lazy/secrets/vault.env"), /^API_TOKEN="s3cr3t-\\"dq\\" 'sq' \\\$HOME \\`id\\` \\\\ ü"$/m);
+});
