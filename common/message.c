@@ -1052,6 +1052,7 @@ static void check_id_lengths(Message *m, bool any_long) {
                 if (f[i].path == ID_PATH_ID)
                         m->id = NULL, m->id_text = NULL;
                 m->method = NULL;
+                m->method_len = 0;
                 char buf[64];
                 snprintf(buf, sizeof buf, "%%s is longer than %u bytes, the limit", MESSAGE_MAX_ID_BYTES);
                 return set_problem(m, buf,
@@ -1162,11 +1163,12 @@ static void classify(Message *m, const Scanner *sc) {
                 }
                 /* A NUL would end the name we read, not the one the next hop reads. Only an escape can
                  * make one: a name without one is copied as it is. */
-                if (!memchr(m->text + ms->start + 1, '\\', ms->len - 2)) {
-                        memcpy(m->method_buf, m->text + ms->start + 1, ms->len - 2);
-                        m->method_buf[ms->len - 2] = 0;
-                } else if (string_decode(m->text, ms->start + 1, ms->start + ms->len - 1, m->method_buf) !=
-                           strlen(m->method_buf)) {
+                size_t method_len = ms->len - 2;
+                if (!memchr(m->text + ms->start + 1, '\\', method_len)) {
+                        memcpy(m->method_buf, m->text + ms->start + 1, method_len);
+                        m->method_buf[method_len] = 0;
+                } else if ((method_len = string_decode(m->text, ms->start + 1, ms->start + ms->len - 1,
+                                                       m->method_buf)) != strlen(m->method_buf)) {
                         m->problem = "\"method\" must not hold a NUL character";
                         return;
                 }
@@ -1185,6 +1187,8 @@ static void classify(Message *m, const Scanner *sc) {
                                            m->method_buf);
                 m->kind = has_id ? JSONRPC_REQUEST : JSONRPC_NOTIFICATION;
                 m->method = m->method_buf;
+                /* No literal is that long: a longer name is none of them. */
+                m->method_len = method_len > UINT32_MAX ? UINT32_MAX : (uint32_t) method_len;
                 m->id_rules = ids_rules_of(m->kind, m->method);
                 return check_id_lengths(m, sc->long_id);
         }

@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <cjson/cJSON.h>
 
 #include "ids.h"
@@ -59,6 +60,7 @@ struct Message {
          * where its bit is set, and read only there. */
         uint32_t noted;
         uint8_t slot[MESSAGE_PATHS];
+        uint32_t method_len; /* method's length (0 without one): message_method_is() */
         cJSON *json;         /* the whole tree: message_parse() builds it; after message_parse_envelope(),
                               * NULL until message_json() */
         const cJSON *params; /* NULL when absent, or while json is not built */
@@ -90,6 +92,11 @@ static inline Span message_route(const Message *m, RoutePath p) {
 static inline size_t message_id_len(const Message *m) {
         return m->id_text ? (size_t) (m->id_str - m->id_text) - 1 : 0;
 }
+
+/* Whether m's method (a request's or a notification's) is the string literal name: by its length, then
+ * its bytes, compared inline (no strcmp(), no read of the literal: its bytes are the code's own). */
+#define message_method_is(m, name) \
+        ((m)->method_len == sizeof(name) - 1 && memcmp((m)->method, name, sizeof(name) - 1) == 0)
 
 /* -EBADMSG: not JSON (strictly), not UTF-8, NUL, a lone UTF-16 surrogate escape, or trailing bytes;
  * -E2BIG: deeper than max_depth. Anything else that is JSON gives a Message, of kind JSONRPC_INVALID

@@ -644,7 +644,7 @@ static int pending_new(Session *s, Message *m, Batch *batch, Pending **ret) {
         s->newest = p;
         p->upstream = NULL;
         p->batch = batch;
-        p->is_tool_call = streq(m->method, "tools/call");
+        p->is_tool_call = message_method_is(m, "tools/call");
         if (batch)
                 batch->outstanding++;
         *ret = p;
@@ -923,7 +923,7 @@ static bool handle_prepared(Session *s, Message *m, Batch *batch) {
  * It takes the same way as below: nothing before handle_tools_call() answers a tools/call without an
  * envelope, or with one that modern_intercept() lets pass as it is. */
 static bool handle_tools_call_fast(Session *s, Message *m, Batch *batch) {
-        if (!streq(m->method, "tools/call") || (message_has_envelope(m) && !modern_envelope_settled(s, m)))
+        if (!message_method_is(m, "tools/call") || (message_has_envelope(m) && !modern_envelope_settled(s, m)))
                 return false;
         handle_tools_call(s, m, batch);
         return true;
@@ -1134,9 +1134,12 @@ static void on_client(Channel *c, ChannelEvent ev, const char *line, size_t len,
         Session *s = userdata;
 
         (void) c;
+        /* A line, the usual event, before the switch: its jump table is a line of .rodata on a page of
+         * its own, read on every request's wakeup. */
+        if (ev == CHANNEL_LINE)
+                return session_handle_line(s, line, len);
         switch (ev) {
         case CHANNEL_LINE:
-                session_handle_line(s, line, len);
                 break;
         case CHANNEL_OVERSIZE:
                 reply_oversize(s, line, len);

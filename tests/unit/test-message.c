@@ -320,6 +320,38 @@ static void test_method_kind(void) {
         CHECK(kind_of("{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\"}") == JSONRPC_REQUEST);
 }
 
+/* message_method_is() compares the decoded name whole, by its length and bytes; a message without a
+ * method (an answer, an invalid one) is none. */
+static void test_method_is(void) {
+        static const struct {
+                const char *method; /* as JSON text, quotes included */
+                bool is;
+        } cases[] = {
+                {"\"tools/call\"", true},          {"\"tools\\/call\"", true}, {"\"tools\\u002fcall\"", true},
+                {"\"tools/cal\"", false},          {"\"tools/calls\"", false},   {"\"tools/cAll\"", false},
+                {"\"\"", false},                    {"\"x\"", false},
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                char text[128];
+                snprintf(text, sizeof text, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":%s}", cases[i].method);
+                _cleanup_message_ Message *m = parse(text);
+                CHECK(m && m->kind == JSONRPC_REQUEST);
+                CHECK(m && message_method_is(m, "tools/call") == cases[i].is);
+                CHECK(m && m->method_len == strlen(m->method));
+        }
+        _cleanup_message_ Message *answer = parse("{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}");
+        _cleanup_message_ Message *nul = parse("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\\u0000\"}");
+        CHECK(answer && !answer->method && answer->method_len == 0 && !message_method_is(answer, "tools/call"));
+        CHECK(nul && nul->kind == JSONRPC_INVALID && !message_method_is(nul, "tools/call"));
+        /* An id past the limit makes the message invalid, its method gone with it. */
+        char long_id[MESSAGE_MAX_ID_BYTES + 96];
+        snprintf(long_id, sizeof long_id, "{\"jsonrpc\":\"2.0\",\"id\":\"%0*d\",\"method\":\"tools/call\"}",
+                 (int) MESSAGE_MAX_ID_BYTES, 0);
+        _cleanup_message_ Message *l = parse(long_id);
+        CHECK(l && l->kind == JSONRPC_INVALID && !l->method && !message_method_is(l, "tools/call"));
+}
+
 /* Ids a hop keeps in its tables have a bounded length: 1024 bytes of JSON text, quotes included. */
 static void test_id_length(void) {
         char line[4096], id[2000];
@@ -896,6 +928,7 @@ int main(void) {
         test_id_length();
         test_id_length_invalid();
         test_method_kind();
+        test_method_is();
         test_duplicates();
         test_ids();
         test_translate();
