@@ -306,6 +306,8 @@ static void check_line(const char *text, size_t size) {
         /* What the scan found of the envelope, the tree has too. */
         if (m->method)
                 FUZZ_ASSERT(streq(m->method, cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->json, "method"))));
+        /* message_method_is() reads the method's length: the whole name, none without one. */
+        FUZZ_ASSERT(m->method_len == (m->method ? strlen(m->method) : 0));
         /* The id's value, made without a parse, is the tree's. */
         if (m->id)
                 FUZZ_ASSERT(same_tree(m->id, cJSON_GetObjectItemCaseSensitive(m->json, "id")));
