@@ -1048,7 +1048,7 @@ static void check_id_lengths(Message *m, bool any_long) {
         for (size_t i = 0; i < n && i < ELEMENTSOF(f); i++) {
                 if (f[i].len <= MESSAGE_MAX_ID_BYTES)
                         continue;
-                /* Not echoed: a reply carries id_json, made from id_text (message_parse_envelope()). */
+                /* Not echoed: a reply carries message_id_json(), made from id_text. */
                 if (f[i].path == ID_PATH_ID)
                         m->id = NULL, m->id_text = NULL;
                 m->method = NULL;
@@ -1206,7 +1206,9 @@ static void classify(Message *m, const Scanner *sc) {
 static Message *message_alloc(const char *line, size_t len, const Scanner *sc) {
         size_t id_len = sc->has_member[MEMBER_ID] ? sc->members[MEMBER_ID].len : 0;
         size_t method_len = sc->has_member[MEMBER_METHOD] ? sc->members[MEMBER_METHOD].len : 0;
-        size_t size = sizeof(Message) + sc->n_spans * sizeof(Span) + len + 1 + 2 * (id_len + 1) + method_len + 1;
+        size_t tail = sizeof(Message) + sc->n_spans * sizeof(Span) + len + 1 + 2 * (id_len + 1) + method_len + 1;
+        /* message_id_json()'s room last, aligned: touched only when a reply asks for it. */
+        size_t raw = (tail + _Alignof(cJSON) - 1) & ~(_Alignof(cJSON) - 1), size = id_len ? raw + sizeof(cJSON) : tail;
         /* None under ASan (HAVE_ASAN): a room's next message would hide a use after unref. */
         unsigned r = size <= MESSAGE_ROOM && !HAVE_ASAN ? 0 : MESSAGE_ROOMS;
         Message *m;
@@ -1237,6 +1239,7 @@ static Message *message_alloc(const char *line, size_t len, const Scanner *sc) {
         m->id_str = m->id_buf + id_len + 1;
         m->method_buf = m->id_str + id_len + 1;
         m->id_buf[0] = m->id_str[0] = m->method_buf[0] = 0;
+        m->id_raw = id_len ? (cJSON *) ((char *) m + raw) : NULL;
         return m;
 }
 
@@ -1264,11 +1267,6 @@ int message_parse_envelope(const char *line, size_t len, unsigned max_depth, Mes
         /* An over-long id is never echoed, whatever else is wrong with the message. */
         if (m->kind == JSONRPC_INVALID && sc.has_member[MEMBER_ID] && sc.members[MEMBER_ID].len > MESSAGE_MAX_ID_BYTES)
                 m->id = NULL, m->id_text = NULL;
-        /* Replies (and answers printed again) carry the id's exact text. */
-        if (m->id_text) {
-                m->id_raw = (cJSON){.type = cJSON_Raw, .valuestring = m->id_buf};
-                m->id_json = &m->id_raw;
-        }
         *ret = m;
         return 0;
 }
@@ -1296,6 +1294,14 @@ const cJSON *message_json(const Message *cm) {
         if (m->json && (m->kind == JSONRPC_REQUEST || m->kind == JSONRPC_NOTIFICATION))
                 m->params = cJSON_GetObjectItemCaseSensitive(m->json, "params");
         return m->json;
+}
+
+cJSON *message_id_json(const Message *m) {
+        if (!m->id_text)
+                return NULL;
+        /* Written again on each use: the same item each time (no flag to keep). */
+        *m->id_raw = (cJSON){.type = cJSON_Raw, .valuestring = m->id_buf};
+        return m->id_raw;
 }
 
 Message *message_ref(Message *m) {

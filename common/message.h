@@ -52,7 +52,6 @@ struct Message {
         const char *method;  /* requests and notifications */
         const cJSON *id;     /* the id's value (requests, responses; INVALID: if one could be read) */
         const char *id_text; /* that text ("\"a1\"", "12345678901234567890"); NULL without an id */
-        cJSON *id_json;      /* the same id as a raw item of its exact text: what replies carry */
         const char *problem; /* INVALID: why, as a sentence fragment for the error message */
         uint32_t id_rules;   /* the id table's rules its kind and method are under (ids_rules_of()) */
         /* Private: read through message_span() and message_route(). Bit p (an IdPath, or _ID_PATH_MAX + a
@@ -69,9 +68,9 @@ struct Message {
          * formatted. */
         cJSON *id_value;
         char *id_buf, *id_str, *method_buf, *problem_buf;
-        /* Not zeroed when the message is made: each is written before it is read. */
+        cJSON *id_raw; /* message_id_json()'s room, past the method's copy (a message with an id only) */
+        /* Not zeroed when the message is made: written before it is read. */
         cJSON id_item;
-        cJSON id_raw;
         Span noted_spans[]; /* the text and the id's and method's own copies follow them */
 };
 
@@ -92,6 +91,13 @@ static inline Span message_route(const Message *m, RoutePath p) {
 static inline size_t message_id_len(const Message *m) {
         return m->id_text ? (size_t) (m->id_str - m->id_text) - 1 : 0;
 }
+
+/* The id as a raw item of its exact text, what replies carry; NULL without one. Made when asked, in
+ * the message's own room for it: most messages go on without a reply of ours, and their wakeup then
+ * writes no line for it. The item is m's: copy it (jsonrpc_result_new() does), never free it. */
+cJSON *message_id_json(const Message *m);
+/* tests/fuzz/diff-view.c tells this interface from the one with an id_json field by it. */
+#define MESSAGE_LAZY_ID_JSON 1
 
 /* Whether m's method (a request's or a notification's) is the string literal name: by its length, then
  * its bytes, compared inline (no strcmp(), no read of the literal: its bytes are the code's own). */

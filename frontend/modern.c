@@ -263,38 +263,38 @@ static void handle_listen(Session *s, Message *m, Batch *batch) {
         int r;
 
         if (!mf)
-                return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR,
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INTERNAL_ERROR,
                                    "the manifest cannot be read: mcp-lazy's log says why");
         if (filter && !cJSON_IsObject(filter))
-                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INVALID_PARAMS,
                                    "subscriptions/listen: params.notifications must be an object");
         if (wanted && !string_array(wanted))
-                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INVALID_PARAMS,
                                    "subscriptions/listen: notifications.resourceSubscriptions must be an array of "
                                    "strings");
         /* Each URI whole, as resources/subscribe takes it: cut at a NUL (as the tree has it) it would
          * be another URI. */
         if (wanted && !(whole = era_resource_uris_new(m, LISTEN_URIS_PATH, wanted, &n_nul)))
-                return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INTERNAL_ERROR, "out of memory");
         if (n_nul > 0)
-                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INVALID_PARAMS,
                                    "subscriptions/listen: a URI in notifications.resourceSubscriptions holds a NUL "
                                    "character (\\u0000), which no resource URI has (write it as %00)");
         if (!key)
-                return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INTERNAL_ERROR, "out of memory");
         if (hashmap_get(s->listens, key) || hashmap_get(s->pending, key))
-                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_REQUEST,
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INVALID_REQUEST,
                                    "request id is already used by a request still in flight");
         if (hashmap_size(s->listens) >= MODERN_MAX_LISTENS)
-                return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR,
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INTERNAL_ERROR,
                                    "too many subscriptions open (1024); cancel some first");
         if (!s->sub_uris && !(s->sub_uris = hashmap_new()))
-                return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INTERNAL_ERROR, "out of memory");
         l = calloc(1, sizeof *l);
-        if (!l || !(l->id = cJSON_Duplicate(m->id_json, true)) || !(l->key = TAKE_PTR(key)) ||
+        if (!l || !(l->id = cJSON_Duplicate(message_id_json(m), true)) || !(l->key = TAKE_PTR(key)) ||
             hashmap_put(s->listens, l->key, l) < 0) {
                 listen_free(l);
-                return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INTERNAL_ERROR, "out of memory");
         }
         /* What we honour: list changes of what the manifest declares (a reload announces them), and
          * updates of the resources whose backends take subscriptions. */
@@ -304,7 +304,7 @@ static void handle_listen(Session *s, Message *m, Batch *batch) {
         r = listen_resources(s, mf, l, whole);
         if (r < 0) {
                 modern_cancel(s, l->key);
-                return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR,
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INTERNAL_ERROR,
                                    r == -E2BIG ? "too many resources subscribed (1024 URIs); cancel some streams first"
                                                : "out of memory");
         }
@@ -527,7 +527,7 @@ bool modern_envelope_settled(const Session *s, const Message *m) {
 /* -32022, naming the version as the client wrote it (the tree's ends at a decoded NUL): the scan's
  * text of that string. */
 static cJSON *unsupported_version_new(const Message *m, const Envelope *e) {
-        cJSON *err = era_unsupported_version_new(m->id_json, e->version);
+        cJSON *err = era_unsupported_version_new(message_id_json(m), e->version);
         cJSON *data = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(err, "error"), "data");
         _cleanup_free_ char *raw = NULL;
         Span vs;
@@ -566,7 +566,7 @@ bool modern_intercept(Session *s, Message *m, Batch *batch) {
         if (r == 0 || r == -EINVAL) {
                 char text[512];
                 snprintf(text, sizeof text, "Invalid params: %s", problem);
-                reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS, text);
+                reply_error(s, batch, message_id_json(m), JSONRPC_INVALID_PARAMS, text);
                 return true;
         }
         if (r == -EPROTONOSUPPORT) {
@@ -579,21 +579,21 @@ bool modern_intercept(Session *s, Message *m, Batch *batch) {
                 if (session_reply_answer(s, batch, m, ANSWER_DISCOVER, 0))
                         return true;
                 if (!(mf = session_manifest(s)))
-                        reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR,
+                        reply_error(s, batch, message_id_json(m), JSONRPC_INTERNAL_ERROR,
                                     "the manifest cannot be read: mcp-lazy's log says why");
                 else
-                        session_reply(s, batch, jsonrpc_result_new(m->id_json, modern_discover_result_new(mf)));
+                        session_reply(s, batch, jsonrpc_result_new(message_id_json(m), modern_discover_result_new(mf)));
                 return true;
         }
         if (era_method_removed(m->method)) {
                 char text[256];
                 snprintf(text, sizeof text,
                          "Method not found: '%.100s' is not part of protocol version " ERA_MODERN_VERSION, m->method);
-                reply_error(s, batch, m->id_json, JSONRPC_METHOD_NOT_FOUND, text);
+                reply_error(s, batch, message_id_json(m), JSONRPC_METHOD_NOT_FOUND, text);
                 return true;
         }
         if (e.log_level && era_log_level_rank(e.log_level) < 0) {
-                reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
+                reply_error(s, batch, message_id_json(m), JSONRPC_INVALID_PARAMS,
                             "Invalid params: " META_LOG_LEVEL " must be one of debug, info, notice, warning, "
                             "error, critical, alert, emergency");
                 return true;
@@ -646,7 +646,7 @@ static bool input_requests_invalid(const Pending *p, const cJSON *result, char *
 
 /* The call fails with text, as session_fail() says it to a modern client. */
 static cJSON *call_failure_new(const Pending *p, const char *text) {
-        const cJSON *id = p->request->id_json;
+        const cJSON *id = message_id_json(p->request);
         _cleanup_json_ cJSON *m = p->is_tool_call ? jsonrpc_result_new(id, tool_error_result_new(text))
                                                   : jsonrpc_error_new(id, JSONRPC_INTERNAL_ERROR, text);
 
@@ -672,7 +672,7 @@ static cJSON *check_input_capabilities(const Pending *p, const Message *answer, 
                         return NULL;
         if (!missing->child)
                 return NULL;
-        return era_missing_capability_new(answer->id_json,
+        return era_missing_capability_new(message_id_json(answer),
                                           "the backend needs input of a kind this request's client capabilities do "
                                           "not declare",
                                           TAKE_PTR(missing));

@@ -250,7 +250,7 @@ static void reply_no_manifest(Session *s, Batch *batch, const Message *m) {
 
         snprintf(text, sizeof text, "the manifest %s cannot be read: mcp-lazy's log says why",
                  s->options->manifest_path);
-        reply(s, batch, jsonrpc_error_new(m->id_json, JSONRPC_INTERNAL_ERROR, text));
+        reply(s, batch, jsonrpc_error_new(message_id_json(m), JSONRPC_INTERNAL_ERROR, text));
 }
 
 static void reply_error(Session *s, Batch *batch, const cJSON *id, int code, const char *fmt, ...) _printf_(5, 6);
@@ -499,14 +499,15 @@ static void handle_initialize(Session *s, Message *m, Batch *batch) {
         int nul;
 
         if (!cJSON_IsObject(m->params) || !cJSON_IsString(v))
-                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INVALID_PARAMS,
                                    "initialize needs params with a string protocolVersion");
         if (s->protocol_version)
-                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_REQUEST, "the session is already initialized");
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INVALID_REQUEST,
+                                   "the session is already initialized");
         /* "2025-06-18\u0000x" is no version we speak: the newest is offered, as for any other. */
         nul = param_has_nul(m, "protocolVersion");
         if (nul < 0)
-                return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INTERNAL_ERROR, "out of memory");
         k = negotiate_version(nul ? "" : v->valuestring);
         version = protocol_versions[k];
         s->protocol_version = strdup(version);
@@ -517,7 +518,7 @@ static void handle_initialize(Session *s, Message *m, Batch *batch) {
         s->client_params = cJSON_Duplicate(m->params, true);
         if (!s->protocol_version || !s->client_params) {
                 log_oom();
-                return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INTERNAL_ERROR, "out of memory");
         }
         /* What the backends see is the version we agreed on, not one they would have to refuse. */
         cJSON_ReplaceItemInObjectCaseSensitive(s->client_params, "protocolVersion", cJSON_CreateString(version));
@@ -526,7 +527,7 @@ static void handle_initialize(Session *s, Message *m, Batch *batch) {
                 return;
         if (!(mf = session_manifest(s)))
                 return reply_no_manifest(s, batch, m);
-        reply(s, batch, jsonrpc_result_new(m->id_json, session_initialize_result_new(mf, version)));
+        reply(s, batch, jsonrpc_result_new(message_id_json(m), session_initialize_result_new(mf, version)));
 }
 
 /* Cursor -> offset; -EINVAL for anything we did not hand out. */
@@ -582,9 +583,10 @@ static void handle_tools_list(Session *s, Message *m, Batch *batch) {
         if (!s->answers && !(mf = session_manifest(s)))
                 return reply_no_manifest(s, batch, m);
         if (m->params && !cJSON_IsObject(m->params))
-                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS, "tools/list params must be an object");
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INVALID_PARAMS,
+                                   "tools/list params must be an object");
         if (cursor_parse(s->answers ? answers_n_tools(s->answers) : mf->n_tools, m->params, &offset) < 0)
-                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INVALID_PARAMS,
                                    "unknown cursor: pass back a nextCursor from an earlier tools/list, or none");
         /* The pages we hand out cursors for are prepared; another offset is served from the manifest. */
         if (s->answers && answers_tools_page(s->answers, offset, &page) &&
@@ -594,7 +596,7 @@ static void handle_tools_list(Session *s, Message *m, Batch *batch) {
                 return reply_no_manifest(s, batch, m);
         r = session_tools_page_new(mf, offset);
         modern_list_result(s, m, r);
-        reply(s, batch, jsonrpc_result_new(m->id_json, r));
+        reply(s, batch, jsonrpc_result_new(message_id_json(m), r));
 }
 
 static void handle_core_request(Session *s, Message *m, Batch *batch);
@@ -654,19 +656,19 @@ static int pending_new(Session *s, Message *m, Batch *batch, Pending **ret) {
 /* What every request bound for a backend must pass, whichever method: false when it was refused. */
 static bool routable(Session *s, Message *m, Batch *batch) {
         if (hashmap_size(s->pending) >= SESSION_MAX_PENDING) {
-                reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR,
+                reply_error(s, batch, message_id_json(m), JSONRPC_INTERNAL_ERROR,
                             "too many requests in flight (%u); wait for some to finish", SESSION_MAX_PENDING);
                 return false;
         }
         /* One id space: notifications/cancelled names either a request or a listen stream, never both. */
         if (hashmap_get(s->listens, m->id_text)) {
-                reply_error(s, batch, m->id_json, JSONRPC_INVALID_REQUEST,
+                reply_error(s, batch, message_id_json(m), JSONRPC_INVALID_REQUEST,
                             "request id is already used by a subscriptions/listen stream still open");
                 return false;
         }
         if (message_id_is_string(m) &&
             strncmp(m->id->valuestring, UPSTREAM_OWN_PREFIX, strlen(UPSTREAM_OWN_PREFIX)) == 0) {
-                reply_error(s, batch, m->id_json, JSONRPC_INVALID_REQUEST,
+                reply_error(s, batch, message_id_json(m), JSONRPC_INVALID_REQUEST,
                             "request ids starting with '%s' are reserved by mcp-lazy", UPSTREAM_OWN_PREFIX);
                 return false;
         }
@@ -682,10 +684,10 @@ static void route_to(Session *s, Message *m, Batch *batch, Upstream *u, const ch
                 return;
         r = pending_new(s, m, batch, &p);
         if (r == -EEXIST)
-                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_REQUEST,
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INVALID_REQUEST,
                                    "request id is already used by a request still in flight");
         if (r < 0)
-                return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INTERNAL_ERROR, "out of memory");
         p->upstream = u ?: session_upstream(s, backend);
         if (!p->upstream)
                 return session_fail(s, p, "out of memory");
@@ -741,9 +743,9 @@ static void handle_tools_call(Session *s, Message *m, Batch *batch) {
                 r = name ? message_string(m, span, big, span.len, &len) : -ENOMEM;
         }
         if (r == -ENOMEM)
-                return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INTERNAL_ERROR, "out of memory");
         if (r < 0)
-                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INVALID_PARAMS,
                                    "tools/call needs params with a string name");
         /* A name with a NUL in it names no tool: the backend would read all of it, not what we looked up. */
         if (len == strlen(name) && !s->manifest && s->answers && (backend = prepared_route(s, name)))
@@ -752,7 +754,8 @@ static void handle_tools_call(Session *s, Message *m, Batch *batch) {
                 return reply_no_manifest(s, batch, m);
         t = len == strlen(name) ? manifest_find_tool(s->manifest, name) : NULL;
         if (!t)
-                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS, "Unknown tool: '%.200s'", name);
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INVALID_PARAMS, "Unknown tool: '%.200s'",
+                                   name);
         route_to_backend(s, m, t->backend, batch);
 }
 
@@ -777,13 +780,13 @@ static void handle_surface_list(Session *s, Message *m, Batch *batch, size_t off
         cJSON *r;
 
         if (cursor && !cJSON_IsNull(cursor))
-                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INVALID_PARAMS,
                                    "unknown cursor: this list has one page");
         r = session_list_new(s->manifest, offset, key);
         if (!r)
-                return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INTERNAL_ERROR, "out of memory");
         modern_list_result(s, m, r);
-        reply(s, batch, jsonrpc_result_new(m->id_json, r));
+        reply(s, batch, jsonrpc_result_new(message_id_json(m), r));
 }
 
 /* Whether the string params[key] (or params.ref[key]) holds a NUL: it names nothing here (as a tool's
@@ -801,9 +804,9 @@ static int ref_has_nul(const Message *m, const char *key) {
 static void route_by(Session *s, Message *m, Batch *batch, int nul, const Backend *b, const char *what,
                      const char *name) {
         if (nul < 0)
-                return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INTERNAL_ERROR, "out of memory");
         if (!b || nul > 0)
-                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS, "Unknown %s: '%.200s'", what,
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INVALID_PARAMS, "Unknown %s: '%.200s'", what,
                                    name ?: "");
         route_to_backend(s, m, (size_t) (b - s->manifest->backends), batch);
 }
@@ -817,14 +820,14 @@ static void handle_completion(Session *s, Message *m, Batch *batch) {
         const char *uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(ref, "uri"));
 
         if (nul < 0)
-                return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INTERNAL_ERROR, "out of memory");
         if (streq(type, "ref/prompt") && name)
                 return route_by(s, m, batch, ref_has_nul(m, "name"), manifest_find_prompt_backend(s->manifest, name),
                                 "prompt", name);
         if (streq(type, "ref/resource") && uri)
                 return route_by(s, m, batch, ref_has_nul(m, "uri"), manifest_find_resource_backend(s->manifest, uri),
                                 "resource", uri);
-        reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
+        reply_error(s, batch, message_id_json(m), JSONRPC_INVALID_PARAMS,
                     "completion/complete needs a ref/prompt or ref/resource");
 }
 
@@ -835,7 +838,7 @@ static void handle_task(Session *s, Message *m, Batch *batch) {
         Upstream *u = id && nul == 0 ? hashmap_get(s->tasks, id) : NULL;
 
         if (nul < 0)
-                return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INTERNAL_ERROR, "out of memory");
         if (!routable(s, m, batch))
                 return;
         if (streq(m->method, "tasks/list")) {
@@ -849,11 +852,12 @@ static void handle_task(Session *s, Message *m, Batch *batch) {
                         cJSON *empty = cJSON_CreateObject();
                         if (empty)
                                 cJSON_AddArrayToObject(empty, "tasks");
-                        return reply(s, batch, jsonrpc_result_new(m->id_json, empty));
+                        return reply(s, batch, jsonrpc_result_new(message_id_json(m), empty));
                 }
         }
         if (!u)
-                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS, "Unknown task: '%.200s'", id ?: "");
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INVALID_PARAMS, "Unknown task: '%.200s'",
+                                   id ?: "");
         route_to(s, m, batch, u, NULL);
 }
 
@@ -862,16 +866,16 @@ static void handle_set_level(Session *s, Message *m, Batch *batch) {
         _cleanup_json_ cJSON *id = upstream_own_id(s, "setLevel"), *req = NULL;
 
         if (!level)
-                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INVALID_PARAMS,
                                    "logging/setLevel needs a string level");
         free(s->log_level);
         s->log_level = strdup(level);
         req = jsonrpc_request_new(id, "logging/setLevel", cJSON_Duplicate(m->params, true));
         if (!s->log_level || !req)
-                return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INTERNAL_ERROR, "out of memory");
         /* Running backends get it now, the others when they are first reached. */
         upstream_broadcast(s, req);
-        reply(s, batch, jsonrpc_result_new(m->id_json, cJSON_CreateObject()));
+        reply(s, batch, jsonrpc_result_new(message_id_json(m), cJSON_CreateObject()));
 }
 
 /* The requests every session answers, with prepared answers or from the manifest: true when m was one. */
@@ -879,7 +883,7 @@ static bool handle_basic_request(Session *s, Message *m, Batch *batch) {
         if (streq(m->method, "initialize"))
                 handle_initialize(s, m, batch);
         else if (streq(m->method, "ping"))
-                reply(s, batch, jsonrpc_result_new(m->id_json, cJSON_CreateObject()));
+                reply(s, batch, jsonrpc_result_new(message_id_json(m), cJSON_CreateObject()));
         else if (streq(m->method, "tools/list"))
                 handle_tools_list(s, m, batch);
         else
@@ -909,10 +913,10 @@ static bool handle_prepared(Session *s, Message *m, Batch *batch) {
                 if (!streq(m->method, lists[i].method) || !answers_get(s->answers, lists[i].kind, 0, NULL, NULL))
                         continue;
                 if (cursor && !cJSON_IsNull(cursor))
-                        reply_error(s, batch, m->id_json, JSONRPC_INVALID_PARAMS,
+                        reply_error(s, batch, message_id_json(m), JSONRPC_INVALID_PARAMS,
                                     "unknown cursor: this list has one page");
                 else if (!session_reply_answer(s, batch, m, lists[i].kind, 0))
-                        reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+                        reply_error(s, batch, message_id_json(m), JSONRPC_INTERNAL_ERROR, "out of memory");
                 return true;
         }
         return false;
@@ -937,7 +941,7 @@ static void handle_request(Session *s, Message *m, Batch *batch) {
                 return;
         /* Everything else reads params: the tree is built now. */
         if (!message_json(m))
-                return reply_error(s, batch, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INTERNAL_ERROR, "out of memory");
         uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "uri"));
         name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "name"));
         if (modern_intercept(s, m, batch) || handle_prepared(s, m, batch))
@@ -983,7 +987,8 @@ static void handle_core_request(Session *s, Message *m, Batch *batch) {
         if (streq(m->method, "tools/call"))
                 handle_tools_call(s, m, batch);
         else
-                reply_error(s, batch, m->id_json, JSONRPC_METHOD_NOT_FOUND, "Method not found: '%.200s'", m->method);
+                reply_error(s, batch, message_id_json(m), JSONRPC_METHOD_NOT_FOUND, "Method not found: '%.200s'",
+                            m->method);
 }
 
 /* The client stopped waiting: the backend hears of it, and a late answer is dropped here. */
@@ -1037,7 +1042,8 @@ static void handle_message(Session *s, Message *m, Batch *batch) {
         case JSONRPC_INVALID:
                 if (client_bad_answer(s, m->text, m->len, m->problem))
                         return;
-                return reply_error(s, batch, m->id_json, JSONRPC_INVALID_REQUEST, "Invalid Request: %s", m->problem);
+                return reply_error(s, batch, message_id_json(m), JSONRPC_INVALID_REQUEST, "Invalid Request: %s",
+                                   m->problem);
         }
 }
 
@@ -1083,7 +1089,7 @@ static void handle_batch(Session *s, const char *line, size_t len) {
                 if (r < 0)
                         parse_error(s, b, r);
                 else if (m->kind == JSONRPC_REQUEST && streq(m->method, "initialize"))
-                        reply_error(s, b, m->id_json, JSONRPC_INVALID_REQUEST,
+                        reply_error(s, b, message_id_json(m), JSONRPC_INVALID_REQUEST,
                                     "Invalid Request: initialize must not be part of a batch");
                 else
                         handle_message(s, m, b);

@@ -343,7 +343,7 @@ static void upconn_handle_invalid(UpConn *c, const Message *m) {
                 /* A request all the same: its sender waits, and gets why (under null if its id is bad). */
                 _cleanup_json_ cJSON *e = NULL;
                 snprintf(text, sizeof text, "Invalid Request: %s", m->problem);
-                e = jsonrpc_error_new(m->id_json, JSONRPC_INVALID_REQUEST, text);
+                e = jsonrpc_error_new(message_id_json(m), JSONRPC_INVALID_REQUEST, text);
                 if (e)
                         (void) channel_send_json(c->ch, e);
         }
@@ -360,7 +360,7 @@ static int map_upcall_id(void *userdata, const IdField *f, char **ret) {
 }
 
 static void upconn_reply_error(UpConn *c, const Message *m, const char *text) {
-        _cleanup_json_ cJSON *e = jsonrpc_error_new(m->id_json, JSONRPC_INTERNAL_ERROR, text);
+        _cleanup_json_ cJSON *e = jsonrpc_error_new(message_id_json(m), JSONRPC_INTERNAL_ERROR, text);
         if (e)
                 (void) channel_send_json(c->ch, e);
 }

@@ -249,8 +249,8 @@ void client_fail_request(Client *c, const Message *m, const char *text) {
 
         if (m->kind != JSONRPC_REQUEST)
                 return; /* notifications get no answer, not even a failure */
-        r = method_is(m->method, "tools/call") ? jsonrpc_result_new(m->id_json, tool_error_result_new(text))
-                                               : jsonrpc_error_new(m->id_json, JSONRPC_INTERNAL_ERROR, text);
+        r = method_is(m->method, "tools/call") ? jsonrpc_result_new(message_id_json(m), tool_error_result_new(text))
+                                               : jsonrpc_error_new(message_id_json(m), JSONRPC_INTERNAL_ERROR, text);
         if (r)
                 client_send(c, r);
 }
@@ -279,31 +279,32 @@ static void handle_initialize(Client *c, Message *m) {
         int r;
 
         if (!message_json(m))
-                return reply_error(c, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+                return reply_error(c, message_id_json(m), JSONRPC_INTERNAL_ERROR, "out of memory");
         v = cJSON_GetObjectItemCaseSensitive(m->params, "protocolVersion");
         if (!cJSON_IsObject(m->params) || !cJSON_IsString(v))
-                return reply_error(c, m->id_json, JSONRPC_INVALID_PARAMS,
+                return reply_error(c, message_id_json(m), JSONRPC_INVALID_PARAMS,
                                    "initialize needs params with a string protocolVersion");
         if (c->init_params)
-                return reply_error(c, m->id_json, JSONRPC_INVALID_REQUEST, "the connection is already initialized");
+                return reply_error(c, message_id_json(m), JSONRPC_INVALID_REQUEST,
+                                   "the connection is already initialized");
         c->init_params = cJSON_Duplicate(m->params, true);
         if (!c->init_params)
-                return reply_error(c, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+                return reply_error(c, message_id_json(m), JSONRPC_INTERNAL_ERROR, "out of memory");
         /* The era its frontend says its client speaks (mrtr.c holds the session to it). */
         r = era_client_era_take(c->init_params, &c->modern, &problem);
         if (r < 0) {
                 c->init_params = (cJSON_Delete(c->init_params), NULL);
                 snprintf(text, sizeof text, "Invalid params: %s", problem);
-                return reply_error(c, m->id_json, JSONRPC_INVALID_PARAMS, text);
+                return reply_error(c, message_id_json(m), JSONRPC_INVALID_PARAMS, text);
         }
         c->era_known = r > 0;
         /* Its roots are asked for first when they are part of its pool key (roots.c). */
         if (roots_pooled(c))
                 return roots_begin(c, m);
         if (roots_modern_key(c) < 0)
-                return reply_error(c, m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+                return reply_error(c, message_id_json(m), JSONRPC_INTERNAL_ERROR, "out of memory");
         if (client_attach(c, text, sizeof text) < 0)
-                return reply_error(c, m->id_json, JSONRPC_INTERNAL_ERROR, text);
+                return reply_error(c, message_id_json(m), JSONRPC_INTERNAL_ERROR, text);
         instance_submit(c->instance, c, m);
 }
 
@@ -356,7 +357,7 @@ void client_handle_message(Client *c, Message *m) {
                 if (method_is(m->method, "initialize"))
                         return handle_initialize(c, m);
                 if (method_is(m->method, "ping")) {
-                        _cleanup_json_ cJSON *r = jsonrpc_result_new(m->id_json, cJSON_CreateObject());
+                        _cleanup_json_ cJSON *r = jsonrpc_result_new(message_id_json(m), cJSON_CreateObject());
                         if (r)
                                 client_send(c, r);
                         return;
@@ -366,7 +367,7 @@ void client_handle_message(Client *c, Message *m) {
                 if (!c->instance && c->init_params && (roots_pooled(c) || roots_pending(c)) && roots_request(c, m))
                         return; /* asked before, or asked again after no answer */
                 if (!c->instance)
-                        return reply_error(c, m->id_json, JSONRPC_INVALID_REQUEST, "send initialize first");
+                        return reply_error(c, message_id_json(m), JSONRPC_INVALID_REQUEST, "send initialize first");
                 return instance_submit(c->instance, c, m);
         case JSONRPC_NOTIFICATION:
                 /* The backend got its own notifications/initialized when it started. */
@@ -399,7 +400,7 @@ void client_handle_message(Client *c, Message *m) {
         case JSONRPC_INVALID:
                 if (client_bad_answer(c, m->text, m->len, m->problem))
                         return;
-                return reply_error(c, m->id_json, JSONRPC_INVALID_REQUEST, m->problem);
+                return reply_error(c, message_id_json(m), JSONRPC_INVALID_REQUEST, m->problem);
         }
 }
 

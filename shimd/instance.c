@@ -665,8 +665,8 @@ static void forward_request(Instance *i, Client *c, const Message *m) {
 
 static void reply_initialize(Instance *i, Client *c, const Message *m) {
         _cleanup_json_ cJSON *r = jsonrpc_result_new(
-                m->id_json, i->era == BACKEND_ERA_MODERN ? bridge_initialize_result_new(i, c->init_params)
-                                                         : cJSON_Duplicate(i->init_result, true));
+                message_id_json(m), i->era == BACKEND_ERA_MODERN ? bridge_initialize_result_new(i, c->init_params)
+                                                                 : cJSON_Duplicate(i->init_result, true));
         if (r)
                 client_send(c, r);
 }
@@ -688,7 +688,7 @@ static bool unsubscribe_shared(Instance *i, Client *c, const Message *m) {
         if (!shared)
                 return false;
         (void) track_subscription(c, m);
-        r = jsonrpc_result_new(m->id_json, cJSON_CreateObject());
+        r = jsonrpc_result_new(message_id_json(m), cJSON_CreateObject());
         if (r)
                 client_send(c, r);
         return true;
@@ -967,7 +967,7 @@ static void handle_backend_invalid(Instance *i, const Message *m) {
                  * that could be read, else null). */
                 _cleanup_json_ cJSON *e = NULL;
                 snprintf(text, sizeof text, "Invalid Request: %s", m->problem);
-                e = jsonrpc_error_new(m->id_json, JSONRPC_INVALID_REQUEST, text);
+                e = jsonrpc_error_new(message_id_json(m), JSONRPC_INVALID_REQUEST, text);
                 if (e)
                         (void) instance_send(i, e);
                 return;
@@ -1104,7 +1104,7 @@ static void handle_backend_request(Instance *i, const Message *m) {
                 return;
         if (!method_is(m->method, "ping"))
                 return upcall_forward(i, m);
-        reply = jsonrpc_result_new(m->id_json, cJSON_CreateObject());
+        reply = jsonrpc_result_new(message_id_json(m), cJSON_CreateObject());
         if (reply)
                 (void) instance_send(i, reply);
 }

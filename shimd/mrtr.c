@@ -95,7 +95,7 @@ static bool own_handshake_request(const char *method) {
 }
 
 static bool refuse(Client *c, const Message *m, int code, const char *text) {
-        _cleanup_json_ cJSON *err = jsonrpc_error_new(m->id_json, code, text);
+        _cleanup_json_ cJSON *err = jsonrpc_error_new(message_id_json(m), code, text);
 
         if (err)
                 client_send(c, err);
@@ -439,7 +439,7 @@ static void refuse_retry(Client *c, const Message *m, const char *why) {
 
         snprintf(text, sizeof text, "Invalid params: requestState %s", why);
         log_warning("Connection %llu sent a requestState that %s; refused.", (unsigned long long) c->serial, why);
-        e = jsonrpc_error_new(m->id_json, JSONRPC_INVALID_PARAMS, text);
+        e = jsonrpc_error_new(message_id_json(m), JSONRPC_INVALID_PARAMS, text);
         if (e)
                 client_send(c, e);
 }
@@ -460,7 +460,7 @@ static bool answer_ended(Client *c, const Message *m, const char *state) {
 
         if (!reply)
                 return false;
-        if (cJSON_ReplaceItemInObjectCaseSensitive(reply, "id", cJSON_Duplicate(m->id_json, true)))
+        if (cJSON_ReplaceItemInObjectCaseSensitive(reply, "id", cJSON_Duplicate(message_id_json(m), true)))
                 client_send(c, reply);
         cJSON_Delete(reply);
         return true;
@@ -563,7 +563,7 @@ bool mrtr_retry_internal(Instance *i, Client *c, const Message *m) {
                 return true;
         }
         if (hashmap_get(c->pending, m->id_text)) {
-                _cleanup_json_ cJSON *e = jsonrpc_error_new(m->id_json, JSONRPC_INVALID_REQUEST,
+                _cleanup_json_ cJSON *e = jsonrpc_error_new(message_id_json(m), JSONRPC_INVALID_REQUEST,
                                                             "request id is already used by a request still in flight");
                 if (e)
                         client_send(c, e);
@@ -575,7 +575,8 @@ bool mrtr_retry_internal(Instance *i, Client *c, const Message *m) {
                 return true;
         }
         if (k < 0) {
-                _cleanup_json_ cJSON *e = jsonrpc_error_new(m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory");
+                _cleanup_json_ cJSON *e =
+                        jsonrpc_error_new(message_id_json(m), JSONRPC_INTERNAL_ERROR, "out of memory");
                 if (e)
                         client_send(c, e);
                 return true;

@@ -302,13 +302,13 @@ bool roots_answer_backend(Instance *i, const Message *m) {
         if (i->shim->backend->sharing != SHARING_POOLED || i->shim->inetd || i->session_owned)
                 return false; /* its one session answers */
         if (res)
-                reply = jsonrpc_result_new(m->id_json, cJSON_Duplicate(res, true));
+                reply = jsonrpc_result_new(message_id_json(m), cJSON_Duplicate(res, true));
         else if (err)
-                reply = jsonrpc_error_new(m->id_json,
+                reply = jsonrpc_error_new(message_id_json(m),
                                           (int) cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(err, "code")),
                                           cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(err, "message")));
         else
-                reply = jsonrpc_error_new(m->id_json, JSONRPC_METHOD_NOT_FOUND,
+                reply = jsonrpc_error_new(message_id_json(m), JSONRPC_METHOD_NOT_FOUND,
                                           "Method not found: the clients this backend serves declared no roots");
         if (reply)
                 (void) instance_send(i, reply);

@@ -179,8 +179,8 @@ static void handle_subscribe(Instance *i, Client *c, const Message *m, bool sub)
         int r;
 
         if (!uri) {
-                _cleanup_json_ cJSON *e = jsonrpc_error_new(m->id_json, JSONRPC_INVALID_PARAMS,
-                                                             "Invalid params: a string uri is required");
+                _cleanup_json_ cJSON *e = jsonrpc_error_new(message_id_json(m), JSONRPC_INVALID_PARAMS,
+                                                            "Invalid params: a string uri is required");
                 if (e)
                         client_send(c, e);
                 return;
@@ -233,8 +233,8 @@ bool subscribe_refuse_nul_uri(Client *c, const Message *m) {
 
         if (r == 0)
                 return false;
-        e = r < 0 ? jsonrpc_error_new(m->id_json, JSONRPC_INTERNAL_ERROR, "out of memory")
-                  : jsonrpc_error_new(m->id_json, JSONRPC_INVALID_PARAMS,
+        e = r < 0 ? jsonrpc_error_new(message_id_json(m), JSONRPC_INTERNAL_ERROR, "out of memory")
+                  : jsonrpc_error_new(message_id_json(m), JSONRPC_INVALID_PARAMS,
                                       "Invalid params: the uri holds a NUL character (\\u0000), which no resource "
                                       "URI has (write it as %00)");
         if (e)
@@ -247,7 +247,7 @@ static void handle_set_level(Client *c, const Message *m) {
         _cleanup_json_ cJSON *e = NULL;
 
         if (era_log_level_rank(level) < 0) {
-                e = jsonrpc_error_new(m->id_json, JSONRPC_INVALID_PARAMS,
+                e = jsonrpc_error_new(message_id_json(m), JSONRPC_INVALID_PARAMS,
                                       "Invalid params: level must be one of debug, info, notice, warning, error, "
                                       "critical, alert, emergency");
                 if (e)

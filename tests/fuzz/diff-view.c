@@ -14,7 +14,11 @@ void diff_message_view(const Message *m, MessageView *ret) {
                 .method = m->method,
                 .id_text = m->id_text,
                 .id = m->id,
+#ifdef MESSAGE_LAZY_ID_JSON
+                .id_json = message_id_json(m),
+#else
                 .id_json = m->id_json,
+#endif
                 .id_rules = m->id_rules,
                 .n_paths = _ID_PATH_MAX + _ROUTE_PATH_MAX,
         };

@@ -253,7 +253,8 @@ static void check_envelope(const char *text, size_t size, int r, const Message *
                 return;
         FUZZ_ASSERT(!e->json && !e->params);
         FUZZ_ASSERT(e->kind == m->kind && same_text(e->method, m->method) && same_text(e->id_text, m->id_text));
-        FUZZ_ASSERT(same_text(e->problem, m->problem) && !!e->id == !!m->id && !!e->id_json == !!m->id_json);
+        FUZZ_ASSERT(same_text(e->problem, m->problem) && !!e->id == !!m->id &&
+                    !!message_id_json(e) == !!message_id_json(m));
         for (unsigned p = 0; p < MESSAGE_PATHS; p++) {
                 Span se = message_path_span(e, p), sm = message_path_span(m, p);
                 FUZZ_ASSERT(se.start == sm.start && se.len == sm.len);
@@ -294,13 +295,13 @@ static void check_line(const char *text, size_t size) {
                 unsigned ids = 0;
                 for (const cJSON *c = m->json->child; c; c = c->next)
                         ids += streq(c->string, "id");
-                FUZZ_ASSERT(ids < 2 || (!m->id_text && !m->id_json));
+                FUZZ_ASSERT(ids < 2 || (!m->id_text && !message_id_json(m)));
         }
         /* A problem goes into an error a peer reads: UTF-8, however a key it quotes was cut. */
         FUZZ_ASSERT(!m->problem || utf8_is_valid(m->problem, strlen(m->problem)));
         FUZZ_ASSERT(message_id_len(m) == (m->id_text ? strlen(m->id_text) : 0));
         if (m->kind == JSONRPC_REQUEST)
-                FUZZ_ASSERT(m->method && m->id && m->id_text && m->id_json);
+                FUZZ_ASSERT(m->method && m->id && m->id_text && message_id_json(m));
         if (m->kind == JSONRPC_NOTIFICATION)
                 FUZZ_ASSERT(m->method && !m->id_text);
         /* What the scan found of the envelope, the tree has too. */
@@ -315,9 +316,9 @@ static void check_line(const char *text, size_t size) {
                 _cleanup_json_ cJSON *v = cJSON_Parse(m->id_text);
                 FUZZ_ASSERT(v && same_tree(v, cJSON_GetObjectItemCaseSensitive(m->json, "id")));
         }
-        if (m->id_json) {
+        if (message_id_json(m)) {
                 /* The reply to it carries the id's exact text. */
-                _cleanup_json_ cJSON *e = jsonrpc_error_new(m->id_json, JSONRPC_INVALID_REQUEST, "x");
+                _cleanup_json_ cJSON *e = jsonrpc_error_new(message_id_json(m), JSONRPC_INVALID_REQUEST, "x");
                 _cleanup_free_ char *s = e ? cJSON_PrintUnformatted(e) : NULL;
                 _cleanup_message_ Message *back = NULL;
                 FUZZ_ASSERT(s);

@@ -99,7 +99,7 @@ static void test_duplicates(void) {
         _cleanup_message_ Message *d =
                 parse("{\"jsonrpc\":\"2.0\",\"method\":\"a\",\"method\":\"notifications/cancelled\"}");
 
-        CHECK(a && a->kind == JSONRPC_INVALID && !a->id_json && strstr(a->problem, "duplicate key \"id\""));
+        CHECK(a && a->kind == JSONRPC_INVALID && !message_id_json(a) && strstr(a->problem, "duplicate key \"id\""));
         CHECK(b && b->kind == JSONRPC_INVALID && strstr(b->problem, "duplicate key \"q\""));
         CHECK_STREQ(b ? b->id_text : NULL, "\"b\"");
         CHECK(c && c->kind == JSONRPC_INVALID);
@@ -363,7 +363,8 @@ static void test_id_length(void) {
         CHECK(kind_of(line) == JSONRPC_REQUEST);
         snprintf(line, sizeof line, "{\"jsonrpc\":\"2.0\",\"id\":\"%.1023s\",\"method\":\"ping\"}", id);
         _cleanup_message_ Message *a = parse(line);
-        CHECK(a && a->kind == JSONRPC_INVALID && !a->id_json && strstr(a->problem, "\"id\" is longer than 1024 bytes"));
+        CHECK(a && a->kind == JSONRPC_INVALID && !message_id_json(a) &&
+              strstr(a->problem, "\"id\" is longer than 1024 bytes"));
         /* An integer id too (any size is allowed, not any length). */
         memset(id, '7', sizeof id - 1);
         snprintf(line, sizeof line, "{\"jsonrpc\":\"2.0\",\"id\":%.1025s,\"result\":{}}", id);
@@ -422,10 +423,10 @@ static void test_id_length_invalid(void) {
                         CHECK(m && m->kind == JSONRPC_INVALID);
                         if (!m)
                                 continue;
-                        CHECK(!!m->id_json == kept && !!m->id_text == kept && !!m->id == kept);
+                        CHECK(!!message_id_json(m) == kept && !!m->id_text == kept && !!m->id == kept);
                         CHECK(!m->id_text || strlen(m->id_text) == (size_t) n + 2);
                         CHECK(message_id_len(m) == (m->id_text ? strlen(m->id_text) : 0));
-                        e = jsonrpc_error_new(m->id_json, JSONRPC_INVALID_REQUEST, m->problem);
+                        e = jsonrpc_error_new(message_id_json(m), JSONRPC_INVALID_REQUEST, m->problem);
                         s = e ? cJSON_PrintUnformatted(e) : NULL;
                         CHECK(s && message_parse(s, strlen(s), JSONRPC_DEFAULT_MAX_DEPTH, &back) == 0);
                         CHECK(back && back->kind == JSONRPC_RESPONSE);
@@ -485,14 +486,14 @@ static void test_envelope(void) {
         CHECK(a && a->kind == JSONRPC_REQUEST && !a->json && !a->params);
         CHECK_STREQ(a ? a->method : NULL, "tools/call");
         CHECK_STREQ(a ? a->id_text : NULL, "\"r\\u0031\"");
-        CHECK(a && cJSON_IsString(a->id) && streq(a->id->valuestring, "r1") && a->id_json);
+        CHECK(a && cJSON_IsString(a->id) && streq(a->id->valuestring, "r1") && message_id_json(a));
         CHECK(a && message_json(a) && a->json && cJSON_IsObject(a->params));
         CHECK(a && message_json(a) == a->json); /* built once */
 
         CHECK(message_parse_envelope(resp, strlen(resp), JSONRPC_DEFAULT_MAX_DEPTH, &b) == 0);
         CHECK(b && b->kind == JSONRPC_RESPONSE && !b->json && !b->method);
-        CHECK(b && cJSON_IsNumber(b->id) && b->id->valuedouble == 7 && b->id_json);
-        CHECK_STREQ(b && b->id_json ? b->id_json->valuestring : NULL, "7");
+        CHECK(b && cJSON_IsNumber(b->id) && b->id->valuedouble == 7 && message_id_json(b));
+        CHECK_STREQ(b && message_id_json(b) ? message_id_json(b)->valuestring : NULL, "7");
         CHECK_STREQ(b ? b->id_text : NULL, "7");
         CHECK(a && message_id_len(a) == strlen(a->id_text) && b && message_id_len(b) == 1);
         CHECK(message_parse_envelope("{\"a\":01}", 8, JSONRPC_DEFAULT_MAX_DEPTH, &b) == -EBADMSG);
@@ -732,7 +733,7 @@ static void test_key_spellings(void) {
                         snprintf(big + strlen(big), sizeof big - strlen(big), ",\"k%02d\":0", i);
                 strcat(big, ",\"aa\":1,\"aa\":2,\"id\":2}");
                 m = parse(big);
-                CHECK(m && m->kind == JSONRPC_INVALID && !m->id_text && !m->id_json);
+                CHECK(m && m->kind == JSONRPC_INVALID && !m->id_text && !message_id_json(m));
         }
         /* A duplicate key quoted in the problem is cut to 64 bytes, never inside a UTF-8 sequence: the
          * error is a JSON text a peer must be able to read (a shim's error to the frontend that is not
