@@ -137,6 +137,8 @@ $(S)/tests/%: tests/unit/%.c $(call objs,$(S),$(COMMON_SRC))
 $(B)/tests/test-hashmap $(S)/tests/test-hashmap: TEST_LDFLAGS := -Wl,--wrap=calloc,--wrap=aligned_alloc
 # test-message-nul fails the message layer's malloc() calls on purpose.
 $(B)/tests/test-message-nul $(S)/tests/test-message-nul: TEST_LDFLAGS := -Wl,--wrap=malloc
+# test-channel-cache counts the chunks channel.c allocates.
+$(B)/tests/test-channel-cache $(S)/tests/test-channel-cache: TEST_LDFLAGS := -Wl,--wrap=malloc
 
 # $(call install_units,DIR,SOCKETMODE,GROUPLINE,SYSTEMLINES): SYSTEMLINES is a sed command for the lines
 # marked @system@ (keep them for the system manager, drop them for the user manager).

@@ -12,6 +12,12 @@
 #include "channel.h"
 #include "framing.h"
 #include "macros.h"
+#if HAVE_ASAN
+#include <sanitizer/asan_interface.h>
+#else
+#define ASAN_POISON_MEMORY_REGION(addr, size)   ((void) (addr), (void) (size))
+#define ASAN_UNPOISON_MEMORY_REGION(addr, size) ((void) (addr), (void) (size))
+#endif
 
 #define READ_CHUNK     (64U * 1024U)
 #define OUT_HIGH_WATER CHANNEL_HIGH_WATER
@@ -88,17 +94,23 @@ static OutChunk *chunk_new(size_t size) {
         OutChunk *o = size == OUT_CHUNK_SIZE && n_chunk_cache > 0 ? chunk_cache[--n_chunk_cache]
                                                                   : malloc(sizeof *o + size);
 
-        if (o)
+        if (o) {
+                ASAN_UNPOISON_MEMORY_REGION(o, sizeof *o + size);
                 *o = (OutChunk){.size = size};
+        }
         return o;
 }
 
+/* Under AddressSanitizer a cached chunk is poisoned until it is taken again: a use after it was given
+ * back is reported, instead of reading or writing the next user's bytes (the cache itself stays on:
+ * channel_write_now() needs a cached chunk). */
 static void chunk_free(OutChunk *o) {
         if (o && o->release)
                 o->release(o->owner);
-        if (o && o->size == OUT_CHUNK_SIZE && n_chunk_cache < CHUNK_CACHE)
+        if (o && o->size == OUT_CHUNK_SIZE && n_chunk_cache < CHUNK_CACHE) {
                 chunk_cache[n_chunk_cache++] = o;
-        else
+                ASAN_POISON_MEMORY_REGION(o, sizeof *o + OUT_CHUNK_SIZE);
+        } else
                 free(o);
 }
 
