@@ -12,18 +12,26 @@
  * at a started backend that is down with nothing to start it, nor at one starting or stopping without
  * its timer; and every descriptor the input opened is closed at its end.
  *
- * The backend is up (READY) unless the input's first line is "S" or "D": then it is down, and the
- * first call starts it for real (instance_spawn(), its timer armed), the input speaking for the
+ * The backend is up (READY) unless the input's first line is "S", "D" or "U": then it is down, and
+ * the first call starts it for real (instance_spawn(), its timer armed), the input speaking for the
  * process over the pipes it is given (process.c is left out: see process_spawn() below), so that
  * the input answers the first request (well, badly, late or never, "T" making init_timeout run out)
  * while the sessions' calls queue. "S": an earlier start learned a handshake-era backend, so
- * initialize (id 0) goes first; "D": server/discover (id -100) does, as at a first start. In these
- * modes the backend's process can fail, and each later start is a new process the input speaks for:
- * "C" closes its stdout, "I" its stdin; "W" wedges it (it reads its stdin no more); "P..." writes
- * bytes of a line without its newline (a later backend line ends it); "K" kills it (its pipes close,
- * it dies of SIGKILL, or with "K0".."K9" exits with that status); "Z" (or "Z0".."Z9") ends its
- * process while its pipes stay open (held by a child of its own). The shim sees each death as it
- * would a real one: on_child(), probe_died(), what the dead process never read sent again. */
+ * initialize (id 0) goes first; "D": server/discover (id -100) does, as at a first start; "U": the
+ * backend is a process that is up from the start (started ahead of the sessions, its initialize
+ * answered by the harness). In these modes the backend's process can fail, and each later start is
+ * a new process the input speaks for: "C" closes its stdout, "I" its stdin; "W" wedges it (it reads
+ * its stdin no more); "G" makes it ignore SIGTERM; "P..." writes bytes of a line without its newline
+ * (a later backend line ends it); "K" kills it (its pipes close, it dies of SIGKILL, or with
+ * "K0".."K9" exits with that status); "Z" (or "Z0".."Z9") ends its process while its pipes stay
+ * open (held by a child of its own). The shim sees each death as it would a real one: on_child(),
+ * probe_died(), what the dead process never read sent again. There, too: a process that died on
+ * server/discover is followed by one that is sent initialize first, and a process being stopped at
+ * the end of the input is gone once the stop's timers run out, SIGTERM heeded or not.
+ *
+ * In a session's line, "$S" stands for the requestState the shim last handed that session, "$R" for
+ * the one before, "$T" for the other session's last: a retry of a call that waits for input (a
+ * keyed secret no input could guess), a stale round's, another session's. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -95,9 +103,13 @@ unsigned shim_in_flight(const Shim *s) {
 typedef struct Waiter {
         pid_t pid;
         int pidfd;
-        int life; /* the write end of the pipe it reads: a line written there is its exit status */
+        int life;          /* the write end of the pipe it reads: a line written there is its exit status */
+        bool ignores_term; /* "G": only SIGKILL ends it */
+        /* What it was sent (server/discover, initialize) and how many whole lines the input wrote it. */
+        bool got_discover, got_initialize, first_request_seen;
+        unsigned lines_out;
 } Waiter;
-#define WAITER_NONE ((Waiter){-1, -EBADF, -EBADF})
+#define WAITER_NONE ((Waiter){.pid = -1, .pidfd = -EBADF, .life = -EBADF})
 
 static Waiter spare = WAITER_NONE;   /* alive and unused: the next start takes it */
 static Waiter current = WAITER_NONE; /* the started backend's process, alive */
@@ -161,6 +173,8 @@ int process_spawn(const Backend *b, pid_t *ret_pid, int *ret_stdin, int *ret_std
         FUZZ_ASSERT(current.pid < 0);
         n_starts++;
         current = spare.pid > 0 ? spare : waiter_new();
+        current.ignores_term = current.got_discover = current.got_initialize = current.first_request_seen = false;
+        current.lines_out = 0;
         spare = WAITER_NONE;
         FUZZ_ASSERT(pipe2(in, O_CLOEXEC | O_NONBLOCK) == 0);
         FUZZ_ASSERT(pipe2(out, O_CLOEXEC | O_NONBLOCK) == 0);
@@ -176,10 +190,10 @@ int process_spawn(const Backend *b, pid_t *ret_pid, int *ret_stdin, int *ret_std
 }
 
 /* The shim's signals (a stop that runs out of grace, on_child()'s kill of the group): its process
- * dies of any of them. Only ever our current waiter, through its pidfd: nothing else is signalled. */
+ * dies of any of them, but of SIGTERM when it ignores that ("G"). Only ever our current waiter,
+ * through its pidfd: nothing else is signalled. */
 void process_kill(pid_t pid, int sig) {
-        (void) sig;
-        if (pid > 0 && pid == current.pid)
+        if (pid > 0 && pid == current.pid && !(sig == SIGTERM && current.ignores_term))
                 current_end(-1);
 }
 
@@ -249,6 +263,7 @@ typedef struct Peer {
         unsigned sent[MAX_SEEN], answered[MAX_SEEN];
         unsigned requests[MAX_SEEN], cancels[MAX_SEEN]; /* valid requests under it; its cancellations */
         bool half_closed;
+        char states[2][128]; /* the requestStates the shim handed this session last ([0]) and before */
         /* The shim's requests to this session (keys: their ids decoded), and whether the session
          * answered each, or the shim withdrew it. */
         char *upcalls[MAX_UPCALLS];
@@ -404,6 +419,14 @@ static void check_to_client(Peer *p, const Message *m) {
                 FUZZ_ASSERT(was_seen(p, m->id_text, strlen(m->id_text)));
         if (m->kind == JSONRPC_RESPONSE && m->id_text)
                 count_id(p, m->id_text, true);
+        if (m->kind == JSONRPC_RESPONSE && message_json(m)) {
+                const char *state = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+                        cJSON_GetObjectItemCaseSensitive(message_json(m), "result"), "requestState"));
+                if (state && strlen(state) < sizeof p->states[0]) {
+                        memcpy(p->states[1], p->states[0], sizeof p->states[0]);
+                        strcpy(p->states[0], state);
+                }
+        }
         if (m->kind == JSONRPC_REQUEST)
                 FUZZ_ASSERT(strncmp(m->id_text, "\"" UPCALL_ID_PREFIX, strlen(UPCALL_ID_PREFIX) + 1) == 0);
         if (m->kind == JSONRPC_NOTIFICATION && streq(m->method, "notifications/progress"))
@@ -411,12 +434,29 @@ static void check_to_client(Peer *p, const Message *m) {
                         FUZZ_ASSERT(was_seen(p, f[i].text, f[i].len));
 }
 
+/* A process that died on server/discover (sent it, answered nothing, was sent nothing else, died while
+ * starting) was a handshake-era server: the next process is initialized, not probed again
+ * (probe_died()). Set at such a death, checked at the next process's first request. */
+static bool expect_initialize_first;
+
 static void check_to_backend(Peer *k, const Message *m) {
         IdField f[16];
         size_t n = ids_fields(m, f, ELEMENTSOF(f));
 
         if (m->kind == JSONRPC_REQUEST)
                 FUZZ_ASSERT(is_integer(m->id_text));
+        if (m->kind == JSONRPC_REQUEST && current.pid > 0) {
+                if (!current.first_request_seen && expect_initialize_first) {
+                        if (!streq(m->method, "initialize"))
+                                fprintf(stderr, "a process died on server/discover; the next one was sent %s\n",
+                                        m->method);
+                        FUZZ_ASSERT(streq(m->method, "initialize"));
+                        expect_initialize_first = false;
+                }
+                current.first_request_seen = true;
+                current.got_discover |= streq(m->method, "server/discover");
+                current.got_initialize |= streq(m->method, "initialize");
+        }
         if (m->kind == JSONRPC_RESPONSE && m->id_text)
                 FUZZ_ASSERT(was_seen(k, m->id_text, strlen(m->id_text)));
         if (m->kind == JSONRPC_NOTIFICATION && streq(m->method, "notifications/cancelled"))
@@ -471,6 +511,9 @@ static size_t k_partial_len;
 static void backend_write(Peer *k, sd_event *e, const char *text, size_t len, bool newline) {
         struct iovec iov[2] = {{(void *) text, len}, {(void *) "\n", newline}};
         size_t left = len + newline;
+
+        if (newline && current.pid > 0)
+                current.lines_out++;
 
         for (int tries = 0; left > 0 && tries < 64; tries++) {
                 ssize_t n = writev(started_out, iov, 2);
@@ -619,13 +662,69 @@ static int exit_status(const char *line, size_t len) {
         return len >= 2 && line[1] >= '0' && line[1] <= '9' ? line[1] - '0' : -1;
 }
 
+/* A session's line with "$S" in it: that is the requestState the shim handed this session last, "$R"
+ * the one before, "$T" the one it handed the other session last ("" where there is none), so that an
+ * input can retry a call for real (a state is a keyed secret no input could guess), or with an
+ * earlier round's state or another session's. NULL: the line has none of them. */
+static char *with_states(const Peer *p, const Peer *other, const char *line, size_t len, size_t *ret_len) {
+        char *out;
+        size_t n = 0;
+
+        if (!memmem(line, len, "$S", 2) && !memmem(line, len, "$R", 2) && !memmem(line, len, "$T", 2))
+                return NULL;
+        out = malloc(len * sizeof p->states[0] + 1);
+        FUZZ_ASSERT(out);
+        for (size_t j = 0; j < len; j++) {
+                const char *state = j + 1 < len && line[j] == '$' ? line[j + 1] == 'S'   ? p->states[0]
+                                                                    : line[j + 1] == 'R' ? p->states[1]
+                                                                    : line[j + 1] == 'T' ? other->states[0]
+                                                                                         : NULL
+                                                                  : NULL;
+                if (!state) {
+                        out[n++] = line[j];
+                        continue;
+                }
+                memcpy(out + n, state, strlen(state));
+                n += strlen(state);
+                j++;
+        }
+        *ret_len = n;
+        return out;
+}
+
+/* "U": the backend is up from the start as a process of its own, started ahead of any session
+ * (instance_start_ahead()) and initialized by the harness, so that the input's lines can kill it. */
+static Instance *backend_up(Shim *s, Peer *k, sd_event *e) {
+        static const char answer[] =
+                "{\"jsonrpc\":\"2.0\",\"id\":0,\"result\":{\"protocolVersion\":\"2025-06-18\",\"capabilities\":"
+                "{\"tools\":{},\"prompts\":{},\"logging\":{},\"resources\":{\"subscribe\":true}},"
+                "\"serverInfo\":{\"name\":\"k\",\"version\":\"1\"}}}";
+        Instance *i;
+
+        FUZZ_ASSERT(instance_start_ahead(s) == 0);
+        i = s->instances;
+        FUZZ_ASSERT(i && i->state == INSTANCE_STARTING);
+        drain_backend(k, 'U');
+        note_sent(k, answer, strlen(answer));
+        backend_write(k, e, answer, strlen(answer), true);
+        for (int round = 0; round < 16 && i->state != INSTANCE_READY; round++) {
+                drain_backend(k, 'U');
+                (void) sd_event_run(e, 0);
+        }
+        drain_backend(k, 'U');
+        FUZZ_ASSERT(i->state == INSTANCE_READY);
+        return i;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         static sd_event *e;
         static Peer a, b, k;
         Shim s = {};
         Client *ca, *cb;
         Instance *i;
-        char mode = size > 0 && (data[0] == 'S' || data[0] == 'D') && (size == 1 || data[1] == '\n') ? data[0] : 0;
+        char mode = size > 0 && (data[0] == 'S' || data[0] == 'D' || data[0] == 'U') && (size == 1 || data[1] == '\n')
+                            ? data[0]
+                            : 0;
         unsigned fds_before;
         int sv[2];
 
@@ -651,6 +750,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         may_spawn = mode;
         n_starts = k_starts = 0;
         k_wedged = false;
+        expect_initialize_first = false;
         partial_reset();
         for (Peer *p = &a; p; p = p == &a ? &b : p == &b ? &k : NULL)
                 peer_reset(p);
@@ -659,8 +759,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         s.backend = &s.manifest->backends[0];
         s.upcalls = hashmap_new();
         FUZZ_ASSERT(s.upcalls);
-        /* "S": an earlier start learned a handshake-era backend, so initialize goes first. */
-        s.learned_era = mode == 'S' ? BACKEND_ERA_LEGACY : BACKEND_ERA_UNKNOWN;
+        /* "S" (and "U"): an earlier start learned a handshake-era backend, so initialize goes first. */
+        s.learned_era = mode == 'S' || mode == 'U' ? BACKEND_ERA_LEGACY : BACKEND_ERA_UNKNOWN;
+        if (mode == 'U')
+                backend_up(&s, &k, e);
         ca = connect_client(&s, &a);
         cb = connect_client(&s, &b);
         i = ca->instance;
@@ -728,7 +830,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         started_in = k.fd = safe_close(started_in); /* ... its stdin */
                 else if (line[0] == 'W' && mode)
                         k_wedged = true; /* it reads its stdin no more: what comes stays in the pipe */
+                else if (line[0] == 'G' && mode)
+                        current.ignores_term = true; /* it ignores SIGTERM (and its stdin's end) */
                 else if ((line[0] == 'K' || line[0] == 'Z') && mode) {
+                        /* One that dies on server/discover, having answered nothing: see check_to_backend(). */
+                        if (current.pid > 0 && current.got_discover && !current.got_initialize &&
+                            current.lines_out == 0 && i->state == INSTANCE_STARTING)
+                                expect_initialize_first = true;
                         /* The backend's process dies: "K" with its pipes (they close, what it wrote of a
                          * line is all there is, what it did not read stays unread), "Z" leaving them
                          * open (held by a child of its own, which the shim's kill of the group ends). */
@@ -741,10 +849,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 } else if (line[0] == 'a' || line[0] == 'b') {
                         Peer *p = line[0] == 'a' ? &a : &b;
                         Client *c = line[0] == 'a' ? ca : cb;
+                        size_t l = len - 1;
+                        _cleanup_free_ char *retry = NULL;
+
                         if (!c || p->half_closed)
                                 continue;
-                        note_sent(p, line + 1, len - 1);
-                        client_handle_line(c, line + 1, len - 1);
+                        retry = with_states(p, p == &a ? &b : &a, line + 1, len - 1, &l);
+                        note_sent(p, retry ?: line + 1, l);
+                        client_handle_line(c, retry ?: line + 1, l);
                 } else if (!mode) {
                         note_sent(&k, line + 1, len - 1);
                         instance_handle_backend_line(i, line + 1, len - 1);
@@ -807,6 +919,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 if (mode)
                         check_nothing_stuck(&s);
                 break;
+        }
+        /* A stop ends its process, whether that heeds SIGTERM or not ("G"): once the stop's timers run
+         * out (its stdin's grace, then SIGTERM's), it is gone. */
+        for (Instance *j = s.instances; mode && j; j = j->next) {
+                pid_t stopping = j->state == INSTANCE_STOPPING ? j->pid : 0;
+
+                for (int round = 0; stopping > 0 && stopping == current.pid && round < 16; round++) {
+                        timer_elapse(j);
+                        drain(&a, false);
+                        drain(&b, false);
+                        drain_backend(&k, mode);
+                        (void) sd_event_run(e, 0);
+                        shim_on_update(&s);
+                        session_closed(&s, &a, &ca);
+                        session_closed(&s, &b, &cb);
+                }
+                if (stopping > 0 && stopping == current.pid)
+                        fprintf(stderr, "backend process %d outlived its stop (stop stage %u)\n", (int) stopping,
+                                j->stop_stage);
+                FUZZ_ASSERT(stopping <= 0 || stopping != current.pid);
         }
         client_free(ca);
         client_free(cb);
