@@ -13,6 +13,7 @@
 #include <systemd/sd-event.h>
 
 #include "duration.h"
+#include "envfile.h"
 #include "event-util.h"
 #include "framing.h"
 #include "log.h"
@@ -446,6 +447,13 @@ static int run(const char *manifest_path, const char *name_arg, size_t max_line)
                 return log_error_errno(-EMEDIUMTYPE, "Backend '%s' lives on %s by %s: this host has no command to run.",
                                        name, s.backend->remote.host, manifest_path);
 
+        /* secret_env: what the unit hands us from the backend's secrets file (EnvironmentFile=). */
+        for (char **v = s.backend->secret_env; v && *v; v++)
+                if (!getenv(*v) && !strv_env_get(s.backend->env, *v))
+                        log_warning("Backend '%s' names %s in secret_env, but the shim's environment lacks it: the "
+                                    "backend starts without it (mcp-lazy@%s.service reads it from its secrets file, "
+                                    "/etc/mcp-lazy/secrets/%s.env; a shim started otherwise gets none).",
+                                    name, *v, name, name);
         s.learned_era = era_state_load(&s);
 
         r = event_new(on_terminate, &s, &e);

@@ -70,6 +70,12 @@ before(async () => {
 after(async () => box && (await box.stop()));
 
 test("import as root: the values go to a root-only file the unit reads, the manifest keeps their names", async () => {
+  const d = await tryIn(`cd /root && ${AS_ROOT} ${MCP_LAZY} import --dry-run --from /root/vault.json`);
+  assert.equal(d.code, 0, d.stdout + d.stderr);
+  assert.match(d.stdout, /^--- \/etc\/mcp-lazy\/secrets\/vault\.env \(would be written, mode 0600, for root alone: API_TOKEN, MULTI; values not shown\)$/m);
+  assert.match(d.stdout, /^ {4}secret_env: \[API_TOKEN, MULTI\]$/m);
+  assert.ok(!(d.stdout + d.stderr).includes(MARK), d.stdout + d.stderr);
+  assert.equal((await tryIn("ls /etc/mcp-lazy/secrets /etc/mcp-lazy/manifest.yaml")).code, 2, "the dry run wrote nothing");
   const r = await tryIn(`cd /root && ${AS_ROOT} ${MCP_LAZY} import --from /root/vault.json`);
   assert.equal(r.code, 0, r.stdout + r.stderr);
   assert.match(r.stdout, /^Wrote \/etc\/mcp-lazy\/secrets\/vault\.env \(API_TOKEN, MULTI; mode 0600: root reads it, for mcp-lazy@vault\.service\)$/m);
@@ -162,4 +168,29 @@ test("refresh moves the values of an older manifest (or one edited by hand) into
   assert.equal(await readableLeaks(), "");
   // vault's file was left as it was.
   assert.match(await sh("cat /etc/mcp-lazy/secrets/vault.env"), /^API_TOKEN="s3cr3t-\\"dq\\" 'sq' \\\$HOME \\`id\\` \\\\ ü"$/m);
+});
+
+test("a shim started without the unit (the frontend's direct activation) says the secrets are missing", async () => {
+  // Only the unit reads the secrets file: a shim the frontend starts itself has none, and says so.
+  // (The frontend starts one itself when nothing listens on the socket.)
+  await sh("systemctl stop mcp-lazy@vault.socket mcp-lazy@vault.service");
+  const [cmd, ...pre] = box.nsenterArgs();
+  const transport = new StdioClientTransport({
+    command: cmd,
+    args: [...pre, "env", "HOME=/root", MCP_LAZY, "--backend", "vault", "--activation=direct", "--shimd", SHIMD],
+    stderr: "pipe",
+  });
+  let stderr = "";
+  transport.stderr?.on("data", (d) => (stderr += d));
+  const client = new Client({ name: "secrets-test", version: "1.0.0" });
+  await client.connect(transport).catch((e) => assert.fail(`${e.message}\n${stderr}`));
+  try {
+    const r = await client.callTool({ name: "echo", arguments: { message: "x" } });
+    assert.equal(r.isError, true, JSON.stringify(r) + stderr);
+  } finally {
+    await client.close();
+  }
+  assert.match(stderr, /Backend 'vault' names API_TOKEN in secret_env, but the shim's environment lacks it: the backend starts without it \(mcp-lazy@vault\.service reads it from its secrets file, \/etc\/mcp-lazy\/secrets\/vault\.env; a shim started otherwise gets none\)\./);
+  assert.match(stderr, /API_TOKEN is not set/);
+  assert.ok(!stderr.includes(MARK), stderr);
 });
