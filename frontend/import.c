@@ -478,10 +478,6 @@ static int store_command(ManifestDoc *doc, const Target *t) {
         r = manifest_doc_set_backend_key(doc, t->backend, "command", TAKE_PTR(argv));
         if (r >= 0)
                 r = manifest_doc_set_backend_key(doc, t->backend, "env", TAKE_PTR(env));
-        /* The client's env is the server's whole env: what a secrets file held before is replaced
-         * (written anew from env when the manifest is). */
-        if (r >= 0)
-                r = manifest_doc_set_backend_key(doc, t->backend, "secret_env", NULL);
         if (r >= 0)
                 r = manifest_doc_set_backend_key(doc, t->backend, "cwd", t->cwd ? cJSON_CreateString(t->cwd) : NULL);
         /* The era import found (it probes as a dual-era client): the shim need not probe again. */

@@ -34,7 +34,7 @@ int secrets_path(const char *manifest_path, const char *backend, char **ret);
 /* The variables of backend's secrets file ("KEY=VALUE"); *ret_error says which file and why. */
 int secrets_read(const char *manifest_path, const char *backend, char ***ret_env, char **ret_error);
 /* Moves each backend's env values (but those of the shim's own) into its secrets file, over the
- * values the file holds for the names secret_env lists, and records the names in secret_env. Each
+ * values the file holds already (which stay), and records the file's names in secret_env. Each
  * file is written (or, with dry_run, said) before anything else; errors are said on stderr. */
 int secrets_split(ManifestDoc *doc, bool dry_run);
 /* Whether some backend has env values that secrets_split() would move. */

@@ -127,8 +127,8 @@ static int backend_put_secret_env(YNode *b, size_t at, YNode *stays, YNode *name
         return 0;
 }
 
-/* One backend: its env values that may move into its file, merged over what the file holds when the
- * manifest names some already. 0: nothing to move. */
+/* One backend: its env values that may move into its file, merged over what the file holds. 0:
+ * nothing to move. */
 static int backend_split(ManifestDoc *doc, const char *name, YNode *b, bool dry_run) {
         _cleanup_strv_free_ char **secrets = NULL;
         _cleanup_free_ char *path = NULL, *err = NULL, *shown = NULL;
@@ -148,15 +148,14 @@ static int backend_split(ManifestDoc *doc, const char *name, YNode *b, bool dry_
         r = secrets_path(doc->path, name, &path);
         if (r < 0)
                 return r;
-        if (ynode_get(b, "secret_env")) {
-                /* Values it has there already stay, unless the manifest's env sets them anew. */
-                r = secrets_read(doc->path, name, &secrets, &err);
-                if (r == -ENOENT)
-                        r = 0;
-                if (r < 0) {
-                        fprintf(stderr, "mcp-lazy: cannot read %s; nothing was changed\n", err ?: path);
-                        return r;
-                }
+        /* Values the file has already (an earlier import's, or written by hand) stay, unless the
+         * manifest's env sets them anew: nothing is lost. */
+        r = secrets_read(doc->path, name, &secrets, &err);
+        if (r == -ENOENT)
+                r = 0;
+        if (r < 0) {
+                fprintf(stderr, "mcp-lazy: cannot read %s; nothing was changed\n", err ?: path);
+                return r;
         }
         for (char **v = secrets; v && *v; v++)
                 n++;

@@ -152,19 +152,22 @@ test("undo puts the configs back byte for byte; the secret stays where only root
 });
 
 test("refresh moves the values of an older manifest (or one edited by hand) into secrets files", async () => {
-  // A backend as an older import wrote it: its env in the manifest, which the group reads.
-  await sh(`sed -i 's/^backends:$/backends:\\n  old:\\n    command: [sh, -c, "exit 1"]\\n    env: {OLD_TOKEN: ${MARK}old}/' /etc/mcp-lazy/manifest.yaml
+  // A backend as an older import wrote it: its env in the manifest, which the group reads; and a
+  // secret its admin already moved into its file by hand, as the README said before (kept).
+  await sh(`install -m 0600 /dev/stdin /etc/mcp-lazy/secrets/old.env <<<"# by hand"$'\\n'"HAND_TOKEN='${MARK}hand'"
+    sed -i 's/^backends:$/backends:\\n  old:\\n    command: [sh, -c, "exit 1"]\\n    env: {OLD_TOKEN: ${MARK}old}/' /etc/mcp-lazy/manifest.yaml
     grep -q 'OLD_TOKEN: ${MARK}old' /etc/mcp-lazy/manifest.yaml`);
   const c = await tryIn(`${MCP_LAZY} refresh --check vault`);
   assert.equal(c.code, 1, c.stdout + c.stderr);
   assert.match(c.stdout, /^The manifest holds env values that the socket group can read: 'mcp-lazy refresh' moves them into secrets files\.$/m);
   const r = await tryIn(`${MCP_LAZY} refresh vault`);
   assert.equal(r.code, 0, r.stdout + r.stderr);
-  assert.match(r.stdout, /^Wrote \/etc\/mcp-lazy\/secrets\/old\.env \(OLD_TOKEN; mode 0600/m);
+  assert.match(r.stdout, /^Wrote \/etc\/mcp-lazy\/secrets\/old\.env \(HAND_TOKEN, OLD_TOKEN; mode 0600/m);
   const manifest = await sh("cat /etc/mcp-lazy/manifest.yaml");
   assert.ok(!manifest.includes(MARK), manifest);
-  assert.match(manifest, /^ {4}secret_env: \[OLD_TOKEN\]$/m);
-  assert.equal(await sh("stat -c '%a %U' /etc/mcp-lazy/secrets/old.env; cat /etc/mcp-lazy/secrets/old.env"), `600 root\nOLD_TOKEN="${MARK}old"\n`);
+  assert.match(manifest, /^ {4}secret_env: \[HAND_TOKEN, OLD_TOKEN\]$/m);
+  assert.equal(await sh("stat -c '%a %U' /etc/mcp-lazy/secrets/old.env; cat /etc/mcp-lazy/secrets/old.env"),
+    `600 root\nHAND_TOKEN="${MARK}hand"\nOLD_TOKEN="${MARK}old"\n`);
   assert.equal(await readableLeaks(), "");
   // vault's file was left as it was.
   assert.match(await sh("cat /etc/mcp-lazy/secrets/vault.env"), /^API_TOKEN="s3cr3t-\\"dq\\" 'sq' \\\$HOME \\`id\\` \\\\ ü"$/m);
