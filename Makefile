@@ -96,7 +96,8 @@ HOT_PATH := on_in channel_dispatch_lines line_buffer_next channel_read line_buff
 $(B)/hot-path.ld: Makefile
 	@mkdir -p $(dir $@)
 	@{ echo 'SECTIONS { .text.hot_path : {'; for f in $(HOT_PATH); do echo "*(.text.$$f .text.$$f.*)"; done; \
-	  echo '} } INSERT BEFORE .text;'; } > $@
+	  echo '} } INSERT BEFORE .text;'; \
+	  echo 'SECTIONS { mcp_lazy_hot : ALIGN(64) { *(mcp_lazy_hot) } } INSERT AFTER .data;'; } > $@
 
 # A name in HOT_PATH that no object of either program defines (renamed, gone, or inlined wherever it is
 # called) is no longer placed, and nothing else would tell: the build warns, naming it.
