@@ -19,8 +19,8 @@ const char *const id_paths[_ID_PATH_MAX][ID_PATH_DEPTH + 1] = {
         [ID_PATH_RESULT_TASKS] = {"result", "tasks"},
 };
 
-/* method NULL: any message of that kind. Eras add their methods' fields here. 16 bytes a rule: a request's
- * two (its id, a progress token) are one 64-byte line, read on every message. */
+/* method NULL: any message of that kind. Eras add their methods' fields here. A message's path reads the
+ * rules' paths and id kinds from rule_index (below), not from here. */
 typedef struct IdRule {
         const char *method;
         unsigned char kind;    /* JsonRpcKind */
@@ -29,7 +29,7 @@ typedef struct IdRule {
 } IdRule;
 
 #define RULE(k, m, p, ik) {.method = (m), .kind = (k), .path = (p), .id_kind = (ik)}
-static const IdRule id_rules[] __attribute__((aligned(64))) = {
+static const IdRule id_rules[] = {
         RULE(JSONRPC_REQUEST, NULL, ID_PATH_ID, ID_KIND_REQUEST),
         RULE(JSONRPC_RESPONSE, NULL, ID_PATH_ID, ID_KIND_REQUEST),
         RULE(JSONRPC_REQUEST, NULL, ID_PATH_PARAMS_META_PROGRESS, ID_KIND_PROGRESS),
@@ -41,7 +41,6 @@ static const IdRule id_rules[] __attribute__((aligned(64))) = {
         RULE(JSONRPC_NOTIFICATION, "notifications/tasks/status", ID_PATH_PARAMS_TASK_ID, ID_KIND_TASK),
         RULE(JSONRPC_RESPONSE, NULL, ID_PATH_RESULT_TASK_ID, ID_KIND_TASK),
 };
-_Static_assert(sizeof(IdRule) == 16, "a rule is 16 bytes");
 _Static_assert(_ID_PATH_MAX <= 256 && JSONRPC_INVALID < 256, "a rule's fields are bytes");
 
 /* Whether the rule names this method: its first two bytes settle most of them without a call. */
@@ -57,12 +56,20 @@ static struct {
         bool made;
         unsigned char n_pairs;
         char pairs[ELEMENTSOF(id_rules)][2];
-} rule_index _hot_ __attribute__((aligned(8))); /* 40 bytes, read by every message */
+        /* Each rule's path and id kind, which a message's fields are found and mapped by: the table
+         * itself (pointers: relocated, read-only after start) sits on a page of its own that no other
+         * part of a message's path reads. */
+        unsigned char path[ELEMENTSOF(id_rules)], id_kind[ELEMENTSOF(id_rules)];
+} rule_index _hot_ __attribute__((aligned(8))); /* 64 bytes, read by every message */
+_Static_assert(sizeof(rule_index) <= 64, "the rule index is one 64-byte line");
 
 static void rule_index_make(void) {
         for (size_t i = 0; i < ELEMENTSOF(id_rules); i++) {
                 const char *rm = id_rules[i].method;
                 size_t k = 0;
+
+                rule_index.path[i] = id_rules[i].path;
+                rule_index.id_kind[i] = id_rules[i].id_kind;
 
                 if (!rm) {
                         rule_index.any_method[id_rules[i].kind] |= UINT32_C(1) << i;
@@ -116,24 +123,27 @@ uint32_t ids_rules_of(JsonRpcKind kind, const char *method) {
         return rules;
 }
 
-/* The field of m that the rule names, if m has one there. */
-static inline bool rule_field(const Message *m, const IdRule *r, IdField *ret) {
-        Span s = message_span(m, r->path);
+/* The field of m that rule i names, if m has one there. */
+static inline bool rule_field(const Message *m, unsigned i, IdField *ret) {
+        IdPath p = rule_index.path[i];
+        Span s = message_span(m, p);
 
         if (s.len == 0)
                 return false;
         *ret = (IdField){
-                .path = r->path,
-                .kind = r->id_kind,
+                .path = p,
+                .kind = rule_index.id_kind[i],
                 .text = m->text + s.start,
                 .len = s.len,
-                .value = m->json ? value_at(m->json, r->path) : NULL,
+                .value = m->json ? value_at(m->json, p) : NULL,
         };
         return true;
 }
 
 /* The rules of m's kind and method, picked when the message was parsed (bit i: the i-th rule). */
 static inline uint32_t rules_of(const Message *m) {
+        if (!rule_index.made) /* a message's rules come from ids_rules_of(), which made it */
+                rule_index_make();
         return m->kind == JSONRPC_INVALID ? 0 : m->id_rules;
 }
 
@@ -143,7 +153,7 @@ size_t ids_fields(const Message *m, IdField *ret, size_t n) {
         for (uint32_t e = rules_of(m); e; e &= e - 1) {
                 IdField f;
 
-                if (!rule_field(m, &id_rules[__builtin_ctz(e)], &f))
+                if (!rule_field(m, (unsigned) __builtin_ctz(e), &f))
                         continue;
                 if (k < n)
                         ret[k] = f;
@@ -168,7 +178,7 @@ static int ids_splices(const Message *m, id_map_t map, void *userdata, Splice s[
                 char *t = NULL;
                 int r;
 
-                if (!rule_field(m, &id_rules[__builtin_ctz(e)], &f))
+                if (!rule_field(m, (unsigned) __builtin_ctz(e), &f))
                         continue;
                 r = map(userdata, &f, &t);
                 if (r < 0) {
@@ -195,7 +205,7 @@ static inline void ids_splices_free(char *owned[static ELEMENTSOF(id_rules)], si
 
 int ids_translate(const Message *m, id_map_t map, void *userdata, char **ret_text, size_t *ret_len) {
         Splice s[ELEMENTSOF(id_rules)];
-        char *owned[ELEMENTSOF(id_rules)] = {};
+        char *owned[ELEMENTSOF(id_rules)]; /* ids_splices() writes the first k */
         size_t k = 0;
         int r = ids_splices(m, map, userdata, s, owned, &k);
 
@@ -211,7 +221,7 @@ int ids_translate(const Message *m, id_map_t map, void *userdata, char **ret_tex
 int ids_translate_buf(const Message *m, id_map_t map, void *userdata, char *buf, size_t size, char **ret_text,
                       size_t *ret_len) {
         Splice s[ELEMENTSOF(id_rules)];
-        char *owned[ELEMENTSOF(id_rules)] = {};
+        char *owned[ELEMENTSOF(id_rules)]; /* ids_splices() writes the first k */
         size_t k = 0;
         int r = ids_splices(m, map, userdata, s, owned, &k);
 
@@ -223,7 +233,7 @@ int ids_translate_buf(const Message *m, id_map_t map, void *userdata, char *buf,
 
 int ids_translate_send(const Message *m, id_map_t map, void *userdata, ids_send_t send, void *send_userdata) {
         Splice s[ELEMENTSOF(id_rules)];
-        char *owned[ELEMENTSOF(id_rules)] = {};
+        char *owned[ELEMENTSOF(id_rules)]; /* ids_splices() writes the first k */
         struct iovec iov[2 * ELEMENTSOF(id_rules) + 1];
         size_t k = 0, n = 0, at = 0;
         int r = ids_splices(m, map, userdata, s, owned, &k);
