@@ -604,7 +604,7 @@ static int send_to_backend(Instance *i, Route *r, const Message *m) {
 
 static void forward_request(Instance *i, Client *c, const Message *m) {
         size_t method_len, id_len, room;
-        bool block;
+        bool block, is_tool_call;
         Route *r;
         int k;
 
@@ -613,6 +613,7 @@ static void forward_request(Instance *i, Client *c, const Message *m) {
         /* One allocation holds the route, the client's id (next to the route's fields: an answer reads
          * both), the method's name and what goes to the backend (the request with our ids, which are
          * seldom much longer than the client's). */
+        is_tool_call = method_is_literal(m->method, "tools/call");
         method_len = strlen(m->method);
         id_len = strlen(m->id_text);
         room = m->len + ROUTE_SENT_SLACK + 1;
@@ -625,10 +626,10 @@ static void forward_request(Instance *i, Client *c, const Message *m) {
                 .backend_id = i->next_id++,
                 .instance = i,
                 .client = c,
-                .is_tool_call = method_is(m->method, "tools/call"),
+                .is_tool_call = is_tool_call,
         };
         /* Not for a tools/call: its method begins as "tasks/list" does, which would be read to tell. */
-        r->is_tasks_list = !r->is_tool_call && method_is(m->method, "tasks/list");
+        r->is_tasks_list = !r->is_tool_call && method_is_literal(m->method, "tasks/list");
         r->client_id = r->own_id = memcpy((char *) (r + 1), m->id_text, id_len + 1);
         r->client_id_len = id_len;
         r->method = memcpy(r->own_id + id_len + 1, m->method, method_len + 1);
