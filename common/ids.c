@@ -188,7 +188,7 @@ static int ids_splices(const Message *m, id_map_t map, void *userdata, Splice s[
                 if (r == 0 || !t)
                         continue;
                 owned[k] = r == IDS_MAP_BORROWED ? NULL : t;
-                s[k++] = (Splice){{(size_t) (f.text - m->text), f.len}, t, strlen(t)};
+                s[k++] = (Splice){{(size_t) (f.text - m->text), f.len}, t, short_strlen(t)};
         }
         if (k > 1)
                 qsort(s, k, sizeof *s, cmp_fields);

@@ -614,8 +614,8 @@ static void forward_request(Instance *i, Client *c, const Message *m) {
          * both), the method's name and what goes to the backend (the request with our ids, which are
          * seldom much longer than the client's). */
         is_tool_call = method_is_literal(m->method, "tools/call");
-        method_len = strlen(m->method);
-        id_len = strlen(m->id_text);
+        method_len = is_tool_call ? sizeof("tools/call") - 1 : short_strlen(m->method);
+        id_len = message_id_len(m);
         room = m->len + ROUTE_SENT_SLACK + 1;
         r = route_alloc(sizeof *r + method_len + 1 + id_len + 1 + room);
         if (!r)
@@ -899,7 +899,7 @@ static int map_to_client(void *userdata, const IdField *f, char **ret) {
 
         if (f->kind == ID_KIND_TASK)
                 task_record(t->i, f, r->client);
-        if (!text || (len == f->len && memcmp(text, f->text, f->len) == 0))
+        if (!text || (len == f->len && short_memeq(text, f->text, f->len)))
                 return 0;
         *ret = (char *) text; /* the route's: it outlives the translation */
         return IDS_MAP_BORROWED;
