@@ -35,8 +35,9 @@ typedef struct OutChunk {
 } OutChunk;
 
 /* Laid out by 64-byte cache line (channel_new() aligns it to one): a wakeup that reads this channel
- * touches the first two lines, one that writes to it the second and third, and the rest only where a
- * connection starts, stalls or ends. A process woken after a slow backend finds these lines cold. */
+ * touches the first two lines, one that writes to it (a message the peer takes at once) the third alone,
+ * and the rest only where a connection starts, stalls or ends. A process woken after a slow backend finds
+ * these lines cold. */
 struct Channel {
         /* Reading: */
         LineBuffer lines;
@@ -59,15 +60,17 @@ struct Channel {
          * calls that would change nothing (two per flush, into libsystemd, on the warm path). */
         bool in_source_on, out_source_on;
         bool in_pollable, out_pollable; /* regular files cannot be polled: plain read/write them */
-        /* Writing: */
-        OutChunk *out_head, *out_tail;
+        /* Writing (out_bytes above is 0 whenever out_head is NULL: a send written at once reads only this
+         * line): */
+        OutChunk *out_head __attribute__((aligned(64))), *out_tail;
         uint64_t sent_total, written_total;
         Channel *batch_next;
         sd_event_source *out_source;
         int out_fd;
         bool batched; /* output queued during a burst, written when the burst ends (see batch_end()) */
         bool close_write_pending, write_closed;
-        bool was_backed_up; /* went past the high-water mark: report CHANNEL_DRAINED when below half */
+        bool was_backed_up;  /* went past the high-water mark: report CHANNEL_DRAINED when below half */
+        bool out_connecting; /* connecting, as the writing side asks it (set and cleared with it) */
         /* The rest: */
         sd_event *event;
         sd_event_source *file_source, *error_source;
@@ -312,7 +315,7 @@ static void channel_finish_close_write(Channel *c) {
 }
 
 static void channel_flush(Channel *c) {
-        if (c->connecting)
+        if (c->out_connecting)
                 return; /* on_out writes once the connect is done */
         while (c->out_head) {
                 struct iovec iov[16];
@@ -375,7 +378,7 @@ static int on_out(sd_event_source *s, int fd, uint32_t revents, void *userdata) 
                         channel_error_write(c, -error);
                         return 0;
                 }
-                c->connecting = false;
+                c->connecting = c->out_connecting = false;
         }
         c->dispatching++;
         channel_flush(c);
@@ -690,7 +693,7 @@ fail:
 int channel_set_connecting(Channel *c) {
         if (!c->out_source)
                 return -EINVAL;
-        c->connecting = true;
+        c->connecting = c->out_connecting = true;
         channel_update_reading(c);
         c->out_source_on = true;
         return sd_event_source_set_enabled(c->out_source, SD_EVENT_ON);
@@ -756,7 +759,7 @@ static void out_copy(OutChunk *o, const struct iovec *iov, size_t n) {
  * it still goes in whole or not at all). A request or an answer then touches no chunk (16 KiB, with
  * its own lines and page) on its way, in a process that wakes up cache-cold after a slow backend. */
 static bool may_write_now(const Channel *c, size_t n, size_t len) {
-        return n <= WRITE_NOW_PARTS && len < OUT_CHUNK_SIZE && n_chunk_cache > 0 && !c->connecting &&
+        return n <= WRITE_NOW_PARTS && len < OUT_CHUNK_SIZE && n_chunk_cache > 0 && !c->out_connecting &&
                (batch_depth == 0 || burst_ending());
 }
 
@@ -896,12 +899,13 @@ void channel_set_last_line(Channel *c, bool b) {
         c->no_last_line = !b;
 }
 
+/* Asked after each send: out_head first, on the line a send written at once touches anyway. */
 bool channel_backed_up(const Channel *c) {
-        return c->out_bytes > OUT_HIGH_WATER;
+        return c->out_head && c->out_bytes > OUT_HIGH_WATER;
 }
 
 size_t channel_queued(const Channel *c) {
-        return c->out_bytes;
+        return c->out_head ? c->out_bytes : 0;
 }
 
 size_t channel_queued_total(void) {
