@@ -80,8 +80,8 @@ $(S)/%.o: %.c
 # with the scan.
 HOT_PATH_ESCAPED := scan_string_slow
 HOT_PATH := on_in channel_dispatch_lines line_buffer_next channel_read line_buffer_reserve \
-	line_buffer_commit channel_emit on_upconn upconn_handle_line message_parse_envelope scan_text scan_object \
-	scan_array $(HOT_PATH_ESCAPED) ids_rules_of check_id_lengths session_complete hashmap_remove_hashed \
+	line_buffer_commit channel_emit on_upconn upconn_handle_line message_parse_envelope scan_text scan_value \
+	$(HOT_PATH_ESCAPED) ids_rules_of check_id_lengths session_complete hashmap_remove_hashed \
 	upconn_release pending_recycle message_unref session_send_text channel_send channel_sendv chunk_new \
 	channel_backed_up channel_flush chunk_free channel_update_reading on_client session_handle_line \
 	message_is_batch ids_method_kind_mismatch handle_message message_has_envelope handle_tools_call route_to \

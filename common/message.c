@@ -20,6 +20,10 @@
 #include "macros.h"
 #include "message.h"
 
+/* A branch the usual message never takes (an error, a rare form): laid out away from the scan's path,
+ * whose code lines a cold wakeup reads one by one. */
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
 /* A key as the next hop reads it: decoded (escapes), and cut at a decoded NUL as a C string is (and
  * as cJSON's key is). Points into the text when it has no escape, else to a decoded copy of its own
  * (key_owned()). head holds its first 8 bytes (zero past its end): two keys are the same when their
@@ -178,14 +182,14 @@ static PathSlot *path_index_key(unsigned level, const char *key) {
 }
 
 /* Whether the slot's key (at i of this level) is k: its head and length, then the rest of its bytes. */
-static inline bool path_slot_is(unsigned level, unsigned i, const PathSlot *ps, const Key *k) {
+static inline bool path_slot_is(size_t level, unsigned i, const PathSlot *ps, const Key *k) {
         return ps->head == k->head && ps->len == k->len &&
                (k->len <= 8 || memcmp(path_names[level][i] + 8, k->p + 8, k->len - 8) == 0);
 }
 
 /* Past the key's own slot, where a key whose slot another key took went (never with today's tables:
  * path_index_make() says so in collided). */
-static __attribute__((noinline, cold)) const PathSlot *path_index_probe(unsigned level, unsigned own, const Key *k) {
+static __attribute__((noinline, cold)) const PathSlot *path_index_probe(size_t level, unsigned own, const Key *k) {
         for (unsigned i = (own + 1) % PATH_SLOTS; scan_hot.slots[level][i].len; i = (i + 1) % PATH_SLOTS)
                 if (path_slot_is(level, i, &scan_hot.slots[level][i], k))
                         return &scan_hot.slots[level][i];
@@ -193,7 +197,7 @@ static __attribute__((noinline, cold)) const PathSlot *path_index_probe(unsigned
 }
 
 /* The slot of the key k (in bucket h, path_bucket()) at this level, or NULL. */
-static inline const PathSlot *path_index_find(unsigned level, unsigned h, const Key *k) {
+static inline const PathSlot *path_index_find(size_t level, unsigned h, const Key *k) {
         unsigned own = path_slot(h);
         const PathSlot *ps = &scan_hot.slots[level][own];
 
@@ -204,7 +208,7 @@ static inline const PathSlot *path_index_find(unsigned level, unsigned h, const 
         return scan_hot.collided ? path_index_probe(level, own, k) : NULL;
 }
 
-static void path_index_make(void) {
+static __attribute__((noinline, cold)) void path_index_make(void) {
         for (unsigned p = 0; p < SCAN_PATHS; p++)
                 for (unsigned l = 0; l < ID_PATH_DEPTH && scan_path_key(p, l); l++) {
                         path_index_key(l, scan_path_key(p, l))->paths |= 1U << p;
@@ -716,16 +720,17 @@ static int keys_grow(Scanner *sc) {
 /* A key k of the object whose keys start at base, written at keys[n_keys]: duplicates of the first
  * few are found at once, among the keys that share its bucket (only called when one does: else none
  * can be the same). */
-static void keys_compare(Scanner *sc, size_t base, const Key *k, bool top) {
+static void keys_compare(Scanner *sc, size_t base, const Key *k) {
         for (size_t i = base; i < sc->n_keys; i++)
                 if (key_same(&sc->keys[i], k)) {
-                        note_duplicate(sc, k, top);
+                        note_duplicate(sc, k, sc->depth == 1);
                         break;
                 }
 }
 
-static int keys_pop_slow(Scanner *sc, size_t base, bool top) {
+static int keys_pop_slow(Scanner *sc, size_t base) {
         size_t n = sc->n_keys - base;
+        bool top = sc->depth == 1;
 
         if (n > KEYS_PAIRWISE) {
                 _cleanup_free_ Key *sorted = malloc(n * sizeof *sorted);
@@ -748,9 +753,9 @@ static int keys_pop_slow(Scanner *sc, size_t base, bool top) {
 }
 
 /* The object's keys are all there: a large one is checked sorted; then they go (decoded ones freed). */
-static inline __attribute__((always_inline)) int keys_pop(Scanner *sc, size_t base, bool top) {
+static inline __attribute__((always_inline)) int keys_pop(Scanner *sc, size_t base) {
         if (sc->n_keys - base > KEYS_PAIRWISE || sc->n_owned > 0)
-                return keys_pop_slow(sc, base, top);
+                return keys_pop_slow(sc, base);
         sc->n_keys = base;
         return 0;
 }
@@ -801,51 +806,9 @@ static void note_spans(Scanner *sc, uint32_t ends, const uint8_t *vstart, const 
         }
 }
 
-/* mask: the paths whose first 'level' keys lead here. */
-static const uint8_t *scan_value(Scanner *sc, const uint8_t *p, unsigned level, uint32_t mask, bool top);
-static const uint8_t *scan_object(Scanner *sc, const uint8_t *p, unsigned level, uint32_t mask);
-static const uint8_t *scan_array(Scanner *sc, const uint8_t *p, bool top);
-
 /* Past "{}" or "[]" at p, one level in. */
 static const uint8_t *scan_empty(Scanner *sc, const uint8_t *p) {
         return sc->depth >= sc->max_depth ? scan_fail(sc, -E2BIG) : p + 2;
-}
-
-/* A value at p, past any white space before it. Inline where members' values are scanned: most are
- * strings, numbers and literals, which need no call. */
-static inline __attribute__((always_inline)) const uint8_t *scan_value_at(Scanner *sc, const uint8_t *p, unsigned level,
-                                                                           uint32_t mask, bool top) {
-        if (p >= sc->end)
-                return scan_fail(sc, -EBADMSG);
-        /* An empty container inside another ("arguments":{}, "entities":[]) is taken here: no call, no
-         * frame (the top one is the scan's own business: top_object, the batch's elements). */
-        /* Tested in turn, the usual first, not through a switch: a jump table is one more line of
-         * .rodata per container the scan is in (and a line is what a cold wakeup pays for). The empty asm
-         * keeps the compiler from making the chain a switch again (it costs no instruction). */
-        uint8_t c = *p;
-        if (c == '"') {
-                const uint8_t *a, *b;
-                bool e;
-                return scan_string(sc, p, &a, &b, &e);
-        }
-        if (c == '{') {
-                if (p + 1 < sc->end && p[1] == '}' && sc->depth > 0)
-                        return scan_empty(sc, p);
-                return scan_object(sc, p, level, mask);
-        }
-        if (c == '[') {
-                if (p + 1 < sc->end && p[1] == ']' && sc->depth > 0)
-                        return scan_empty(sc, p);
-                return scan_array(sc, p, top);
-        }
-        __asm__("" : "+r"(c));
-        if (c == 't')
-                return scan_literal(sc, p, "true", 4);
-        if (c == 'f')
-                return scan_literal(sc, p, "false", 5);
-        if (c == 'n')
-                return scan_literal(sc, p, "null", 4);
-        return scan_number(sc, p);
 }
 
 /* At a container's opening bracket: steps in, past it and any white space. */
@@ -870,61 +833,187 @@ static inline const uint8_t *scan_next(Scanner *sc, const uint8_t *p, char close
         return *p == close ? p : scan_fail(sc, -EBADMSG);
 }
 
-static const uint8_t *scan_object(Scanner *sc, const uint8_t *p, unsigned level, uint32_t mask) {
-        const uint8_t *e = sc->end;
-        size_t base = sc->n_keys;
-        bool top = sc->depth == 0, more = true;
-        uint64_t buckets = 0; /* the buckets (path_bucket()) of this object's keys so far */
-        int r;
+/* A string value at p, its opening quote: the usual one (plain bytes only) taken inline. */
+static inline __attribute__((always_inline)) const uint8_t *scan_string_value(Scanner *sc, const uint8_t *p) {
+        const uint8_t *q = plain_run(p + 1, sc->end);
 
+        if (q < sc->end && *q == '"')
+                return q + 1;
+        return scan_string_slow(sc, p);
+}
+
+/* A value that is no container (a string, a literal, a number) at p (not past the end), c its first
+ * byte. Tested in turn, the usual first, not through a switch: a jump table is one more line of .rodata
+ * per message (and a line is what a cold wakeup pays for). The empty asm keeps the compiler from making
+ * the chain a switch again (it costs no instruction). */
+static inline __attribute__((always_inline)) const uint8_t *scan_scalar(Scanner *sc, const uint8_t *p, uint8_t c) {
+        if (c == '"')
+                return scan_string_value(sc, p);
+        __asm__("" : "+r"(c));
+        if (c == 't')
+                return scan_literal(sc, p, "true", 4);
+        if (c == 'f')
+                return scan_literal(sc, p, "false", 5);
+        if (c == 'n')
+                return scan_literal(sc, p, "null", 4);
+        return scan_number(sc, p);
+}
+
+/* A container the scan is inside, kept while one nested in it is scanned: what its loop needs again
+ * when that one closes (a recursion's frames were ~3 stack lines a level; this is 40 bytes). */
+typedef struct Level {
+        uint64_t buckets;      /* an object's: the buckets (path_bucket()) of its keys so far */
+        const uint8_t *vstart; /* where the member's value (or the element) being scanned starts */
+        size_t base;           /* an object's: its first key in sc->keys */
+        uint32_t mask;         /* an object's: the paths whose keys so far lead to it */
+        uint32_t ends;         /* an object's: the paths that end at the member being scanned */
+        int8_t member;         /* the top object's: the envelope member being scanned, or -1 */
+        bool object;           /* an object, or an array */
+} Level;
+
+#define LEVELS_INLINE 16U /* levels held without an allocation */
+
+/* Room for one more level past *l (the next free one), which is moved with the levels. */
+static int levels_grow(Level **levels, const Level *levels_inline, Level **l, Level **end) {
+        size_t max = (size_t) (*end - *levels), n = max * 2;
+        Level *nl;
+
+        if (*levels == levels_inline) {
+                nl = malloc(n * sizeof *nl);
+                if (nl)
+                        memcpy(nl, *levels, max * sizeof *nl);
+        } else
+                nl = reallocarray(*levels, n, sizeof *nl);
+        if (!nl)
+                return -ENOMEM;
+        *l = nl + (*l - *levels);
+        *levels = nl;
+        *end = nl + n;
+        return 0;
+}
+
+/* A value at p, past any white space before it: past it, or NULL with sc->error set. mask: the paths
+ * whose keys start at an object here (there: the top one). One loop walks the nesting (bounded by
+ * max_depth as it goes in), with what the object or array being scanned needs in locals and what the
+ * containers around it need again in levels[], the innermost at l - 1. */
+static const uint8_t *scan_value(Scanner *sc, const uint8_t *p, uint32_t mask) {
+        Level levels_inline[LEVELS_INLINE], *levels = levels_inline, *l = levels, *lend = levels + LEVELS_INLINE;
+        const uint8_t *e = sc->end, *vstart = NULL;
+        uint64_t buckets = 0;
+        size_t base = 0;
+        uint32_t ends = 0;
+        int member = -1, r;
+        bool more;
+        uint8_t c;
+
+        p = skip_ws(p, e);
+        if (unlikely(p >= e))
+                goto bad;
+        c = *p;
+        if (c == '[')
+                goto array;
+        if (c == '{') {
+                sc->top_object = true;
+                goto object;
+        }
+        /* Not a container: nothing to come back to. */
+        p = scan_scalar(sc, p, c);
+        goto out;
+
+object: /* at an object's '{', mask its own */
         p = scan_open(sc, p);
-        if (!p)
-                return NULL;
-        sc->top_object = sc->top_object || top;
+        if (unlikely(!p))
+                goto out;
+        base = sc->n_keys;
+        buckets = 0;
         if (p < e && *p == '}')
-                more = false;
-        while (more) {
-                const uint8_t *vstart;
-                uint32_t sub = 0, ends = 0;
-                int member = -1;
+                goto object_end;
+        for (;;) {
+                uint32_t sub = 0;
                 unsigned h;
                 Key *k;
 
                 if (p >= e || *p != '"') {
                         p = skip_ws(p, e);
-                        if (p >= e || *p != '"')
-                                return scan_fail(sc, -EBADMSG);
+                        if (unlikely(p >= e || *p != '"'))
+                                goto bad;
                 }
                 /* The key is written where it is kept, and kept from then on (for the duplicate check,
                  * and to be freed if it was decoded). */
-                if (sc->n_keys == sc->max_keys && (r = keys_grow(sc)) < 0)
-                        return scan_fail(sc, r);
+                if (unlikely(sc->n_keys == sc->max_keys) && (r = keys_grow(sc)) < 0)
+                        goto fail;
                 k = &sc->keys[sc->n_keys];
                 p = scan_key(sc, p, k);
-                if (!p)
-                        return NULL;
+                if (unlikely(!p))
+                        goto out;
                 h = path_bucket(k);
-                if ((buckets & (UINT64_C(1) << h)) && sc->n_keys - base < KEYS_PAIRWISE)
-                        keys_compare(sc, base, k, top);
+                if (unlikely(buckets & (UINT64_C(1) << h)) && sc->n_keys - base < KEYS_PAIRWISE)
+                        keys_compare(sc, base, k);
                 sc->n_keys++;
                 buckets |= UINT64_C(1) << h;
-                if (mask || top) {
+                ends = 0;
+                member = -1;
+                if (mask) {
+                        /* Every container above an object that paths lead to is an object reached by
+                         * one of their keys: its keys are at level depth - 1, the top one's at 0 (and
+                         * only it has envelope members). */
+                        size_t level = (size_t) sc->depth - 1;
                         const PathSlot *pk = path_index_find(level, h, k);
                         if (pk) {
                                 sub = pk->paths & mask;
                                 ends = sub & scan_hot.ends[level];
-                                member = top ? pk->member : -1;
+                                member = pk->member;
                         }
                 }
                 if (p >= e || *p != ':') {
                         p = skip_ws(p, e);
-                        if (p >= e || *p != ':')
-                                return scan_fail(sc, -EBADMSG);
+                        if (unlikely(p >= e || *p != ':'))
+                                goto bad;
                 }
-                vstart = p = skip_ws(p + 1, e);
-                p = scan_value_at(sc, p, level + 1, sub & ~ends, false);
-                if (!p)
-                        return NULL;
+                /* The value: most text has no white space before it, so its first byte is looked at
+                 * first. */
+                if (unlikely(++p >= e))
+                        goto bad;
+                c = *p;
+                if (c <= ' ') {
+                        p = skip_ws(p, e);
+                        if (unlikely(p >= e))
+                                goto bad;
+                        c = *p;
+                }
+                vstart = p;
+                if (c == '"') {
+                        p = scan_string_value(sc, p);
+                        if (unlikely(!p))
+                                goto out;
+                } else if (c == '{' || c == '[') {
+                        /* An empty one is taken here ("arguments":{}): nothing to come back to. */
+                        if (p + 1 < e && p[1] == c + 2) {
+                                p = scan_empty(sc, p);
+                                if (unlikely(!p))
+                                        goto out;
+                        } else {
+                                if (unlikely(l == lend) && (r = levels_grow(&levels, levels_inline, &l, &lend)) < 0)
+                                        goto fail;
+                                l->buckets = buckets;
+                                l->vstart = vstart;
+                                l->base = base;
+                                l->mask = mask;
+                                l->ends = ends;
+                                l->member = (int8_t) member;
+                                l->object = true;
+                                l++;
+                                mask = sub & ~ends;
+                                if (c == '{')
+                                        goto object;
+                                goto array;
+                        }
+                } else {
+                        p = scan_scalar(sc, p, c);
+                        if (unlikely(!p))
+                                goto out;
+                }
+        member_end: /* past the value of a member, which started at vstart */
                 if (ends && sc->spans)
                         note_spans(sc, ends, vstart, p);
                 if (member >= 0 && !sc->has_member[member]) {
@@ -932,59 +1021,106 @@ static const uint8_t *scan_object(Scanner *sc, const uint8_t *p, unsigned level,
                         sc->members[member] = (Span){offset_of(sc, vstart), (size_t) (p - vstart)};
                 }
                 p = scan_next(sc, p, '}', false, &more);
-                if (!p)
-                        return NULL;
+                if (unlikely(!p))
+                        goto out;
+                if (!more)
+                        break;
         }
+object_end: /* at the object's '}' */
+        if (unlikely((r = keys_pop(sc, base)) < 0))
+                goto fail;
         sc->depth--;
-        r = keys_pop(sc, base, top);
-        return r < 0 ? scan_fail(sc, r) : p + 1;
-}
+        p++;
+        goto up;
 
-static const uint8_t *scan_array(Scanner *sc, const uint8_t *p, bool top) {
-        const uint8_t *e = sc->end;
-        bool more = true;
-
+array: /* at an array's '[' */
         p = scan_open(sc, p);
-        if (!p)
-                return NULL;
+        if (unlikely(!p))
+                goto out;
         if (p < e && *p == ']')
-                more = false;
-        while (more) {
-                const uint8_t *start = p;
-                p = scan_value_at(sc, p, 0, 0, false);
-                if (!p)
-                        return NULL;
-                if (top && sc->want_elements) {
-                        if (sc->n_elements >= sc->max_elements) {
-                                size_t n = sc->max_elements ? sc->max_elements * 2 : 16;
-                                Span *el = reallocarray(sc->elements, n, sizeof(Span));
-                                if (!el)
-                                        return scan_fail(sc, -ENOMEM);
-                                sc->elements = el;
-                                sc->max_elements = n;
+                goto array_end;
+        for (;;) {
+                vstart = p;
+                if (unlikely(p >= e))
+                        goto bad;
+                c = *p;
+                if (c == '{' || c == '[') {
+                        if (p + 1 < e && p[1] == c + 2) {
+                                p = scan_empty(sc, p);
+                                if (unlikely(!p))
+                                        goto out;
+                        } else {
+                                if (unlikely(l == lend) && (r = levels_grow(&levels, levels_inline, &l, &lend)) < 0)
+                                        goto fail;
+                                l->vstart = vstart;
+                                l->object = false;
+                                l++;
+                                mask = 0;
+                                if (c == '{')
+                                        goto object;
+                                goto array;
                         }
-                        sc->elements[sc->n_elements++] = (Span){offset_of(sc, start), (size_t) (p - start)};
+                } else {
+                        p = scan_scalar(sc, p, c);
+                        if (unlikely(!p))
+                                goto out;
+                }
+        element_end: /* past an element, which started at vstart */
+                if (unlikely(sc->want_elements) && sc->depth == 1) {
+                        if (sc->n_elements >= sc->max_elements) {
+                                size_t k = sc->max_elements ? sc->max_elements * 2 : 16;
+                                Span *el = reallocarray(sc->elements, k, sizeof(Span));
+                                if (!el) {
+                                        r = -ENOMEM;
+                                        goto fail;
+                                }
+                                sc->elements = el;
+                                sc->max_elements = k;
+                        }
+                        sc->elements[sc->n_elements++] = (Span){offset_of(sc, vstart), (size_t) (p - vstart)};
                 }
                 p = scan_next(sc, p, ']', true, &more);
-                if (!p)
-                        return NULL;
+                if (unlikely(!p))
+                        goto out;
+                if (!more)
+                        break;
         }
+array_end: /* at the array's ']' */
         sc->depth--;
-        return p + 1;
+        p++;
+
+up: /* past a container: back in the one around it, if any */
+        if (l == levels)
+                goto out;
+        l--;
+        vstart = l->vstart;
+        if (!l->object)
+                goto element_end;
+        buckets = l->buckets;
+        base = l->base;
+        mask = l->mask;
+        ends = l->ends;
+        member = l->member;
+        goto member_end;
+
+bad:
+        r = -EBADMSG;
+fail:
+        p = scan_fail(sc, r);
+out:
+        if (levels != levels_inline)
+                free(levels);
+        return p;
 }
 
-static const uint8_t *scan_value(Scanner *sc, const uint8_t *p, unsigned level, uint32_t mask, bool top) {
-        return scan_value_at(sc, skip_ws(p, sc->end), level, mask, top);
-}
-
-/* The whole text is one JSON value and white space. Nesting was bounded before this recursion. */
+/* The whole text is one JSON value and white space. Nesting is bounded before cJSON (which recurses)
+ * ever reads it. */
 static int scan_text(Scanner *sc) {
         const uint8_t *p;
 
         if (!scan_hot.made)
                 path_index_make();
-        /* The dispatch inline: one frame less under every scan. */
-        p = scan_value_at(sc, skip_ws(sc->s, sc->end), 0, sc->spans ? (uint32_t) ((1ULL << SCAN_PATHS) - 1) : 0, true);
+        p = scan_value(sc, sc->s, (uint32_t) ((1ULL << SCAN_PATHS) - 1));
         if (!p)
                 return sc->error;
         return skip_ws(p, sc->end) == sc->end ? 0 : -EBADMSG;
@@ -1397,7 +1533,7 @@ static int find_path(Scanner *sc, const uint8_t *p, const char *const *path, Spa
 
         p = skip_ws(p, e);
         if (!*path) {
-                const uint8_t *end = scan_value(sc, p, 0, 0, false);
+                const uint8_t *end = scan_value(sc, p, 0);
                 if (!end)
                         return sc->error;
                 *ret = (Span){offset_of(sc, p), (size_t) (end - p)};
@@ -1421,7 +1557,7 @@ static int find_path(Scanner *sc, const uint8_t *p, const char *const *path, Spa
                 p++;
                 if (key_equals((const char *) sc->s, offset_of(sc, ka), offset_of(sc, kb), path[0]))
                         return find_path(sc, p, path + 1, ret); /* keys are unique: message_parse() saw to it */
-                p = scan_value(sc, p, 0, 0, false);
+                p = scan_value(sc, p, 0);
                 if (!p)
                         return sc->error;
                 p = skip_ws(p, e);
@@ -1468,7 +1604,7 @@ int message_members(const Message *m, Span object, Member **ret, size_t *ret_n) 
                 if (p >= e || *p != ':')
                         return -EBADMSG;
                 vstart = p = skip_ws(p + 1, e);
-                p = scan_value(&sc, p, 0, 0, false);
+                p = scan_value(&sc, p, 0);
                 if (!p)
                         return sc.error;
                 if (n >= size) {

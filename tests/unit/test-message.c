@@ -608,6 +608,62 @@ static void test_empty_containers(void) {
         }
 }
 
+/* A text nested deeper than the scan keeps its containers without an allocation (16 levels), and
+ * nested between members that it notes: each container's state is back when the one inside it closes
+ * (the paths under it, its keys for the duplicate check, its envelope member), at every depth up to
+ * the limit, and past the limit it is refused. */
+static char *nested(unsigned depth, const char *inner, const char *before, const char *after) {
+        size_t n = strlen(before) + strlen(inner) + strlen(after) + 8 * (size_t) depth + 1;
+        char *t = malloc(n), *o = t;
+
+        if (!t)
+                return NULL;
+        o = stpcpy(o, before);
+        for (unsigned i = 0; i < depth; i++)
+                o = stpcpy(o, i % 2 ? "[" : "{\"k\":");
+        o = stpcpy(o, inner);
+        for (unsigned i = depth; i-- > 0;)
+                o = stpcpy(o, i % 2 ? "]" : "}");
+        stpcpy(o, after);
+        return t;
+}
+
+static void test_deep(void) {
+        static const unsigned depths[] = {1, 15, 16, 17, 31, 32, 33, 100, 124};
+
+        for (size_t i = 0; i < ELEMENTSOF(depths); i++) {
+                unsigned d = depths[i];
+                /* params.name after the deep member, result.resultType after a deep result member */
+                _cleanup_free_ char *req = nested(d, "[1,{\"z\":null}]", "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"x\",\"params\":{\"a\":",
+                                                  ",\"name\":\"t\"}}");
+                _cleanup_free_ char *ans = nested(d, "true", "{\"jsonrpc\":\"2.0\",\"result\":{\"content\":[",
+                                                  "],\"resultType\":\"complete\"},\"id\":\"r\"}");
+                _cleanup_free_ char *dup = nested(d, "1", "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"x\",\"params\":{\"a\":",
+                                                  ",\"a\":2}}");
+                _cleanup_free_ char *cut = nested(d, "1", "{\"a\":", "");
+                _cleanup_message_ Message *r = NULL, *a = NULL, *u = NULL, *c = NULL;
+                Span s;
+
+                CHECK(req && message_parse_envelope(req, strlen(req), JSONRPC_DEFAULT_MAX_DEPTH, &r) == 0);
+                CHECK(r && r->kind == JSONRPC_REQUEST && streq(r->id_text, "7"));
+                s = r ? message_route(r, ROUTE_PATH_PARAMS_NAME) : (Span){0, 0};
+                CHECK(r && s.len == 3 && memcmp(r->text + s.start, "\"t\"", 3) == 0);
+                a = envelope(ans);
+                CHECK(a && a->kind == JSONRPC_RESPONSE && streq(a->id_text, "\"r\""));
+                s = a ? message_route(a, ROUTE_PATH_RESULT_TYPE) : (Span){0, 0};
+                CHECK(a && s.len == 10 && memcmp(a->text + s.start, "\"complete\"", 10) == 0);
+                u = envelope(dup);
+                CHECK(u && u->kind == JSONRPC_INVALID && strstr(u->problem, "duplicate key \"a\""));
+                CHECK(cut && message_parse_envelope(cut, strlen(cut), JSONRPC_DEFAULT_MAX_DEPTH, &c) == -EBADMSG);
+                /* The request nests d + 4 deep (itself, params, the inner array and its object). */
+                CHECK(req && message_parse_envelope(req, strlen(req), d + 4, &c) == 0 && c);
+                c = message_unref(c);
+                CHECK(req && message_parse_envelope(req, strlen(req), d + 3, &c) == -E2BIG && !c);
+                /* And the tree agrees (cJSON recurses; the scan does not). */
+                CHECK(r && message_json(r) && cJSON_IsString(cJSON_GetObjectItem(r->params, "name")));
+        }
+}
+
 /* The scan writes only the spans it notes (they are not zeroed per message): each path reads its own,
  * or none; a path noted twice (a duplicate key) reads the later value, as the tree does not. */
 static void test_noted_spans(void) {
@@ -931,6 +987,7 @@ int main(void) {
         test_route();
         test_noted_spans();
         test_empty_containers();
+        test_deep();
         test_scan_edges();
         test_strict();
         test_id_length();
