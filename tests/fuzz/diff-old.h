@@ -19,6 +19,7 @@
 #define message_span_dup          old_message_span_dup
 #define message_span_has_nul      old_message_span_has_nul
 #define message_path_has_nul      old_message_path_has_nul
+#define message_id_json           old_message_id_json
 #define diff_message_view         old_diff_message_view
 /* The id rules (common/ids.c) read a Message's spans: the old side needs its own, built against its
  * own message.h, or it reads an old-layout Message through today's accessors. */
