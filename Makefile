@@ -134,6 +134,10 @@ $(S)/tests/%: tests/unit/%.c $(call objs,$(S),$(COMMON_SRC))
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(SAN) -Itests/unit -o $@ $(filter %.c %.o,$^) $(TEST_LDFLAGS) $(DEP_LIBS)
 
+# test-secrets drives frontend/secrets.c, which needs nothing else of the frontend.
+$(B)/tests/test-secrets: $(B)/frontend/secrets.o
+$(S)/tests/test-secrets: $(S)/frontend/secrets.o
+
 # test-hashmap fails allocations on purpose: the calloc() calls of what it links go to its wrapper.
 $(B)/tests/test-hashmap $(S)/tests/test-hashmap: TEST_LDFLAGS := -Wl,--wrap=calloc,--wrap=aligned_alloc
 # test-message-nul fails the message layer's malloc() calls on purpose.

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -29,6 +30,50 @@ const char *strv_env_get(char *const *env, const char *name) {
         return NULL;
 }
 
+/* Whether UTF-8 text s (already checked) holds a Unicode noncharacter: U+FDD0..U+FDEF, or U+xFFFE and
+ * U+xFFFF in any plane. systemd 252's utf8_is_valid() refuses them, and drops the whole file. */
+static bool utf8_has_noncharacter(const char *s) {
+        for (const unsigned char *p = (const unsigned char *) s; *p;) {
+                uint32_t cp;
+                size_t k;
+
+                if (*p < 0x80) {
+                        p++;
+                        continue;
+                }
+                k = *p >= 0xF0 ? 3 : *p >= 0xE0 ? 2 : 1;
+                cp = *p & (0x3F >> k);
+                for (size_t i = 1; i <= k; i++)
+                        cp = (cp << 6) | (p[i] & 0x3F);
+                if ((cp >= 0xFDD0 && cp <= 0xFDEF) || (cp & 0xFFFE) == 0xFFFE)
+                        return true;
+                p += k + 1;
+        }
+        return false;
+}
+
+int envfile_assignment_check(const char *assignment, const char **ret_reason) {
+        const char *eq = strchr(assignment, '=');
+        const char *reason = NULL;
+        int r = -EINVAL;
+
+        if (!eq || !env_name_valid(assignment, (size_t) (eq - assignment)))
+                reason = "its name is not [A-Za-z_][A-Za-z0-9_]*";
+        else if (strlen(assignment) >= ENVFILE_ASSIGNMENT_MAX) {
+                reason = "NAME=VALUE is 128 KiB or longer, more than the kernel passes to a program (MAX_ARG_STRLEN)";
+                r = -E2BIG;
+        } else if (!utf8_is_valid(eq + 1, strlen(eq + 1)))
+                reason = "its value is not UTF-8";
+        else if (utf8_has_noncharacter(eq + 1))
+                reason = "its value holds a Unicode noncharacter (U+FDD0..U+FDEF, U+xFFFE or U+xFFFF), which "
+                         "systemd refuses";
+        else
+                return 0;
+        if (ret_reason)
+                *ret_reason = reason;
+        return r;
+}
+
 int envfile_format(char *const *env, char **ret_text, size_t *ret_len) {
         _cleanup_free_ char *text = NULL;
         size_t len = 0, alloc = 1;
@@ -41,9 +86,10 @@ int envfile_format(char *const *env, char **ret_text, size_t *ret_len) {
         for (char *const *v = env; v && *v; v++) {
                 const char *eq = strchr(*v, '=');
                 size_t k = eq ? (size_t) (eq - *v) : 0;
+                int r = envfile_assignment_check(*v, NULL);
 
-                if (!eq || !env_name_valid(*v, k) || !utf8_is_valid(eq + 1, strlen(eq + 1)))
-                        return -EINVAL;
+                if (r < 0)
+                        return r;
                 memcpy(text + len, *v, k + 1);
                 len += k + 1;
                 text[len++] = '"';

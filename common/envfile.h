@@ -4,10 +4,19 @@
 
 #include <stddef.h>
 
+/* MAX_ARG_STRLEN: the longest "NAME=VALUE" (with its NUL) execve() passes on. */
+#define ENVFILE_ASSIGNMENT_MAX (128U * 1024U)
+
+/* Whether "NAME=VALUE" may go into an environment file: 0; -EINVAL for a name that is not
+ * [A-Za-z_][A-Za-z0-9_]* or a value systemd refuses (not UTF-8, or with a Unicode noncharacter:
+ * systemd 252 then ignores the whole file); -E2BIG for NAME=VALUE of ENVFILE_ASSIGNMENT_MAX bytes or
+ * more (the unit could not start the shim). *ret_reason (if not NULL) says why, never quoting the
+ * value. */
+int envfile_assignment_check(const char *assignment, const char **ret_reason);
 /* The text of an environment file holding env ("KEY=VALUE" strings, NULL-terminated): one
  * KEY="VALUE" line each, the value double-quoted with \ before each of " \ ` $, so that systemd
- * reads back exactly VALUE (newlines included). -EINVAL: a name that is not [A-Za-z_][A-Za-z0-9_]*,
- * or a value that is not UTF-8 (systemd drops such a line). */
+ * reads back exactly VALUE (newlines included). Refuses (-EINVAL, -E2BIG) what
+ * envfile_assignment_check() refuses. */
 int envfile_format(char *const *env, char **ret_text, size_t *ret_len);
 /* The variables of an environment file, as "KEY=VALUE" strings in file order (a name set twice:
  * the last value, at the first one's place). Reads what envfile_format() writes and what an admin

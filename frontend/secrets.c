@@ -83,10 +83,10 @@ static int key_node(const char *key, YNode **ret) {
         return j ? ynode_from_json(j, ret) : -ENOMEM;
 }
 
-/* In backend b (a mapping), where its env is at pair index at: env becomes 'stays' (a mapping, or
- * NULL: no env left) and secret_env 'names' (where it was, else right after env). Takes both. */
-static int backend_put_secret_env(YNode *b, size_t at, YNode *stays, YNode *names) {
-        _cleanup_(ynode_freep) YNode *s = stays, *n = names, *k = NULL;
+/* In backend b (a mapping), where its env is at pair index at: secret_env becomes 'names' (where it
+ * was, else right after env), and env goes when keep_env is false. Takes names. */
+static int backend_put_secret_env(YNode *b, size_t at, bool keep_env, YNode *names) {
+        _cleanup_(ynode_freep) YNode *n = names, *k = NULL;
         size_t se = SIZE_MAX;
         int r;
 
@@ -115,11 +115,8 @@ static int backend_put_secret_env(YNode *b, size_t at, YNode *stays, YNode *name
                 b->items[at + 2] = kk;
                 b->items[at + 3] = vv;
         }
-        if (s) {
-                ynode_free(b->items[at + 1]);
-                b->items[at + 1] = TAKE_PTR(s);
+        if (keep_env)
                 return 0;
-        }
         ynode_free(b->items[at]);
         ynode_free(b->items[at + 1]);
         memmove(b->items + at, b->items + at + 2, (b->n_items - at - 2) * sizeof(YNode *));
@@ -127,13 +124,51 @@ static int backend_put_secret_env(YNode *b, size_t at, YNode *stays, YNode *name
         return 0;
 }
 
+/* Whether env's pair at i moves into the secrets file (else it stays in the manifest's env). */
+static bool env_pair_moves(const YNode *env, size_t i) {
+        return !env_name_stays(env->items[i]->value, env->items[i]->length) && env->items[i + 1]->kind == YNODE_SCALAR;
+}
+
+/* Drops the pairs of env that moved: what stays keeps its YAML nodes as they were (0077, ~, 1.50). */
+static void env_drop_moved(YNode *env) {
+        size_t n = 0;
+
+        for (size_t i = 0; i + 1 < env->n_items; i += 2) {
+                if (env_pair_moves(env, i)) {
+                        ynode_free(env->items[i]);
+                        ynode_free(env->items[i + 1]);
+                        continue;
+                }
+                env->items[n++] = env->items[i];
+                env->items[n++] = env->items[i + 1];
+        }
+        env->n_items = n;
+}
+
+/* Every variable of a secrets file must be one systemd reads and can pass on: else it ignores the
+ * whole file. Names the variable and why, never its value. */
+static int secrets_check(const char *name, char *const *secrets) {
+        for (char *const *v = secrets; v && *v; v++) {
+                const char *reason = NULL;
+                int r = envfile_assignment_check(*v, &reason);
+                if (r < 0) {
+                        fprintf(stderr,
+                                "mcp-lazy: backend '%s': env %.*s cannot go into its secrets file: %s; nothing "
+                                "was changed\n",
+                                name, (int) strcspn(*v, "="), *v, reason);
+                        return r;
+                }
+        }
+        return 0;
+}
+
 /* One backend: its env values that may move into its file, merged over what the file holds. 0:
- * nothing to move. */
-static int backend_split(ManifestDoc *doc, const char *name, YNode *b, bool dry_run) {
+ * nothing to move. With check_only, only whether they can be written (nothing printed but why not,
+ * nothing changed). */
+static int backend_split(ManifestDoc *doc, const char *name, YNode *b, bool dry_run, bool check_only) {
         _cleanup_strv_free_ char **secrets = NULL;
         _cleanup_free_ char *path = NULL, *err = NULL, *shown = NULL;
-        _cleanup_json_ cJSON *stays = cJSON_CreateObject();
-        _cleanup_(ynode_freep) YNode *stays_node = NULL, *names = NULL;
+        _cleanup_(ynode_freep) YNode *names = NULL;
         YNode *env = NULL;
         size_t at = 0, n = 0, moved = 0;
         int r;
@@ -143,8 +178,6 @@ static int backend_split(ManifestDoc *doc, const char *name, YNode *b, bool dry_
                         env = b->items[i + 1], at = i;
         if (!env || env->kind != YNODE_MAPPING || env->n_items == 0)
                 return 0;
-        if (!stays)
-                return -ENOMEM;
         r = secrets_path(doc->path, name, &path);
         if (r < 0)
                 return r;
@@ -164,14 +197,8 @@ static int backend_split(ManifestDoc *doc, const char *name, YNode *b, bool dry_
                 char *s = NULL, **l;
                 bool replaced = false;
 
-                if (env_name_stays(k->value, k->length) || v->kind != YNODE_SCALAR) {
-                        cJSON *copy = NULL;
-                        _cleanup_free_ char *e = NULL;
-                        if (ynode_to_json(v, &copy, &e) < 0 || !cJSON_AddItemToObject(stays, k->value, copy)) {
-                                cJSON_Delete(copy);
-                                return -ENOMEM;
-                        }
-                        if (v->kind == YNODE_SCALAR)
+                if (!env_pair_moves(env, i)) {
+                        if (v->kind == YNODE_SCALAR && !check_only)
                                 printf("%s: %s stays in the manifest's env (in the unit's environment file it would "
                                        "change the shim too)\n",
                                        name, k->value);
@@ -199,9 +226,10 @@ static int backend_split(ManifestDoc *doc, const char *name, YNode *b, bool dry_
         }
         if (moved == 0)
                 return 0;
+        r = secrets_check(name, secrets);
+        if (r < 0 || check_only)
+                return r;
         r = names_node(secrets, &names);
-        if (r >= 0 && cJSON_GetArraySize(stays) > 0)
-                r = ynode_from_json(stays, &stays_node);
         if (r < 0)
                 return r;
         for (char **v = secrets; *v; v++) {
@@ -218,12 +246,7 @@ static int backend_split(ManifestDoc *doc, const char *name, YNode *b, bool dry_
                 r = dir ? mkdir_parents(dirname(dir), 0755) : -ENOMEM;
                 if (r >= 0)
                         r = envfile_write(path, secrets);
-                if (r == -EINVAL)
-                        fprintf(stderr,
-                                "mcp-lazy: backend '%s': an env value is not UTF-8, which an environment file cannot "
-                                "hold; nothing was changed\n",
-                                name);
-                else if (r == -EPERM)
+                if (r == -EPERM)
                         fprintf(stderr,
                                 "mcp-lazy: cannot write %s: its directory must be root's own and writable by root "
                                 "alone; nothing was changed\n",
@@ -234,7 +257,8 @@ static int backend_split(ManifestDoc *doc, const char *name, YNode *b, bool dry_
                         return r;
                 printf("Wrote %s (%s; mode 0600: root reads it, for mcp-lazy@%s.service)\n", path, shown, name);
         }
-        r = backend_put_secret_env(b, at, TAKE_PTR(stays_node), TAKE_PTR(names));
+        env_drop_moved(env);
+        r = backend_put_secret_env(b, at, env->n_items > 0, TAKE_PTR(names));
         return r < 0 ? r : 1;
 }
 
@@ -244,15 +268,17 @@ int secrets_split(ManifestDoc *doc, bool dry_run) {
 
         if (!backends || backends->kind != YNODE_MAPPING)
                 return 0;
-        for (size_t i = 0; i + 1 < backends->n_items; i += 2) {
-                if (backends->items[i + 1]->kind != YNODE_MAPPING)
-                        continue;
-                r = backend_split(doc, backends->items[i]->value, backends->items[i + 1], dry_run);
-                if (r == -ENOMEM)
-                        fprintf(stderr, "mcp-lazy: out of memory\n");
-                if (r < 0)
-                        return r;
-        }
+        /* Every backend's file checked before any is written: one that cannot be changes nothing. */
+        for (int pass = 0; pass < 2; pass++)
+                for (size_t i = 0; i + 1 < backends->n_items; i += 2) {
+                        if (backends->items[i + 1]->kind != YNODE_MAPPING)
+                                continue;
+                        r = backend_split(doc, backends->items[i]->value, backends->items[i + 1], dry_run, pass == 0);
+                        if (r == -ENOMEM)
+                                fprintf(stderr, "mcp-lazy: out of memory\n");
+                        if (r < 0)
+                                return r;
+                }
         return 0;
 }
 

@@ -64,6 +64,68 @@ static void test_format_refuses(void) {
         CHECK(text == NULL);
 }
 
+/* What systemd 252 refuses (its whole file then ignored): Unicode noncharacters; what the kernel
+ * cannot pass to a program: NAME=VALUE of MAX_ARG_STRLEN (128 KiB) or more. */
+static void test_format_refuses_what_systemd_refuses(void) {
+        static const char *const refused[] = {
+                "\xef\xb7\x90",     /* U+FDD0 */
+                "\xef\xb7\xaf",     /* U+FDEF */
+                "x\xef\xbf\xbe",    /* U+FFFE */
+                "\xef\xbf\xbfx",    /* U+FFFF */
+                "\xf0\x9f\xbf\xbe", /* U+1FFFE */
+                "\xf4\x8f\xbf\xbf", /* U+10FFFF */
+                NULL,
+        };
+        static const char *const taken[] = {
+                "\xef\xb7\x8f",     /* U+FDCF */
+                "\xef\xb7\xb0",     /* U+FDF0 */
+                "\xef\xbf\xbd",     /* U+FFFD */
+                "\xf4\x8f\xbf\xbd", /* U+10FFFD */
+                NULL,
+        };
+        _cleanup_free_ char *big = malloc(ENVFILE_ASSIGNMENT_MAX + 1);
+        char *text = NULL, *env[2] = {};
+        const char *reason = NULL;
+        size_t len;
+
+        for (size_t i = 0; refused[i]; i++) {
+                CHECK(asprintf(&env[0], "SECRET=%s", refused[i]) >= 0);
+                reason = NULL;
+                CHECK(envfile_assignment_check(env[0], &reason) == -EINVAL);
+                CHECK(reason && strstr(reason, "noncharacter") && !strstr(reason, refused[i]));
+                CHECK(envfile_format(env, &text, &len) == -EINVAL);
+                CHECK(text == NULL);
+                free(env[0]);
+        }
+        for (size_t i = 0; taken[i]; i++) {
+                CHECK(asprintf(&env[0], "SECRET=%s", taken[i]) >= 0);
+                CHECK(envfile_assignment_check(env[0], &reason) == 0);
+                CHECK(envfile_format(env, &text, &len) == 0);
+                free(text);
+                text = NULL;
+                free(env[0]);
+        }
+        CHECK(big);
+        if (!big)
+                return;
+        /* The longest that goes (NAME=VALUE and its NUL: 128 KiB), and one byte more. */
+        memset(big, 'v', ENVFILE_ASSIGNMENT_MAX);
+        memcpy(big, "BIG=", 4);
+        big[ENVFILE_ASSIGNMENT_MAX - 1] = 0;
+        env[0] = big;
+        CHECK(envfile_assignment_check(big, NULL) == 0);
+        CHECK(envfile_format(env, &text, &len) == 0);
+        free(text);
+        text = NULL;
+        big[ENVFILE_ASSIGNMENT_MAX - 1] = 'v';
+        big[ENVFILE_ASSIGNMENT_MAX] = 0;
+        reason = NULL;
+        CHECK(envfile_assignment_check(big, &reason) == -E2BIG);
+        CHECK(reason && strstr(reason, "128 KiB") && !strstr(reason, "vvvv"));
+        CHECK(envfile_format(env, &text, &len) == -E2BIG);
+        CHECK(text == NULL);
+}
+
 static void check_parse(const char *text, const char *const *want) {
         _cleanup_strv_free_ char **env = NULL;
         unsigned line = 0;
@@ -158,6 +220,7 @@ static void test_write(void) {
 int main(void) {
         test_round_trip();
         test_format_refuses();
+        test_format_refuses_what_systemd_refuses();
         test_hand_written();
         test_write();
         return tests_finish("test-envfile");

@@ -1,0 +1,132 @@
+/* Moving a backend's env values into its secrets file (frontend/secrets.c): what stays in the manifest
+ * keeps its YAML as written, and a value systemd would refuse changes nothing and is named, never shown. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../../frontend/import.h"
+#include "envfile.h"
+#include "macros.h"
+#include "tests.h"
+
+static char dir[] = "/tmp/test-secrets-XXXXXX";
+
+static char *path_in(const char *name) {
+        char *p = NULL;
+        return asprintf(&p, "%s/%s", dir, name) < 0 ? NULL : p;
+}
+
+static void write_text(const char *name, const char *text) {
+        _cleanup_free_ char *p = path_in(name);
+        FILE *f = p ? fopen(p, "we") : NULL;
+
+        CHECK(f);
+        if (f) {
+                fputs(text, f);
+                fclose(f);
+        }
+}
+
+static char *read_text(const char *name) {
+        _cleanup_free_ char *p = path_in(name);
+        char *text = NULL;
+        size_t len;
+
+        return p && read_file_full(p, 1 << 20, &text, &len) >= 0 ? text : NULL;
+}
+
+/* secrets_split() on the manifest text: its result, the emitted manifest, and what it said on stderr. */
+static int split(const char *manifest, char **ret_text, char **ret_stderr) {
+        _cleanup_(manifest_doc_freep) ManifestDoc *doc = NULL;
+        _cleanup_free_ char *p = path_in("manifest.yaml"), *err = NULL, *errpath = path_in("stderr");
+        size_t len;
+        int r, saved = dup(STDERR_FILENO), fd;
+
+        write_text("manifest.yaml", manifest);
+        fflush(stderr);
+        fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        CHECK(fd >= 0 && saved >= 0);
+        dup2(fd, STDERR_FILENO);
+        close(fd);
+        r = manifest_doc_load(p, &doc, &err);
+        CHECK(r >= 0);
+        if (r >= 0)
+                r = secrets_split(doc, false);
+        fflush(stderr);
+        dup2(saved, STDERR_FILENO);
+        close(saved);
+        *ret_stderr = read_text("stderr");
+        *ret_text = NULL;
+        if (r >= 0 && manifest_doc_emit(doc, ret_text, &len, &err) < 0)
+                fprintf(stderr, "emit: %s\n", err ?: "?");
+        return r;
+}
+
+#define BACKEND(name, env) "  " name ":\n    command: [/bin/true]\n    env: " env "\n"
+
+/* The values that stay are not retyped: before, 0077 became 77, 1.50 1.5, 0x1F 31 and ~ "null". */
+static void test_stays_as_written(void) {
+        _cleanup_free_ char *text = NULL, *err = NULL, *file = NULL;
+
+        CHECK(split("backends:\n" BACKEND("a", "{MCP_LAZY_A: 0077, LD_B: 1.50, WATCHDOG_C: 0x1F, MCP_LAZY_D: ~, "
+                                               "SECRET: 0077}"),
+                    &text, &err) == 0);
+        CHECK(text && strstr(text, "MCP_LAZY_A: 0077"));
+        CHECK(text && strstr(text, "LD_B: 1.50"));
+        CHECK(text && strstr(text, "WATCHDOG_C: 0x1F"));
+        CHECK(text && strstr(text, "MCP_LAZY_D: ~"));
+        CHECK(text && !strstr(text, "SECRET:") && strstr(text, "secret_env"));
+        file = read_text("secrets/a.env");
+        CHECK_STREQ(file, "SECRET=\"0077\"\n");
+        if (!text)
+                fprintf(stderr, "%s\n", err ?: "");
+}
+
+/* A value systemd would refuse (it would ignore the whole file): nothing written for any backend, the
+ * variable and the reason named, the value nowhere. */
+static void check_refused(const char *value, const char *reason, int want) {
+        _cleanup_free_ char *manifest = NULL, *text = NULL, *err = NULL, *p = path_in("secrets/one.env");
+
+        unlink(p);
+        CHECK(asprintf(&manifest, "backends:\n" BACKEND("one", "{OK: fine}") BACKEND("two", "{GOOD: g, BAD: \"%s\"}"),
+                       value) >= 0);
+        CHECK(split(manifest, &text, &err) == want);
+        CHECK(access(p, F_OK) < 0);
+        CHECK(err && strstr(err, "'two'") && strstr(err, "BAD") && strstr(err, reason) && !strstr(err, value) &&
+              !strstr(err, "GOOD"));
+        if (err && !strstr(err, reason))
+                fprintf(stderr, "said: %s\n", err);
+}
+
+static void test_refused(void) {
+        _cleanup_free_ char *big = malloc(ENVFILE_ASSIGNMENT_MAX + 1);
+
+        check_refused("MARK\\uFDD0", "noncharacter", -EINVAL);
+        check_refused("MARK\\uFFFE", "noncharacter", -EINVAL);
+        check_refused("MARK\\U0010FFFF", "noncharacter", -EINVAL);
+        CHECK(big);
+        if (!big)
+                return;
+        memset(big, 'v', ENVFILE_ASSIGNMENT_MAX);
+        memcpy(big, "MARK", 4);
+        big[ENVFILE_ASSIGNMENT_MAX - 4] = 0; /* BAD=MARKvvv...: 128 KiB in all */
+        check_refused(big, "128 KiB", -E2BIG);
+}
+
+int main(void) {
+        _cleanup_free_ char *rm = NULL;
+
+        if (!mkdtemp(dir)) {
+                perror("mkdtemp");
+                return EXIT_FAILURE;
+        }
+        test_stays_as_written();
+        test_refused();
+        if (asprintf(&rm, "rm -rf '%s'", dir) >= 0 && system(rm) != 0)
+                fprintf(stderr, "cannot remove %s\n", dir);
+        return tests_finish("test-secrets");
+}
