@@ -12,19 +12,20 @@
  * at a started backend that is down with nothing to start it, nor at one starting or stopping without
  * its timer; and every descriptor the input opened is closed at its end.
  *
- * The backend is up (READY) unless the input's first line is "S", "D" or "U": then it is down, and
- * the first call starts it for real (instance_spawn(), its timer armed), the input speaking for the
- * process over the pipes it is given (process.c is left out: see process_spawn() below), so that
+ * The backend is up (READY) unless the input's first line is "S", "D", "U" or "V": then it is down,
+ * and the first call starts it for real (instance_spawn(), its timer armed), the input speaking for
+ * the process over the pipes it is given (process.c is left out: see process_spawn() below), so that
  * the input answers the first request (well, badly, late or never, "T" making init_timeout run out)
  * while the sessions' calls queue. "S": an earlier start learned a handshake-era backend, so
  * initialize (id 0) goes first; "D": server/discover (id -100) does, as at a first start; "U": the
  * backend is a process that is up from the start (started ahead of the sessions, its initialize
- * answered by the harness). In these modes the backend's process can fail, and each later start is
- * a new process the input speaks for: "C" closes its stdout, "I" its stdin; "W" wedges it (it reads
- * its stdin no more); "G" makes it ignore SIGTERM; "P..." writes bytes of a line without its newline
- * (a later backend line ends it); "K" kills it (its pipes close, it dies of SIGKILL, or with
- * "K0".."K9" exits with that status); "Z" (or "Z0".."Z9") ends its process while its pipes stay
- * open (held by a child of its own). The shim sees each death as it would a real one: on_child(),
+ * answered by the harness; "V": the same, a 2026-07-28 backend, its server/discover answered). In
+ * these modes the backend's process can fail, and each later start is a new process the input
+ * speaks for: "C" closes its stdout, "I" its stdin; "W" wedges it (it reads its stdin no more); "G"
+ * makes it ignore SIGTERM; "P..." writes bytes of a line without its newline (a later backend line
+ * ends it); "K" kills it (its pipes close, it dies of SIGKILL, or with "K0".."K9" exits with that
+ * status); "Z" (or "Z0".."Z9") ends its process while its pipes stay open (held by a child of its
+ * own). The shim sees each death as it would a real one: on_child(),
  * probe_died(), what the dead process never read sent again. There, too: a process that died on
  * server/discover is followed by one that is sent initialize first, and a process being stopped at
  * the end of the input is gone once the stop's timers run out, SIGTERM heeded or not.
@@ -255,6 +256,7 @@ static unsigned count_fds(void) {
 
 #define MAX_SEEN    4096
 #define MAX_UPCALLS 256
+#define MAX_SUBS    64
 
 typedef struct Peer {
         int fd;                     /* our end */
@@ -269,6 +271,17 @@ typedef struct Peer {
         char *upcalls[MAX_UPCALLS];
         bool upcall_done[MAX_UPCALLS];
         size_t n_upcalls;
+        /* Its resource subscriptions as the shim's answers told it: held (a subscribe succeeded, no
+         * unsubscribe since), requests not answered yet, or unknown (an id used twice, an error after
+         * a success); and its subscribe and unsubscribe requests in flight (id, URI slot). */
+        char *sub_uris[MAX_SUBS];
+        bool sub_held[MAX_SUBS], sub_unknown[MAX_SUBS];
+        unsigned sub_open[MAX_SUBS];
+        size_t n_subs;
+        char *sub_ids[MAX_SUBS];
+        size_t sub_of[MAX_SUBS];
+        bool sub_is_sub[MAX_SUBS];
+        size_t n_sub_ids;
         size_t n_ids;
         size_t n_seen;
         char buf[1 << 16];
@@ -330,6 +343,68 @@ static void count_id(Peer *p, const char *t, bool answer) {
                 p->sent[i]++;
 }
 
+/* The slot of a URI in p's subscriptions (MAX_SUBS: no room). */
+static size_t sub_slot(Peer *p, const char *uri) {
+        for (size_t i = 0; i < p->n_subs; i++)
+                if (streq(p->sub_uris[i], uri))
+                        return i;
+        if (p->n_subs == MAX_SUBS)
+                return MAX_SUBS;
+        p->sub_uris[p->n_subs] = strdup(uri);
+        FUZZ_ASSERT(p->sub_uris[p->n_subs]);
+        p->sub_held[p->n_subs] = p->sub_unknown[p->n_subs] = false;
+        p->sub_open[p->n_subs] = 0;
+        return p->n_subs++;
+}
+
+/* A resources/subscribe or unsubscribe the session sent (its URI without a NUL, which the shim refuses
+ * as it is): the URI's state is open until it is answered. */
+static void note_subscribe(Peer *p, const Message *m) {
+        const char *uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "uri"));
+        bool sub = streq(m->method, "resources/subscribe");
+        size_t k;
+
+        if (!uri || (!sub && !streq(m->method, "resources/unsubscribe")) || subscribe_uri_has_nul(m) != 0 ||
+            (k = sub_slot(p, uri)) == MAX_SUBS)
+                return;
+        for (size_t j = 0; j < p->n_sub_ids; j++)
+                if (streq(p->sub_ids[j], m->id_text)) {
+                        /* The same id twice: which answer is whose cannot be told. */
+                        p->sub_unknown[k] = p->sub_unknown[p->sub_of[j]] = true;
+                        return;
+                }
+        if (p->n_sub_ids == MAX_SUBS) {
+                p->sub_unknown[k] = true;
+                return;
+        }
+        p->sub_ids[p->n_sub_ids] = strdup(m->id_text);
+        FUZZ_ASSERT(p->sub_ids[p->n_sub_ids]);
+        p->sub_of[p->n_sub_ids] = k;
+        p->sub_is_sub[p->n_sub_ids++] = sub;
+        p->sub_open[k]++;
+}
+
+/* The shim's answer to one of them: a subscribe that succeeded holds the URI, an unsubscribe that did
+ * lets it go; an error leaves a URI not held as it was (one held, unknown: it may have been refused
+ * before anything changed). */
+static void note_subscribe_answer(Peer *p, const Message *m) {
+        for (size_t j = 0; j < p->n_sub_ids; j++) {
+                size_t k = p->sub_of[j];
+                if (!streq(p->sub_ids[j], m->id_text))
+                        continue;
+                if (cJSON_GetObjectItemCaseSensitive(message_json(m), "result"))
+                        p->sub_held[k] = p->sub_is_sub[j];
+                else if (p->sub_held[k])
+                        p->sub_unknown[k] = true;
+                p->sub_open[k]--;
+                free(p->sub_ids[j]);
+                p->sub_ids[j] = p->sub_ids[--p->n_sub_ids];
+                p->sub_of[j] = p->sub_of[p->n_sub_ids];
+                p->sub_is_sub[j] = p->sub_is_sub[p->n_sub_ids];
+                return;
+        }
+}
+
 /* What a peer sent: the ids and tokens it may later see again. */
 static void note_sent(Peer *p, const char *line, size_t len) {
         _cleanup_message_ Message *m = NULL;
@@ -355,6 +430,8 @@ static void note_sent(Peer *p, const char *line, size_t len) {
                 count_id(p, m->id_text, false);
         if (m->kind == JSONRPC_REQUEST && (k = id_slot(p, m->id_text)) < MAX_SEEN)
                 p->requests[k]++;
+        if (m->kind == JSONRPC_REQUEST)
+                note_subscribe(p, m);
         n = ids_fields(m, f, ELEMENTSOF(f));
         for (size_t i = 0; i < n && i < ELEMENTSOF(f); i++) {
                 remember(p, f[i].text, f[i].len);
@@ -403,6 +480,9 @@ static void check_upcalls_open(const Shim *s, const Peer *p) {
                 }
 }
 
+/* The input's one backend instance, while it lives: whose era the update check asks. */
+static const Instance *the_instance;
+
 static void check_to_client(Peer *p, const Message *m) {
         IdField f[16];
         size_t n = ids_fields(m, f, ELEMENTSOF(f));
@@ -419,6 +499,21 @@ static void check_to_client(Peer *p, const Message *m) {
                 FUZZ_ASSERT(was_seen(p, m->id_text, strlen(m->id_text)));
         if (m->kind == JSONRPC_RESPONSE && m->id_text)
                 count_id(p, m->id_text, true);
+        if (m->kind == JSONRPC_RESPONSE && m->id_text && message_json(m))
+                note_subscribe_answer(p, m);
+        /* An update only of a URI the session holds a subscription to, or may (its request open), from
+         * a 2026-07-28 backend's stream, which the shim holds for its sessions. (A handshake-era
+         * backend's subscribe is counted as the session's when it is sent: one that fails still gets
+         * the backend's updates of its URI. Not checked.) */
+        if (m->kind == JSONRPC_NOTIFICATION && streq(m->method, "notifications/resources/updated") &&
+            the_instance && the_instance->era == BACKEND_ERA_MODERN && message_json(m)) {
+                const char *uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "uri"));
+                size_t k = uri ? sub_slot(p, uri) : MAX_SUBS;
+                if (k < MAX_SUBS && !p->sub_held[k] && !p->sub_open[k] && !p->sub_unknown[k]) {
+                        fprintf(stderr, "an update of %s to a session that holds no subscription to it\n", uri);
+                        FUZZ_ASSERT(!"an update of a URI the session is not subscribed to");
+                }
+        }
         if (m->kind == JSONRPC_RESPONSE && message_json(m)) {
                 const char *state = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
                         cJSON_GetObjectItemCaseSensitive(message_json(m), "result"), "requestState"));
@@ -629,6 +724,10 @@ static void peer_reset(Peer *p) {
                 free(p->ids[j]);
         for (size_t j = 0; j < p->n_upcalls; j++)
                 free(p->upcalls[j]);
+        for (size_t j = 0; j < p->n_subs; j++)
+                free(p->sub_uris[j]);
+        for (size_t j = 0; j < p->n_sub_ids; j++)
+                free(p->sub_ids[j]);
         *p = (Peer){.fd = -1};
 }
 
@@ -693,12 +792,17 @@ static char *with_states(const Peer *p, const Peer *other, const char *line, siz
 }
 
 /* "U": the backend is up from the start as a process of its own, started ahead of any session
- * (instance_start_ahead()) and initialized by the harness, so that the input's lines can kill it. */
-static Instance *backend_up(Shim *s, Peer *k, sd_event *e) {
-        static const char answer[] =
+ * (instance_start_ahead()) and initialized by the harness, so that the input's lines can kill it; "V":
+ * the same, a 2026-07-28 backend (it answers server/discover). */
+static Instance *backend_up(Shim *s, Peer *k, sd_event *e, bool modern) {
+        static const char initialized[] =
                 "{\"jsonrpc\":\"2.0\",\"id\":0,\"result\":{\"protocolVersion\":\"2025-06-18\",\"capabilities\":"
                 "{\"tools\":{},\"prompts\":{},\"logging\":{},\"resources\":{\"subscribe\":true}},"
                 "\"serverInfo\":{\"name\":\"k\",\"version\":\"1\"}}}";
+        static const char discovered[] =
+                "{\"jsonrpc\":\"2.0\",\"id\":-100,\"result\":{\"supportedVersions\":[\"2026-07-28\"],\"capabilities\":"
+                "{\"tools\":{},\"prompts\":{},\"logging\":{},\"resources\":{\"subscribe\":true}},\"_meta\":{}}}";
+        const char *answer = modern ? discovered : initialized;
         Instance *i;
 
         FUZZ_ASSERT(instance_start_ahead(s) == 0);
@@ -722,7 +826,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         Shim s = {};
         Client *ca, *cb;
         Instance *i;
-        char mode = size > 0 && (data[0] == 'S' || data[0] == 'D' || data[0] == 'U') && (size == 1 || data[1] == '\n')
+        char mode = size > 0 && (data[0] == 'S' || data[0] == 'D' || data[0] == 'U' || data[0] == 'V') &&
+                                    (size == 1 || data[1] == '\n')
                             ? data[0]
                             : 0;
         unsigned fds_before;
@@ -761,12 +866,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_ASSERT(s.upcalls);
         /* "S" (and "U"): an earlier start learned a handshake-era backend, so initialize goes first. */
         s.learned_era = mode == 'S' || mode == 'U' ? BACKEND_ERA_LEGACY : BACKEND_ERA_UNKNOWN;
-        if (mode == 'U')
-                backend_up(&s, &k, e);
+        if (mode == 'U' || mode == 'V')
+                backend_up(&s, &k, e, mode == 'V');
         ca = connect_client(&s, &a);
         cb = connect_client(&s, &b);
         i = ca->instance;
         FUZZ_ASSERT(cb->instance == i);
+        the_instance = i;
         if (!mode) {
                 /* A backend that is up: its stdin and stdout are our socket. */
                 FUZZ_ASSERT(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) == 0);
@@ -940,6 +1046,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                 j->stop_stage);
                 FUZZ_ASSERT(stopping <= 0 || stopping != current.pid);
         }
+        the_instance = NULL;
         client_free(ca);
         client_free(cb);
         for (Instance *j = s.instances; j; j = j->next)
