@@ -89,6 +89,9 @@ static void send_cancel(Instance *i, int64_t id) {
 static void fail_waiters(Instance *i, const char *text) {
         while (i->waiters) {
                 SubscribeWaiter *w = i->waiters;
+                /* Told that its subscribe failed, the session holds no subscription to the URI: no
+                 * later stream asks for it, and no update of it reaches the session. */
+                (void) subscribe_track(w->client, w->uri, false);
                 reply(w->client, w->id_text, NULL, text);
                 i->waiters = waiter_free(w);
         }
@@ -206,12 +209,15 @@ static void handle_subscribe(Instance *i, Client *c, const Message *m, bool sub)
         }
         for (w = i->waiters; w; w = w->next)
                 n++;
-        if (n >= SUBSCRIBE_MAX_WAITERS)
+        if (n >= SUBSCRIBE_MAX_WAITERS) {
+                (void) subscribe_track(c, uri, false);
                 return reply(c, m->id_text, NULL, "too many subscriptions waiting for the backend; try again");
+        }
         w = calloc(1, sizeof *w);
         if (!w || !(w->id_text = strdup(m->id_text)) || !(w->uri = strdup(uri))) {
                 if (w)
                         waiter_free(w);
+                (void) subscribe_track(c, uri, false);
                 return reply(c, m->id_text, NULL, "out of memory");
         }
         w->client = c;
