@@ -14,6 +14,7 @@
 
 #include "client-config.h"
 #include "duration.h"
+#include "envfile.h"
 #include "import.h"
 #include "macros.h"
 #include "manifest.h"
@@ -678,6 +679,30 @@ static void report(const Import *im) {
         }
 }
 
+/* The variables a backend keeps from its secrets file that the config imported now does not set (an
+ * earlier import's, or written by hand): import no longer revokes them, so it says so. */
+static void report_kept_secrets(const Import *im) {
+        for (size_t i = 0; i < im->n_targets; i++) {
+                const Target *t = im->targets[i];
+                const YNode *se = t->failed ? NULL : ynode_get(manifest_doc_backend(im->doc, t->backend), "secret_env");
+                _cleanup_free_ char *path = NULL, *kept = NULL;
+
+                for (size_t k = 0; se && se->kind == YNODE_SEQUENCE && k < se->n_items; k++) {
+                        char *l = NULL;
+                        if (se->items[k]->kind != YNODE_SCALAR || strv_env_get(t->env, se->items[k]->value))
+                                continue;
+                        if (asprintf(&l, "%s%s%s", kept ?: "", kept ? ", " : "", se->items[k]->value) < 0)
+                                return;
+                        free(kept);
+                        kept = l;
+                }
+                if (kept && secrets_path(im->doc->path, t->backend, &path) >= 0)
+                        printf("Backend '%s' keeps %s from %s, which this config does not set (an earlier import's, or "
+                               "written by hand): remove them there to revoke them.\n",
+                               t->backend, kept, path);
+        }
+}
+
 /* Every discovered server into the manifest; 0 when at least one made it (or there were none). */
 static int import_store_all(Import *im) {
         bool any = im->n_targets == 0;
@@ -784,6 +809,7 @@ static int import_run(Import *im, char **from, const char *client) {
         }
         import_rewrite_configs(im);
         report(im);
+        report_kept_secrets(im);
         import_enable(im);
         return im->failures > 0 ? 1 : 0;
 }

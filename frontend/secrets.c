@@ -2,12 +2,16 @@
  * import and refresh write them into a file of that backend that only root reads
  * (/etc/mcp-lazy/secrets/NAME.env), which only its unit reads (EnvironmentFile=); the manifest keeps
  * their names (secret_env). */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <systemd/sd-daemon.h>
 
@@ -162,10 +166,119 @@ static int secrets_check(const char *name, char *const *secrets) {
         return 0;
 }
 
+static void closedirp(DIR **d) {
+        if (*d)
+                closedir(*d);
+}
+
+/* The same YAML (scalars by their text), or both absent. */
+static bool ynode_same(const YNode *a, const YNode *b) {
+        if (!a || !b)
+                return a == b;
+        if (a->kind != b->kind)
+                return false;
+        if (a->kind == YNODE_SCALAR)
+                return a->length == b->length && memcmp(a->value, b->value, a->length) == 0;
+        if (a->n_items != b->n_items)
+                return false;
+        for (size_t i = 0; i < a->n_items; i++)
+                if (!ynode_same(a->items[i], b->items[i]))
+                        return false;
+        return true;
+}
+
+/* Whether backend name of doc (b) owns the secrets file of its name: it names it in secret_env, or it
+ * is the backend of that name the manifest on disk has (same command) and has env values to move (a
+ * manifest from before secret_env, whose file an admin wrote by hand). A new backend under the name
+ * of a file left behind does not. */
+static bool backend_owns_file(const YNode *b, const ManifestDoc *on_disk, const char *name) {
+        const YNode *env = ynode_get(b, "env"), *old = on_disk ? manifest_doc_backend(on_disk, name) : NULL;
+        bool moves = false;
+
+        if (ynode_get(b, "secret_env"))
+                return true;
+        for (size_t i = 0; env && env->kind == YNODE_MAPPING && i + 1 < env->n_items; i += 2)
+                moves = moves || env_pair_moves(env, i);
+        return moves && old && ynode_same(ynode_get(old, "command"), ynode_get(b, "command"));
+}
+
+/* Puts the secrets file of name aside, as NAME.env.orphaned-YYYYmmddTHHMMSS (mode 0600): the unit
+ * reads only NAME.env, and nothing is lost. */
+static int secrets_orphan(const char *dir, const char *file, bool dry_run) {
+        _cleanup_free_ char *from = NULL, *to = NULL;
+        char stamp[32];
+        time_t now = time(NULL);
+        struct tm tm;
+
+        if (!gmtime_r(&now, &tm) || strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%S", &tm) == 0)
+                return -EINVAL;
+        if (asprintf(&from, "%s/%s", dir, file) < 0)
+                return -ENOMEM;
+        for (unsigned k = 1; k < 100; k++) {
+                free(to);
+                to = NULL;
+                if ((k == 1 ? asprintf(&to, "%s.orphaned-%s", from, stamp)
+                            : asprintf(&to, "%s.orphaned-%s-%u", from, stamp, k)) < 0)
+                        return -ENOMEM;
+                if (dry_run) {
+                        fprintf(stderr,
+                                "mcp-lazy: %s belongs to no backend of the manifest that names it in "
+                                "secret_env: it would be renamed %s\n",
+                                from, to);
+                        return 0;
+                }
+                if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) >= 0) {
+                        if (chmod(to, 0600) < 0)
+                                return -errno;
+                        fprintf(stderr,
+                                "mcp-lazy: %s belongs to no backend of the manifest that names it in "
+                                "secret_env, so no unit may hand it on: renamed %s (mode 0600)\n",
+                                from, to);
+                        return 0;
+                }
+                if (errno != EEXIST)
+                        return -errno;
+        }
+        return -EEXIST;
+}
+
+/* The secrets files (NAME.env) that no backend of doc owns (owned[] per backend, in the order of
+ * doc's backends) are put aside. */
+static int secrets_orphans(ManifestDoc *doc, const YNode *backends, const bool *owned, bool dry_run) {
+        _cleanup_free_ char *copy = strdup(doc->path), *dir = NULL;
+        _cleanup_(closedirp) DIR *d = NULL;
+        int r;
+
+        if (!copy || asprintf(&dir, "%s/secrets", dirname(copy)) < 0)
+                return -ENOMEM;
+        d = opendir(dir);
+        if (!d)
+                return errno == ENOENT ? 0 : -errno;
+        for (struct dirent *de; (errno = 0, de = readdir(d));) {
+                size_t n = strlen(de->d_name);
+                bool keep = false;
+
+                if (n <= 4 || !streq(de->d_name + n - 4, ".env") || de->d_name[0] == '.')
+                        continue;
+                for (size_t i = 0; backends && i + 1 < backends->n_items && !keep; i += 2)
+                        keep = owned[i / 2] && backends->items[i]->length == n - 4 &&
+                               strncmp(backends->items[i]->value, de->d_name, n - 4) == 0;
+                if (keep)
+                        continue;
+                r = secrets_orphan(dir, de->d_name, dry_run);
+                if (r < 0) {
+                        fprintf(stderr, "mcp-lazy: cannot rename %s/%s aside: %s; nothing was changed\n", dir,
+                                de->d_name, strerror(-r));
+                        return r;
+                }
+        }
+        return -errno;
+}
+
 /* One backend: its env values that may move into its file, merged over what the file holds. 0:
  * nothing to move. With check_only, only whether they can be written (nothing printed but why not,
  * nothing changed). */
-static int backend_split(ManifestDoc *doc, const char *name, YNode *b, bool dry_run, bool check_only) {
+static int backend_split(ManifestDoc *doc, const char *name, YNode *b, bool owned, bool dry_run, bool check_only) {
         _cleanup_strv_free_ char **secrets = NULL;
         _cleanup_free_ char *path = NULL, *err = NULL, *shown = NULL;
         _cleanup_(ynode_freep) YNode *names = NULL;
@@ -182,8 +295,9 @@ static int backend_split(ManifestDoc *doc, const char *name, YNode *b, bool dry_
         if (r < 0)
                 return r;
         /* Values the file has already (an earlier import's, or written by hand) stay, unless the
-         * manifest's env sets them anew: nothing is lost. */
-        r = secrets_read(doc->path, name, &secrets, &err);
+         * manifest's env sets them anew: nothing is lost. A file the backend does not own is put
+         * aside (secrets_orphan()), never merged. */
+        r = owned ? secrets_read(doc->path, name, &secrets, &err) : -ENOENT;
         if (r == -ENOENT)
                 r = 0;
         if (r < 0) {
@@ -264,21 +378,43 @@ static int backend_split(ManifestDoc *doc, const char *name, YNode *b, bool dry_
 
 int secrets_split(ManifestDoc *doc, bool dry_run) {
         YNode *backends = (YNode *) ynode_get(doc->root, "backends");
+        _cleanup_(manifest_doc_freep) ManifestDoc *on_disk = NULL;
+        _cleanup_free_ char *err = NULL;
+        _cleanup_free_ bool *owned = NULL;
+        size_t n = 0;
         int r;
 
-        if (!backends || backends->kind != YNODE_MAPPING)
+        if (backends && backends->kind != YNODE_MAPPING)
                 return 0;
+        /* Which files the backends own is decided before any moves (the new ones get secret_env). */
+        r = manifest_doc_load(doc->path, &on_disk, &err);
+        if (r == -ENOMEM)
+                return r;
+        n = backends ? backends->n_items / 2 : 0;
+        owned = calloc(n + 1, sizeof(bool));
+        if (!owned)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++)
+                owned[i] = backends->items[2 * i + 1]->kind == YNODE_MAPPING &&
+                           backend_owns_file(backends->items[2 * i + 1], on_disk, backends->items[2 * i]->value);
         /* Every backend's file checked before any is written: one that cannot be changes nothing. */
-        for (int pass = 0; pass < 2; pass++)
-                for (size_t i = 0; i + 1 < backends->n_items; i += 2) {
-                        if (backends->items[i + 1]->kind != YNODE_MAPPING)
+        for (int pass = 0; pass < 2; pass++) {
+                if (pass == 1) {
+                        r = secrets_orphans(doc, backends, owned, dry_run);
+                        if (r < 0)
+                                return r;
+                }
+                for (size_t i = 0; i < n; i++) {
+                        if (backends->items[2 * i + 1]->kind != YNODE_MAPPING)
                                 continue;
-                        r = backend_split(doc, backends->items[i]->value, backends->items[i + 1], dry_run, pass == 0);
+                        r = backend_split(doc, backends->items[2 * i]->value, backends->items[2 * i + 1], owned[i],
+                                          dry_run, pass == 0);
                         if (r == -ENOMEM)
                                 fprintf(stderr, "mcp-lazy: out of memory\n");
                         if (r < 0)
                                 return r;
                 }
+        }
         return 0;
 }
 

@@ -37,8 +37,8 @@ const readableLeaks = () =>
     xargs -0 grep -lF -- '${MARK}' 2>/dev/null || true`);
 
 // The backend's environment, through the rewritten entry, as the client launches it.
-async function backendEnv() {
-  const entry = JSON.parse(await sh("cat /root/vault.json")).mcpServers.vault;
+async function backendEnv(config = "/root/vault.json", name = "vault") {
+  const entry = JSON.parse(await sh(`cat ${config}`)).mcpServers[name];
   const [cmd, ...pre] = box.nsenterArgs();
   const transport = new StdioClientTransport({ command: cmd, args: [...pre, "env", "HOME=/root", entry.command, ...entry.args], stderr: "pipe" });
   const client = new Client({ name: "secrets-test", version: "1.0.0" });
@@ -196,4 +196,80 @@ test("a shim started without the unit (the frontend's direct activation) says th
   assert.match(stderr, /Backend 'vault' names API_TOKEN in secret_env, but the shim's environment lacks it: the backend starts without it \(mcp-lazy@vault\.service reads it from its secrets file, \/etc\/mcp-lazy\/secrets\/vault\.env; a shim started otherwise gets none\)\./);
   assert.match(stderr, /API_TOKEN is not set/);
   assert.ok(!stderr.includes(MARK), stderr);
+});
+
+// The secrets directory agrees with the manifest (REVIEW9): a value systemd would refuse is named and
+// changes nothing; a file no backend names in secret_env is put aside, never handed on.
+const everything = (env) => ({ command: process.execPath, args: [SERVER_SCRIPTS.everything, "stdio"], ...(env ? { env } : {}) });
+// Another server than everything's node: the same server behind sh.
+const other = (env) => ({ command: "/bin/sh", args: ["-c", `exec ${process.execPath} ${SERVER_SCRIPTS.everything} stdio`], ...(env ? { env } : {}) });
+async function importAs(file, servers) {
+  await sh(`umask 077 && cat > /root/${file}`, JSON.stringify({ mcpServers: servers }, null, 2) + "\n");
+  const r = await tryIn(`cd /root && ${AS_ROOT} ${MCP_LAZY} import --from /root/${file}`);
+  return r;
+}
+async function resetManifest() {
+  await sh(`${AS_ROOT} ${MCP_LAZY} import --undo >/dev/null; systemctl stop 'mcp-lazy@*.socket' 'mcp-lazy@*.service'
+    printf 'backends: {}\\n' > /etc/mcp-lazy/manifest.yaml`);
+}
+const orphans = (name) => sh(`cd /etc/mcp-lazy/secrets && for f in ${name}.env.orphaned-*; do [ -e "$f" ] && stat -c '%a %U' "$f" && cat "$f"; done; true`);
+
+test("a value systemd refuses (a Unicode noncharacter): import names the variable, not the value, and writes nothing", async () => {
+  await resetManifest();
+  const r = await importAs("nc.json", { nc: everything({ API_TOKEN: `${MARK}nc`, OTHER: `${MARK}other \u{FDD0}` }) });
+  assert.notEqual(r.code, 0, r.stdout + r.stderr);
+  assert.match(r.stderr, /^mcp-lazy: backend 'nc': env OTHER cannot go into its secrets file: its value holds a Unicode noncharacter .*; nothing was changed$/m);
+  assert.ok(!(r.stdout + r.stderr).includes(MARK), r.stdout + r.stderr);
+  assert.equal((await tryIn("ls /etc/mcp-lazy/secrets/nc.env")).code, 2, "no file written");
+  assert.doesNotMatch(await sh("cat /etc/mcp-lazy/manifest.yaml"), /nc/);
+});
+
+test("re-importing a server without its old variable: the backend keeps it, and import says so", async () => {
+  await resetManifest();
+  let r = await importAs("api.json", { api: everything({ TOKEN: `${MARK}old` }) });
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  assert.match(r.stderr, /^mcp-lazy: \/etc\/mcp-lazy\/secrets\/vault\.env belongs to no backend of the manifest that names it in secret_env, so no unit may hand it on: renamed \/etc\/mcp-lazy\/secrets\/vault\.env\.orphaned-\d{8}T\d{6} \(mode 0600\)$/m);
+  assert.match(await orphans("vault"), /^600 root\nAPI_TOKEN=/);
+  assert.equal((await backendEnv("/root/api.json", "api")).TOKEN, `${MARK}old`);
+  await sh(`${AS_ROOT} ${MCP_LAZY} import --undo >/dev/null; systemctl stop mcp-lazy@api.service`);
+  r = await importAs("api.json", { api: everything() });
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  assert.match(r.stdout, /^api\s+claude-code\s+-> backend 'api'$/m);
+  assert.match(r.stdout, /^Backend 'api' keeps TOKEN from \/etc\/mcp-lazy\/secrets\/api\.env, which this config does not set \(an earlier import's, or written by hand\): remove them there to revoke them\.$/m);
+  assert.match(await sh("cat /etc/mcp-lazy/manifest.yaml"), /^ {4}secret_env: \[TOKEN\]$/m);
+});
+
+test("a backend gone from the manifest: another server under its name gets none of its secrets", async () => {
+  await resetManifest();
+  // 1. No env: the old file is put aside, not handed on.
+  let r = await importAs("other.json", { api: other() });
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  assert.match(r.stderr, /secrets\/api\.env belongs to no backend .*: renamed \/etc\/mcp-lazy\/secrets\/api\.env\.orphaned-/);
+  assert.equal((await backendEnv("/root/other.json", "api")).TOKEN, undefined);
+  assert.match(await orphans("api"), new RegExp(`^600 root\nTOKEN="${MARK}old"\n$`));
+  assert.doesNotMatch(await sh("cat /etc/mcp-lazy/manifest.yaml"), /secret_env/);
+  await sh("rm -f /etc/mcp-lazy/secrets/api.env.orphaned-*");
+  // 2. Its own env: the new file holds that alone (nothing adopted).
+  await resetManifest();
+  await sh(`install -m 0600 /dev/stdin /etc/mcp-lazy/secrets/api.env <<<'TOKEN=${MARK}hand'`);
+  r = await importAs("other.json", { api: other({ NEW: `${MARK}new` }) });
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  assert.equal(await sh("cat /etc/mcp-lazy/secrets/api.env"), `NEW="${MARK}new"\n`);
+  assert.match(await sh("cat /etc/mcp-lazy/manifest.yaml"), /^ {4}secret_env: \[NEW\]$/m);
+  let env = await backendEnv("/root/other.json", "api");
+  assert.equal(env.TOKEN, undefined);
+  assert.equal(env.NEW, `${MARK}new`);
+  assert.match(await orphans("api"), new RegExp(`^600 root\nTOKEN=${MARK}hand\n$`));
+  await sh("rm -f /etc/mcp-lazy/secrets/api.env.orphaned-*");
+  // 3. Only a name that stays in the manifest's env (nothing moves): the file is put aside too.
+  await resetManifest();
+  await sh(`install -m 0600 /dev/stdin /etc/mcp-lazy/secrets/api.env <<<'TOKEN=${MARK}hand'`);
+  r = await importAs("other.json", { api: other({ LD_BIND_NOW: "1" }) });
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  env = await backendEnv("/root/other.json", "api");
+  assert.equal(env.TOKEN, undefined);
+  assert.equal(env.LD_BIND_NOW, "1");
+  assert.match(await orphans("api"), new RegExp(`^600 root\nTOKEN=${MARK}hand\n$`));
+  assert.doesNotMatch(await sh("cat /etc/mcp-lazy/manifest.yaml"), /secret_env/);
+  assert.equal(await readableLeaks(), "");
 });

@@ -1,5 +1,6 @@
 /* Moving a backend's env values into its secrets file (frontend/secrets.c): what stays in the manifest
  * keeps its YAML as written, and a value systemd would refuse changes nothing and is named, never shown. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -40,7 +41,7 @@ static char *read_text(const char *name) {
 }
 
 /* secrets_split() on the manifest text: its result, the emitted manifest, and what it said on stderr. */
-static int split(const char *manifest, char **ret_text, char **ret_stderr) {
+static int split_over(const char *manifest, const char *on_disk, char **ret_text, char **ret_stderr) {
         _cleanup_(manifest_doc_freep) ManifestDoc *doc = NULL;
         _cleanup_free_ char *p = path_in("manifest.yaml"), *err = NULL, *errpath = path_in("stderr");
         size_t len;
@@ -54,6 +55,8 @@ static int split(const char *manifest, char **ret_text, char **ret_stderr) {
         close(fd);
         r = manifest_doc_load(p, &doc, &err);
         CHECK(r >= 0);
+        if (on_disk) /* the manifest as it was before this import changed it */
+                write_text("manifest.yaml", on_disk);
         if (r >= 0)
                 r = secrets_split(doc, false);
         fflush(stderr);
@@ -64,6 +67,10 @@ static int split(const char *manifest, char **ret_text, char **ret_stderr) {
         if (r >= 0 && manifest_doc_emit(doc, ret_text, &len, &err) < 0)
                 fprintf(stderr, "emit: %s\n", err ?: "?");
         return r;
+}
+
+static int split(const char *manifest, char **ret_text, char **ret_stderr) {
+        return split_over(manifest, NULL, ret_text, ret_stderr);
 }
 
 #define BACKEND(name, env) "  " name ":\n    command: [/bin/true]\n    env: " env "\n"
@@ -117,6 +124,74 @@ static void test_refused(void) {
         check_refused(big, "128 KiB", -E2BIG);
 }
 
+static char *orphan_of(const char *file) {
+        _cleanup_free_ char *p = path_in("secrets");
+        DIR *d = p ? opendir(p) : NULL;
+        char *found = NULL;
+
+        for (struct dirent *de; d && !found && (de = readdir(d));)
+                if (strncmp(de->d_name, file, strlen(file)) == 0 &&
+                    strncmp(de->d_name + strlen(file), ".orphaned-", 10) == 0 &&
+                    asprintf(&found, "secrets/%s", de->d_name) < 0)
+                        found = NULL;
+        if (d)
+                closedir(d);
+        return found;
+}
+
+static void check_orphaned(const char *file, const char *err, const char *want_text) {
+        _cleanup_free_ char *o = orphan_of(file), *p = NULL, *text = NULL;
+        struct stat st;
+
+        CHECK(o);
+        if (!o)
+                return;
+        p = path_in(o);
+        text = read_text(o);
+        CHECK_STREQ(text, want_text);
+        CHECK(p && stat(p, &st) >= 0 && (st.st_mode & 07777) == 0600);
+        CHECK(err && strstr(err, file) && strstr(err, "renamed") && !strstr(err, "MARK"));
+        unlink(p);
+}
+
+/* A file no backend names in secret_env is never handed on: put aside, not merged, nothing lost. */
+static void test_orphans(void) {
+        _cleanup_free_ char *text = NULL, *err = NULL, *api = NULL, *kept = NULL;
+
+        _cleanup_free_ char *dir_secrets = path_in("secrets");
+
+        CHECK(dir_secrets && (mkdir(dir_secrets, 0700) >= 0 || errno == EEXIST));
+        /* A backend gone from the manifest; one with only a name that stays (nothing moves: its file
+         * was handed on with no secret_env saying so); one with neither env nor secret_env; one that
+         * names its file; a new backend under the name of a file left behind. */
+        write_text("secrets/gone.env", "TOKEN=MARKgone\n");
+        write_text("secrets/stays.env", "TOKEN=MARKstays\n");
+        write_text("secrets/bare.env", "TOKEN=MARKbare\n");
+        write_text("secrets/named.env", "TOKEN=\"MARKnamed\"\n");
+        write_text("secrets/api.env", "TOKEN=MARKold\n");
+        CHECK(split_over(
+                      "backends:\n" BACKEND("stays", "{LD_LIBRARY_PATH: /x}") "  bare:\n    command: [/bin/true]\n"
+                                                                              "  named:\n    command: [/bin/true]\n    "
+                                                                              "secret_env: [TOKEN]\n" BACKEND(
+                                                                                      "api", "{NEW: MARKnew}"),
+                      "backends:\n" BACKEND(
+                              "stays",
+                              "{LD_LIBRARY_PATH: /x}") "  bare:\n    command: [/bin/true]\n"
+                                                       "  named:\n    command: [/bin/true]\n    secret_env: [TOKEN]\n",
+                      &text, &err) == 0);
+        check_orphaned("gone.env", err, "TOKEN=MARKgone\n");
+        check_orphaned("stays.env", err, "TOKEN=MARKstays\n");
+        check_orphaned("bare.env", err, "TOKEN=MARKbare\n");
+        check_orphaned("api.env", err, "TOKEN=MARKold\n");
+        kept = read_text("secrets/named.env");
+        CHECK_STREQ(kept, "TOKEN=\"MARKnamed\"\n");
+        api = read_text("secrets/api.env");
+        CHECK_STREQ(api, "NEW=\"MARKnew\"\n");
+        CHECK(text && strstr(text, "secret_env: [NEW]") && !strstr(text, "TOKEN, NEW"));
+        if (text && !strstr(text, "secret_env: [NEW]"))
+                fprintf(stderr, "%s\n", text);
+}
+
 int main(void) {
         _cleanup_free_ char *rm = NULL;
 
@@ -126,6 +201,7 @@ int main(void) {
         }
         test_stays_as_written();
         test_refused();
+        test_orphans();
         if (asprintf(&rm, "rm -rf '%s'", dir) >= 0 && system(rm) != 0)
                 fprintf(stderr, "cannot remove %s\n", dir);
         return tests_finish("test-secrets");
