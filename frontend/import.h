@@ -37,5 +37,8 @@ int secrets_read(const char *manifest_path, const char *backend, char ***ret_env
  * values the file holds already (which stay), and records the file's names in secret_env. Each
  * file is written (or, with dry_run, said) before anything else; errors are said on stderr. */
 int secrets_split(ManifestDoc *doc, bool dry_run);
+/* Whether env name (n bytes) stays in the manifest's env: in the unit's environment file it would
+ * change the shim too (systemd's own variables, glibc's, libsystemd's, the sanitizers', the shim's). */
+bool secrets_env_name_stays(const char *name, size_t n);
 /* Whether some backend has env values that secrets_split() would move. */
 bool secrets_pending(const ManifestDoc *doc);

@@ -19,15 +19,65 @@
 #include "import.h"
 #include "macros.h"
 
-/* Variables of the shim's own, or of how systemd hands it its socket: in the unit's environment file
- * they would change the shim too, so they stay in the manifest's env (set for the backend alone). */
-static bool env_name_stays(const char *name, size_t n) {
-        static const char *const prefixes[] = {"MCP_LAZY_", "LISTEN_", "WATCHDOG_", "SYSTEMD_", "LD_", NULL};
+/* Variables that change the shim itself (and the libraries it runs on) if the unit's environment
+ * file sets them, since systemd puts that file over what it sets: they stay in the manifest's env,
+ * set for the backend alone. What systemd.exec(5) lists under "Environment Variables in Spawned
+ * Processes", what glibc, ld.so, libsystemd and the sanitizers read, and the shim's own. */
+static const char *const stays_names[] = {
+        "CACHE_DIRECTORY",
+        "CONFIGURATION_DIRECTORY",
+        "CREDENTIALS_DIRECTORY",
+        "EXIT_CODE",
+        "EXIT_STATUS",
+        "FDSTORE",
+        "GCONV_PATH",
+        "GLIBC_TUNABLES",
+        "HOME",
+        "HOSTALIASES",
+        "INVOCATION_ID",
+        "JOURNAL_STREAM",
+        "LANG",
+        "LANGUAGE",
+        "LOCALDOMAIN",
+        "LOCPATH",
+        "LOGNAME",
+        "LOGS_DIRECTORY",
+        "MAINPID",
+        "MANAGERPID",
+        "MEMORY_PRESSURE_WATCH",
+        "MEMORY_PRESSURE_WRITE",
+        "NLSPATH",
+        "NOTIFY_SOCKET",
+        "PATH",
+        "PIDFILE",
+        "POSIXLY_CORRECT",
+        "REMOTE_ADDR",
+        "REMOTE_PORT",
+        "RES_OPTIONS",
+        "RUNTIME_DIRECTORY",
+        "SERVICE_RESULT",
+        "SHELL",
+        "STATE_DIRECTORY",
+        "TERM",
+        "TMPDIR",
+        "TZ",
+        "TZDIR",
+        "USER",
+        NULL,
+};
+static const char *const stays_prefixes[] = {
+        "MCP_LAZY_", "LISTEN_",  "WATCHDOG_", "SYSTEMD_", "SD_",   "LD_",   "LC_",   "MALLOC_", "XDG_",
+        "TRIGGER_",  "MONITOR_", "ASAN_",     "UBSAN_",   "LSAN_", "MSAN_", "TSAN_", NULL,
+};
 
-        for (const char *const *p = prefixes; *p; p++)
+bool secrets_env_name_stays(const char *name, size_t n) {
+        for (const char *const *p = stays_prefixes; *p; p++)
                 if (n >= strlen(*p) && strncmp(name, *p, strlen(*p)) == 0)
                         return true;
-        return n == strlen("NOTIFY_SOCKET") && strncmp(name, "NOTIFY_SOCKET", n) == 0;
+        for (const char *const *p = stays_names; *p; p++)
+                if (n == strlen(*p) && strncmp(name, *p, n) == 0)
+                        return true;
+        return false;
 }
 
 bool secrets_wanted(const char *manifest_path) {
@@ -130,7 +180,8 @@ static int backend_put_secret_env(YNode *b, size_t at, bool keep_env, YNode *nam
 
 /* Whether env's pair at i moves into the secrets file (else it stays in the manifest's env). */
 static bool env_pair_moves(const YNode *env, size_t i) {
-        return !env_name_stays(env->items[i]->value, env->items[i]->length) && env->items[i + 1]->kind == YNODE_SCALAR;
+        return !secrets_env_name_stays(env->items[i]->value, env->items[i]->length) &&
+               env->items[i + 1]->kind == YNODE_SCALAR;
 }
 
 /* Drops the pairs of env that moved: what stays keeps its YAML nodes as they were (0077, ~, 1.50). */
@@ -424,7 +475,7 @@ bool secrets_pending(const ManifestDoc *doc) {
         for (size_t i = 0; backends && backends->kind == YNODE_MAPPING && i + 1 < backends->n_items; i += 2) {
                 const YNode *env = ynode_get(backends->items[i + 1], "env");
                 for (size_t k = 0; env && env->kind == YNODE_MAPPING && k + 1 < env->n_items; k += 2)
-                        if (!env_name_stays(env->items[k]->value, env->items[k]->length))
+                        if (!secrets_env_name_stays(env->items[k]->value, env->items[k]->length))
                                 return true;
         }
         return false;

@@ -192,6 +192,88 @@ static void test_orphans(void) {
                 fprintf(stderr, "%s\n", text);
 }
 
+/* What stays in the manifest's env: every variable systemd sets for a service (systemd.exec(5),
+ * "Environment Variables in Spawned Processes"), what glibc, ld.so, libsystemd and the sanitizers
+ * read, the shim's own; the rest moves. */
+static void test_names_that_stay(void) {
+        static const char *const stay[] = {
+                "JOURNAL_STREAM",
+                "STATE_DIRECTORY",
+                "RUNTIME_DIRECTORY",
+                "CACHE_DIRECTORY",
+                "LOGS_DIRECTORY",
+                "CONFIGURATION_DIRECTORY",
+                "CREDENTIALS_DIRECTORY",
+                "INVOCATION_ID",
+                "MAINPID",
+                "MANAGERPID",
+                "USER",
+                "LOGNAME",
+                "HOME",
+                "SHELL",
+                "PATH",
+                "LANG",
+                "LANGUAGE",
+                "XDG_RUNTIME_DIR",
+                "XDG_CONFIG_HOME",
+                "TERM",
+                "NOTIFY_SOCKET",
+                "LISTEN_FDS",
+                "LISTEN_PID",
+                "LISTEN_FDNAMES",
+                "WATCHDOG_USEC",
+                "WATCHDOG_PID",
+                "SYSTEMD_LOG_LEVEL",
+                "SD_EVENT_PROFILE_DELAYS",
+                "LD_PRELOAD",
+                "LD_LIBRARY_PATH",
+                "MCP_LAZY_MANIFEST",
+                "GLIBC_TUNABLES",
+                "MALLOC_ARENA_MAX",
+                "MALLOC_CHECK_",
+                "GCONV_PATH",
+                "LOCPATH",
+                "NLSPATH",
+                "TZ",
+                "TZDIR",
+                "LC_ALL",
+                "LC_CTYPE",
+                "ASAN_OPTIONS",
+                "UBSAN_OPTIONS",
+                "LSAN_OPTIONS",
+                "TMPDIR",
+                "RES_OPTIONS",
+                "LOCALDOMAIN",
+                "HOSTALIASES",
+                "POSIXLY_CORRECT",
+                "TRIGGER_UNIT",
+                "MONITOR_SERVICE_RESULT",
+                "PIDFILE",
+                "MEMORY_PRESSURE_WATCH",
+                "EXIT_STATUS",
+                "SERVICE_RESULT",
+                NULL,
+        };
+        static const char *const move[] = {
+                "API_TOKEN", "GITHUB_TOKEN", "PGPASSWORD", "HOMEDIR",   "TZX", "PATHS",   "USERNAME", "LANGX",
+                "MAIN_PID",  "LC",           "LD",         "SECRET_TZ", "XDG", "my_home", NULL,
+        };
+
+        for (size_t i = 0; stay[i]; i++) {
+                CHECK(secrets_env_name_stays(stay[i], strlen(stay[i])));
+                if (!secrets_env_name_stays(stay[i], strlen(stay[i])))
+                        fprintf(stderr, "moves: %s\n", stay[i]);
+        }
+        for (size_t i = 0; move[i]; i++) {
+                CHECK(!secrets_env_name_stays(move[i], strlen(move[i])));
+                if (secrets_env_name_stays(move[i], strlen(move[i])))
+                        fprintf(stderr, "stays: %s\n", move[i]);
+        }
+        /* By its n bytes, not its NUL: "HOME" within "HOMEDIR". */
+        CHECK(secrets_env_name_stays("HOMEDIR", 4));
+        CHECK(!secrets_env_name_stays("HOMEDIR", 5));
+}
+
 int main(void) {
         _cleanup_free_ char *rm = NULL;
 
@@ -202,6 +284,7 @@ int main(void) {
         test_stays_as_written();
         test_refused();
         test_orphans();
+        test_names_that_stay();
         if (asprintf(&rm, "rm -rf '%s'", dir) >= 0 && system(rm) != 0)
                 fprintf(stderr, "cannot remove %s\n", dir);
         return tests_finish("test-secrets");
