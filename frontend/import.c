@@ -165,7 +165,8 @@ static char **backend_env(const ManifestDoc *doc, const char *name, const YNode 
         _cleanup_free_ char *err = NULL;
         size_t n = 0;
 
-        if (ynode_get(b, "secret_env") && secrets_read(doc->path, name, &env, &err) < 0)
+        if (ynode_get(b, "secret_env") && secrets_manifest_is_system(doc->path) &&
+            secrets_read(doc->path, name, &env, &err) < 0)
                 return NULL;
         for (char **v = env; v && *v; v++)
                 n++;

@@ -30,6 +30,9 @@ int parse_timeout_arg(const char *s, uint64_t *ret);
 /* Whether writing manifest_path moves env values out: root writing the system manager's manifest
  * (/etc/mcp-lazy/manifest.yaml), with systemd running and the socket group there. */
 bool secrets_wanted(const char *manifest_path);
+/* Whether manifest_path is the system manager's manifest, the only one whose units read secrets
+ * files (EnvironmentFile=): beside any other, secret_env names what its backends never get. */
+bool secrets_manifest_is_system(const char *manifest_path);
 int secrets_path(const char *manifest_path, const char *backend, char **ret);
 /* The variables of backend's secrets file ("KEY=VALUE"); *ret_error says which file and why. */
 int secrets_read(const char *manifest_path, const char *backend, char ***ret_env, char **ret_error);

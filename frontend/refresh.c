@@ -351,7 +351,14 @@ int refresh_main(int argc, char *argv[]) {
                                 return (fprintf(stderr, "mcp-lazy: out of memory\n"), 1);
                         cmd.argv = remote_argv;
                 }
-                if (b->secret_env) {
+                /* Only the system manager's unit reads a secrets file: beside another manifest, the
+                 * backend runs without it, and so does refresh. */
+                bool is_system = secrets_manifest_is_system(manifest_path);
+                if (b->secret_env && b->secret_env[0] && !is_system)
+                        printf("  secret_env is ignored: only the units of the system manager's manifest read a "
+                               "secrets file, so this backend starts without %s%s\n",
+                               b->secret_env[0], b->secret_env[1] ? " and the others it names" : "");
+                if (b->secret_env && is_system) {
                         r = backend_env_with_secrets(manifest_path, b, &env, &derr);
                         if (r == -ENOMEM)
                                 return (fprintf(stderr, "mcp-lazy: out of memory\n"), 1);

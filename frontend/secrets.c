@@ -80,17 +80,20 @@ bool secrets_env_name_stays(const char *name, size_t n) {
         return false;
 }
 
-bool secrets_wanted(const char *manifest_path) {
-        _cleanup_free_ char *sys = NULL, *a = NULL, *b = NULL;
+bool secrets_manifest_is_system(const char *manifest_path) {
+        _cleanup_free_ char *sys = manifest_default_path_for(true), *a = NULL, *b = NULL;
 
-        if (geteuid() != 0 || !getgrnam(MCP_LAZY_SOCKET_GROUP) || sd_booted() <= 0)
-                return false;
-        sys = manifest_default_path_for(true);
         if (!sys)
                 return false;
         a = realpath(manifest_path, NULL);
         b = realpath(sys, NULL);
         return streq(a ?: manifest_path, b ?: sys);
+}
+
+bool secrets_wanted(const char *manifest_path) {
+        if (geteuid() != 0 || !getgrnam(MCP_LAZY_SOCKET_GROUP) || sd_booted() <= 0)
+                return false;
+        return secrets_manifest_is_system(manifest_path);
 }
 
 int secrets_path(const char *manifest_path, const char *backend, char **ret) {

@@ -273,3 +273,22 @@ test("a backend gone from the manifest: another server under its name gets none 
   assert.doesNotMatch(await sh("cat /etc/mcp-lazy/manifest.yaml"), /secret_env/);
   assert.equal(await readableLeaks(), "");
 });
+
+test("refresh of another manifest than the system one reads no secrets file (its units do not either)", async () => {
+  // A manifest with secret_env and a secrets/ beside it, as a copy of /etc's would have: no unit of
+  // it reads that file, so refresh starts the server without it (this one then fails, needing
+  // API_TOKEN) and says why, instead of checking what the backend will never run with.
+  await sh(`mkdir -p /root/copy/secrets && chmod 0700 /root/copy/secrets
+    install -m 0600 /dev/stdin /root/copy/secrets/vault.env <<<'API_TOKEN=${MARK}copy'
+    cat > /root/copy/manifest.yaml <<'Y'
+backends:
+  vault:
+    command: [sh, -c, ${JSON.stringify(WRAPPER)}]
+    secret_env: [API_TOKEN]
+Y`);
+  const r = await tryIn(`cd /root && ${AS_ROOT} ${MCP_LAZY} refresh --check --manifest /root/copy/manifest.yaml vault`);
+  assert.equal(r.code, 1, r.stdout + r.stderr);
+  assert.match(r.stdout, /^ {2}secret_env is ignored: only the units of the system manager's manifest read a secrets file, so this backend starts without API_TOKEN$/m);
+  assert.match(r.stdout, /^ {2}FAILED: /m);
+  assert.ok(!(r.stdout + r.stderr).includes(MARK), r.stdout + r.stderr);
+});
