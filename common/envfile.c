@@ -136,55 +136,96 @@ static const char *skip_blanks(const char *p, const char *end, const char *set) 
         return p;
 }
 
-/* One value, from p (just past '=' and the blanks after it) to the end of its line, appended to out;
- * *p is left at the start of the next line. */
-static int parse_value(const char **p, const char *end, char *out, size_t *ret_len, unsigned *line) {
-        const char *s = *p;
-        size_t n = 0, kept = 0; /* kept: the length without trailing blanks (escaped ones count) */
-        char quote = 0;
+static bool is_newline(char c) {
+        return c == '\n' || c == '\r'; /* systemd's NEWLINE: a CR ends a line as LF does */
+}
 
-        if (s < end && (*s == '"' || *s == '\''))
-                quote = *s++;
+/* *p past the line end at s (a CR LF counts once). */
+static void end_line(const char **p, const char *s, const char *end, unsigned *line) {
+        if (s < end && *s == '\r' && s + 1 < end && s[1] == '\n')
+                s++;
+        *p = s < end ? s + 1 : s;
+        (*line)++;
+}
+
+/* One value, from p (just past '=') to the end of its line, appended to out, read as systemd 252 reads
+ * it: blanks before it skipped; quoted parts ('...' literal, "..." with \ before " \ ` $ and a
+ * newline) and unquoted text may follow each other (A="x"y is xy; blanks after a closing quote are
+ * skipped); unquoted text ends at the line's end, its trailing blanks dropped unless escaped. *p is
+ * left at the start of the next line. */
+static int parse_value(const char **p, const char *end, char *out, size_t *ret_len, unsigned *line) {
+        enum { PRE, PLAIN, SINGLE, DOUBLE } state = PRE;
+        const char *s = *p;
+        size_t n = 0, blanks_at = SIZE_MAX; /* PLAIN: where its trailing blanks start */
+
         for (; s < end; s++) {
                 char c = *s;
-                if (quote && c == quote) {
-                        s = skip_blanks(s + 1, end, " \t\r");
-                        if (s < end && *s != '\n')
-                                return -EBADMSG;
-                        *p = s < end ? s + 1 : s;
-                        *ret_len = n;
-                        (*line)++;
-                        return 0;
-                }
-                if (c == '\\' && quote != '\'' && s + 1 < end) {
-                        c = *++s;
-                        if (c == '\n') { /* a continued line */
-                                (*line)++;
+
+                if (state == SINGLE || state == DOUBLE) {
+                        if (c == (state == SINGLE ? '\'' : '"')) {
+                                state = PRE;
                                 continue;
                         }
-                        if (quote == '"' && !strchr("\"\\`$", c))
-                                out[n++] = '\\';
+                        if (c == '\\' && state == DOUBLE && s + 1 < end) {
+                                c = *++s;
+                                if (c == '\n') { /* a continued line */
+                                        (*line)++;
+                                        continue;
+                                }
+                                if (!strchr("\"\\`$", c))
+                                        out[n++] = '\\';
+                        } else if (c == '\n')
+                                (*line)++;
                         out[n++] = c;
-                        kept = n;
                         continue;
                 }
-                if (c == '\n') {
-                        if (quote) {
-                                out[n++] = c;
-                                (*line)++;
+                if (is_newline(c))
+                        break;
+                if (state == PRE && (c == '\'' || c == '"')) {
+                        state = c == '"' ? DOUBLE : SINGLE;
+                        continue;
+                }
+                if (state == PRE && (c == ' ' || c == '\t'))
+                        continue;
+                state = PLAIN;
+                if (c == '\\') {
+                        blanks_at = SIZE_MAX;
+                        if (s + 1 >= end)
+                                continue;
+                        c = *++s;
+                        if (is_newline(c)) { /* a continued line */
+                                if (c == '\n')
+                                        (*line)++;
                                 continue;
                         }
-                        break;
+                        out[n++] = c;
+                        continue;
                 }
+                if (c != ' ' && c != '\t')
+                        blanks_at = SIZE_MAX;
+                else if (blanks_at == SIZE_MAX)
+                        blanks_at = n;
                 out[n++] = c;
-                if (quote || (c != ' ' && c != '\t'))
-                        kept = n;
         }
-        if (quote)
+        if (state == SINGLE || state == DOUBLE)
                 return -EBADMSG; /* never closed */
-        *p = s < end ? s + 1 : s;
-        *ret_len = kept;
-        (*line)++;
+        end_line(p, s, end, line);
+        *ret_len = state == PLAIN && blanks_at != SIZE_MAX ? blanks_at : n;
+        return 0;
+}
+
+/* A comment, from its # or ;, to past its line end. -EBADMSG: it ends in an escaping \, which systemd
+ * 252 reads as going on onto the next line (that line commented out too) and systemd 254 does not. */
+static int skip_comment(const char **p, const char *end, unsigned *line) {
+        const char *s = *p;
+
+        for (; s < end && !is_newline(*s); s++)
+                if (*s == '\\' && s + 1 < end) {
+                        if (is_newline(s[1]))
+                                return -EBADMSG;
+                        s++;
+                }
+        end_line(p, s, end, line);
         return 0;
 }
 
@@ -205,15 +246,22 @@ int envfile_parse(const char *text, size_t len, char ***ret_env, unsigned *ret_l
                 p = skip_blanks(p, end, " \t\r");
                 if (p >= end)
                         break;
-                if (*p == '\n' || *p == '#' || *p == ';') {
-                        const char *nl = memchr(p, '\n', (size_t) (end - p));
-                        p = nl ? nl + 1 : end;
+                if (*p == '\n') {
+                        p++;
                         line++;
+                        continue;
+                }
+                if (*p == '#' || *p == ';') {
+                        unsigned at = line;
+                        if (skip_comment(&p, end, &line) < 0) {
+                                *ret_line = at;
+                                return -EBADMSG;
+                        }
                         continue;
                 }
                 key = p;
                 eq = memchr(p, '=', (size_t) (end - p));
-                if (!eq || memchr(p, '\n', (size_t) (eq - p))) {
+                if (!eq || memchr(p, '\n', (size_t) (eq - p)) || memchr(p, '\r', (size_t) (eq - p))) {
                         *ret_line = line;
                         return -EBADMSG;
                 }
@@ -224,7 +272,7 @@ int envfile_parse(const char *text, size_t len, char ***ret_env, unsigned *ret_l
                         *ret_line = line;
                         return -EBADMSG;
                 }
-                p = skip_blanks(eq + 1, end, " \t");
+                p = eq + 1;
                 {
                         unsigned at = line;
                         r = parse_value(&p, end, value, &value_len, &line);

@@ -20,10 +20,12 @@ int envfile_assignment_check(const char *assignment, const char **ret_reason);
 int envfile_format(char *const *env, char **ret_text, size_t *ret_len);
 /* The variables of an environment file, as "KEY=VALUE" strings in file order (a name set twice:
  * the last value, at the first one's place). Reads what envfile_format() writes and what an admin
- * writes by hand in systemd's syntax: comments (# or ;), blank lines, KEY=VALUE unquoted (outer
- * blanks trimmed, \ escapes the next character, \ at the end of a line continues it), "double
- * quoted" (\ escapes " \ ` $ and a newline) or 'single quoted'. -EBADMSG with *ret_line (1-based)
- * for a line it cannot read. */
+ * writes by hand, as systemd 252 reads it: comments (# or ;), blank lines, LF or CR or CR LF line
+ * ends, KEY=VALUE unquoted (outer blanks trimmed, \ escapes the next character, \ at the end of a
+ * line continues it), "double quoted" (\ escapes " \ ` $ and a newline) or 'single quoted', parts
+ * one after another (A="x"y is xy). -EBADMSG with *ret_line (1-based) for a line it cannot read: a
+ * line without =, a bad name, a quote never closed, a comment ending in an escaping \ (which systemd
+ * 252 and 254 read differently). */
 int envfile_parse(const char *text, size_t len, char ***ret_env, unsigned *ret_line);
 /* Writes env as the environment file path: mode 0600, owner root when run as root, written to a
  * temporary file that is renamed over path (never readable by anyone else, whatever the umask). Its

@@ -156,12 +156,22 @@ static void test_hand_written(void) {
         check_parse("A=first\nB=b\nA=second", (const char *const[]){"A=second", "B=b", NULL});
         check_parse("A=\"multi\nline\"\nB=2\n", (const char *const[]){"A=multi\nline", "B=2", NULL});
         check_parse("A=#x\n", (const char *const[]){"A=#x", NULL});
+        /* As systemd 252 reads them: CR ends a line as LF does; text after a closing quote goes on
+         * with the value (blanks between skipped); a quote inside unquoted text is a character. */
+        check_parse("A=b\r\nB=c \r\nC=\"q\r\"\r\n", (const char *const[]){"A=b", "B=c", "C=q\r", NULL});
+        check_parse("A=b\rB=c", (const char *const[]){"A=b", "B=c", NULL});
+        check_parse("A=\"x\"y\nB='x' trailing \nC=\"a\" 'b'  c\\ \nD=x\"y\"\nE=\"x\"  \n",
+                    (const char *const[]){"A=xy", "B=xtrailing", "C=abc ", "D=x\"y\"", "E=x", NULL});
+        check_parse("# even \\\\\nA=1\n# escaped \\x\nB=2\n", (const char *const[]){"A=1", "B=2", NULL});
 
         check_refused("A=1\nno equals sign\n", 2);
         check_refused("A=1\n1A=2\n", 2);
         check_refused("MY-VAR=1\n", 1);
         check_refused("A=1\nB=\"never closed\n", 2);
-        check_refused("A='x' trailing\n", 1);
+        check_refused("A=1\r\nB=\"never closed\r\n", 2);
+        /* A comment ending in an escaping \: systemd 252 comments out the next line too, 254 does not. */
+        check_refused("A=1\n# note \\\nB=hidden\n", 2);
+        check_refused("A=1\r\n; note \\\r\nB=hidden\r\n", 2);
         check_refused("=value\n", 1);
 }
 
