@@ -24,8 +24,12 @@
 
 #define ACCEPT_RETRY_USEC (100ULL * 1000ULL)
 
-static sd_event_source *update_source;
-static _hot_ bool update_pending; /* update_source is armed: every answer asks for it */
+/* An update asked for is a defer source made then, gone once it ran: libsystemd keeps a defer source
+ * pending for as long as it lives, off or on, in the queue every wakeup's io event is put into and
+ * taken out of (each wakeup would read two lines of it). If it cannot be made, an always-due timer made
+ * at start does the same (a timer that is off sits in no such queue). */
+static sd_event_source *update_source, *update_fallback;
+static _hot_ bool update_pending; /* an update is asked for: every answer asks for it */
 /* A STATUS= that only moves the call counts goes to PID 1 at most this often: under load they change
  * with every call, and each message wakes PID 1, dbus-daemon and logind (about 0.5 ms of CPU in all,
  * landing on whatever runs). mcp-lazy status shows seconds. */
@@ -209,6 +213,7 @@ static int on_update(sd_event_source *src, void *userdata) {
         unsigned in_flight;
 
         (void) src;
+        update_source = sd_event_source_disable_unref(update_source); /* freed once it returns */
         update_pending = false;
         for (Client *c = s->clients, *n; c; c = n) {
                 n = c->next;
@@ -245,10 +250,16 @@ static int on_update(sd_event_source *src, void *userdata) {
         return 0;
 }
 
+static int on_update_fallback(sd_event_source *src, uint64_t usec, void *userdata) {
+        (void) usec;
+        return on_update(src, userdata);
+}
+
 void shim_update(Shim *s) {
-        if (!update_pending)
-                update_pending = sd_event_source_set_enabled(update_source, SD_EVENT_ONESHOT) >= 0;
-        (void) s;
+        if (update_pending)
+                return;
+        update_pending = sd_event_add_defer(s->event, &update_source, on_update, s) >= 0 ||
+                         sd_event_source_set_enabled(update_fallback, SD_EVENT_ONESHOT) >= 0;
 }
 
 void shim_calls_changed(Shim *s, const Client *c) {
@@ -465,7 +476,9 @@ static int run(const char *manifest_path, const char *name_arg, size_t max_line)
         s.upcalls = hashmap_new();
         if (!s.upcalls)
                 return log_oom();
-        r = sd_event_add_defer(e, &update_source, on_update, &s);
+        r = sd_event_add_time(e, &update_fallback, CLOCK_MONOTONIC, 0, 1, on_update_fallback, &s);
+        if (r >= 0)
+                r = sd_event_source_set_enabled(update_fallback, SD_EVENT_OFF);
         if (r >= 0)
                 r = sd_event_add_time(e, &s.idle_source, CLOCK_MONOTONIC, 0, 0, on_idle, &s);
         if (r >= 0)
@@ -506,6 +519,7 @@ static int run(const char *manifest_path, const char *name_arg, size_t max_line)
         free(s.listeners);
         hashmap_free(s.upcalls);
         update_source = sd_event_source_disable_unref(update_source);
+        update_fallback = sd_event_source_disable_unref(update_fallback);
         status_source = sd_event_source_disable_unref(status_source);
         sd_event_source_disable_unref(s.idle_source);
         sd_event_source_disable_unref(s.drain_source);
