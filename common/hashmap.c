@@ -13,17 +13,15 @@
 
 #define TOMBSTONE ((char *) 1)
 
-typedef struct Entry {
+typedef struct HashmapEntry {
         char *key;
         void *value;
         uint64_t hash; /* of key: probes compare it before the key, and a resize reuses it */
 } Entry;
 
-struct Hashmap {
-        Entry *entries;
-        size_t size, used, n_buckets; /* used counts tombstones too */
-        bool borrowed;                /* the keys are the caller's (hashmap_new_borrowed()) */
-};
+/* Counts are 32-bit (the header is 24 bytes, to share its owner's line): a table never grows past this
+ * many buckets. */
+#define MAP_MAX_BUCKETS (UINT32_C(1) << 30)
 
 #define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
 
@@ -128,13 +126,22 @@ Hashmap *hashmap_new_borrowed(void) {
         return map_new(true);
 }
 
-Hashmap *hashmap_free(Hashmap *h) {
-        if (!h)
-                return NULL;
+void hashmap_init_borrowed(Hashmap *h) {
+        *h = (Hashmap){.borrowed = true};
+}
+
+void hashmap_done(Hashmap *h) {
         for (size_t i = 0; !h->borrowed && i < h->n_buckets; i++)
                 if (h->entries[i].key && h->entries[i].key != TOMBSTONE)
                         free(h->entries[i].key);
         free(h->entries);
+        *h = (Hashmap){.borrowed = h->borrowed};
+}
+
+Hashmap *hashmap_free(Hashmap *h) {
+        if (!h)
+                return NULL;
+        hashmap_done(h);
         free(h);
         return NULL;
 }
@@ -157,12 +164,14 @@ static int resize(Hashmap *h, size_t n_buckets) {
         Entry *old = h->entries;
         size_t old_n = h->n_buckets;
 
+        if (n_buckets > MAP_MAX_BUCKETS)
+                return -ENOMEM;
         h->entries = calloc(n_buckets, sizeof(Entry));
         if (!h->entries) {
                 h->entries = old;
                 return -ENOMEM;
         }
-        h->n_buckets = n_buckets;
+        h->n_buckets = (uint32_t) n_buckets;
         h->used = 0;
         for (size_t i = 0; i < old_n; i++) {
                 if (!old[i].key || old[i].key == TOMBSTONE)
@@ -207,12 +216,14 @@ static _always_inline_ int table_slot(Hashmap *h, const char *key, uint64_t hash
                 r = table_probe(h, key, hash, &slot);
                 if (r < 0)
                         return r;
-                if (h->entries[slot].key || (h->used + 1) * 4 < h->n_buckets * 3) {
+                if (h->entries[slot].key || ((size_t) h->used + 1) * 4 < (size_t) h->n_buckets * 3) {
                         *ret_slot = slot;
                         return 0;
                 }
         }
-        r = resize(h, h->n_buckets == 0 ? 16 : (h->size + 1) * 2 > h->n_buckets ? h->n_buckets * 2 : h->n_buckets);
+        r = resize(h, h->n_buckets == 0                                     ? 16
+                      : ((size_t) h->size + 1) * 2 > h->n_buckets ? (size_t) h->n_buckets * 2
+                                                                   : h->n_buckets);
         if (r < 0)
                 return r;
         return table_probe(h, key, hash, ret_slot);
@@ -535,20 +546,23 @@ static int spill_iterate(IdSpill *h, size_t *state, int64_t *ret_key, void **ret
 /* The front: id k sits in bucket k & (n_buckets - 1) or not in the front at all; no tombstones (a
  * removed entry empties its bucket, nothing moves: an iteration may remove the current one). It is
  * kept at most half full, and rebuilt at a quarter full when it is past that or under 1/32. */
-struct IdMap {
-        IdEntry *entries;
-        size_t size, n_buckets; /* size: live entries in the front */
-        IdSpill *spill;         /* NULL until an id is first moved there */
-};
-
 IdMap *idmap_new(void) {
         return calloc_lines(sizeof(IdMap)); /* on one line, as a Hashmap's header (map_new()) */
 }
 
+void idmap_init(IdMap *h) {
+        *h = (IdMap){};
+}
+
+void idmap_done(IdMap *h) {
+        spill_free(h->spill);
+        free(h->entries);
+        *h = (IdMap){};
+}
+
 IdMap *idmap_free(IdMap *h) {
         if (h) {
-                spill_free(h->spill);
-                free(h->entries);
+                idmap_done(h);
                 free(h);
         }
         return NULL;

@@ -6,7 +6,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct Hashmap Hashmap;
+/* The header is public so that an owner may hold a map inside itself (hashmap_init_borrowed()), on the
+ * line of its own that every look-up reads anyway; its fields are the map's alone. */
+typedef struct Hashmap {
+        struct HashmapEntry *entries;
+        uint32_t size, used, n_buckets; /* used counts tombstones too */
+        bool borrowed;                  /* the keys are the caller's (hashmap_new_borrowed()) */
+} Hashmap;
 
 Hashmap *hashmap_new(void);
 /* A map whose keys stay the caller's: each must stay valid and unchanged while its entry is there
@@ -14,6 +20,10 @@ Hashmap *hashmap_new(void);
 Hashmap *hashmap_new_borrowed(void);
 /* Frees the map and its keys; values belong to the caller. */
 Hashmap *hashmap_free(Hashmap *h);
+/* The same for a map held in its owner: made empty (no allocation until the first put), and its
+ * entries freed (the header stays the owner's). */
+void hashmap_init_borrowed(Hashmap *h);
+void hashmap_done(Hashmap *h);
 /* -EEXIST if present. */
 int hashmap_put(Hashmap *h, const char *key, void *value);
 void *hashmap_get(const Hashmap *h, const char *key);
@@ -41,10 +51,18 @@ uint64_t siphash(const uint8_t key[16], const void *data, size_t len, unsigned c
  * lengthen the probes of the others; no formatting or string hashing. Not for keys a peer
  * chooses: a peer's id is only looked up, which reads its own bucket and at most as far into the side
  * table as the process's own keys sit from their buckets there. Values are never NULL. */
-typedef struct IdMap IdMap;
+/* Public for the same reason as Hashmap's; its fields are the map's alone. */
+typedef struct IdMap {
+        struct IdEntry *entries;
+        size_t size, n_buckets; /* size: live entries in the front */
+        struct IdSpill *spill;  /* NULL until an id is first moved there */
+} IdMap;
 
 IdMap *idmap_new(void);
 IdMap *idmap_free(IdMap *h);
+/* The same for a map held in its owner (idmap_init(): empty, no allocation until the first put). */
+void idmap_init(IdMap *h);
+void idmap_done(IdMap *h);
 /* -EEXIST if present. */
 int idmap_put(IdMap *h, int64_t key, void *value);
 void *idmap_get(const IdMap *h, int64_t key);

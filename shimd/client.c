@@ -42,7 +42,7 @@ static unsigned peer_pending(const Shim *s, uid_t uid) {
         unsigned n = 0;
         for (const Client *c = s->clients; c; c = c->next)
                 if (c->uid == uid)
-                        n += (unsigned) hashmap_size(c->pending) + c->n_queued;
+                        n += (unsigned) hashmap_size(&c->pending) + c->n_queued;
         return n;
 }
 
@@ -55,7 +55,7 @@ static size_t peer_held(const Shim *s, uid_t uid) {
                 void *v;
                 if (c->uid != uid)
                         continue;
-                while (hashmap_iterate(c->pending, &state, NULL, &v))
+                while (hashmap_iterate((Hashmap *) &c->pending, &state, NULL, &v))
                         n += ((const Route *) v)->sent_len;
         }
         for (const Instance *i = s->instances; i; i = i->next)
@@ -211,7 +211,7 @@ void client_detach(Client *c) {
 }
 
 bool client_done(const Client *c) {
-        return c->eof && hashmap_size(c->pending) + c->n_queued + c->n_held == 0 && !subscribe_waiting(c);
+        return c->eof && hashmap_size(&c->pending) + c->n_queued + c->n_held == 0 && !subscribe_waiting(c);
 }
 
 Client *client_free(Client *c) {
@@ -232,7 +232,7 @@ Client *client_free(Client *c) {
                         break;
                 }
         roots_client_free(c);
-        hashmap_free(c->pending);
+        hashmap_done(&c->pending);
         channel_free(c->ch);
         cJSON_Delete(c->init_params);
         cJSON_Delete(c->subscriptions);
@@ -532,15 +532,9 @@ int client_new(Shim *s, int fd, bool over_limit) {
                 over_limit = c->over_limit = c->over_share = true;
                 refused_make_room(s);
         }
-        c->pending = hashmap_new_borrowed(); /* keyed by its routes' client_id */
-        if (!c->pending) {
-                free(c);
-                safe_close(fd);
-                return -ENOMEM;
-        }
+        hashmap_init_borrowed(&c->pending); /* keyed by its routes' client_id */
         r = channel_new(s->event, fd, fd, s->max_line, on_client, c, &c->ch);
         if (r < 0) {
-                hashmap_free(c->pending);
                 free(c);
                 return r;
         }

@@ -73,11 +73,10 @@ static Instance *instance_new(Shim *s, char *key) {
 
         if (!i)
                 return NULL;
-        i->routes = idmap_new();
+        idmap_init(&i->routes);
         i->tokens = hashmap_new();
         i->tasks = hashmap_new();
-        if (!i->routes || !i->tokens || !i->tasks) {
-                idmap_free(i->routes);
+        if (!i->tokens || !i->tasks) {
                 hashmap_free(i->tokens);
                 hashmap_free(i->tasks);
                 free(i);
@@ -243,18 +242,18 @@ void route_set_sent(Route *r, char *text, size_t len) {
 static void route_remove(Instance *i, Route *r) {
         mrtr_route_gone(i, r);
         bridge_route_gone(i, r);
-        idmap_remove(i->routes, r->backend_id);
+        idmap_remove(&i->routes, r->backend_id);
         if (r->backend_token && hashmap_get(i->tokens, r->backend_token) == r)
                 hashmap_remove(i->tokens, r->backend_token);
         if (r->backend_token && r->client_token && streq(r->backend_token, r->client_token))
                 progress_token_ended(i, r->client_token);
         if (r->client)
-                hashmap_remove_hashed(r->client->pending, r->client_id, r->client_id_hash);
+                hashmap_remove_hashed(&r->client->pending, r->client_id, r->client_id_hash);
         route_free(r);
 }
 
 static Route *route_find(Instance *i, int64_t id) {
-        return idmap_get(i->routes, id);
+        return idmap_get(&i->routes, id);
 }
 
 Route *instance_route(Instance *i, int64_t backend_id) {
@@ -264,10 +263,10 @@ Route *instance_route(Instance *i, int64_t backend_id) {
 int route_retarget(Instance *i, Route *r) {
         int k;
 
-        k = idmap_put(i->routes, i->next_id, r);
+        k = idmap_put(&i->routes, i->next_id, r);
         if (k < 0)
                 return k;
-        idmap_remove(i->routes, r->backend_id);
+        idmap_remove(&i->routes, r->backend_id);
         r->backend_id = i->next_id++;
         return 0;
 }
@@ -308,7 +307,7 @@ static void fail_everything(Instance *i, const char *text) {
         size_t state = 0;
         void *v;
 
-        while (idmap_iterate(i->routes, &state, NULL, &v)) {
+        while (idmap_iterate(&i->routes, &state, NULL, &v)) {
                 Route *r = v;
                 if (r->client)
                         reply_failure(r->client, r->client_id, r->is_tool_call, text);
@@ -331,7 +330,7 @@ static void fail_reached(Instance *i, uint64_t delivered, const char *text) {
         size_t state = 0, held = 0, failed = 0;
         void *v;
 
-        while (idmap_iterate(i->routes, &state, NULL, &v)) {
+        while (idmap_iterate(&i->routes, &state, NULL, &v)) {
                 Route *r = v;
                 if (r->resend || (r->sent && r->sent_end > delivered)) {
                         r->resend = true;
@@ -360,8 +359,8 @@ static void resend_routes(Instance *i) {
         size_t n = 0, state = 0;
         void *v;
 
-        list = calloc(idmap_size(i->routes) + 1, sizeof *list);
-        while (idmap_iterate(i->routes, &state, NULL, &v))
+        list = calloc(idmap_size(&i->routes) + 1, sizeof *list);
+        while (idmap_iterate(&i->routes, &state, NULL, &v))
                 if (((Route *) v)->resend) {
                         if (!list) {
                                 reply_failure(((Route *) v)->client, ((Route *) v)->client_id,
@@ -390,7 +389,7 @@ static bool instance_has_held_work(Instance *i) {
 
         if (i->queue)
                 return true;
-        while (idmap_iterate(i->routes, &state, NULL, &v))
+        while (idmap_iterate(&i->routes, &state, NULL, &v))
                 if (((Route *) v)->resend)
                         return true;
         return false;
@@ -414,7 +413,7 @@ Instance *instance_free(Instance *i) {
         sd_event_source_disable_unref(i->child_source);
         sd_event_source_disable_unref(i->timer_source);
         channel_free(i->ch);
-        idmap_free(i->routes);
+        idmap_done(&i->routes);
         hashmap_free(i->tokens);
         hashmap_free(i->tasks);
         progress_memo_free(i);
@@ -429,7 +428,7 @@ Instance *instance_free(Instance *i) {
 }
 
 unsigned instance_in_flight(const Instance *i) {
-        unsigned n = (unsigned) idmap_size(i->routes);
+        unsigned n = (unsigned) idmap_size(&i->routes);
         for (QueueItem *q = i->queue; q; q = q->next)
                 n++;
         return n;
@@ -608,7 +607,7 @@ static void forward_request(Instance *i, Client *c, const Message *m) {
         Route *r;
         int k;
 
-        if (hashmap_size(c->pending) >= CLIENT_MAX_PENDING)
+        if (hashmap_size(&c->pending) >= CLIENT_MAX_PENDING)
                 return client_fail_request(c, m, "too many requests in flight on this connection");
         /* One allocation holds the route, the client's id (next to the route's fields: an answer reads
          * both), the method's name and what goes to the backend (the request with our ids, which are
@@ -636,13 +635,13 @@ static void forward_request(Instance *i, Client *c, const Message *m) {
         r->own_sent = (char *) r->method + method_len + 1;
         /* From the message's text, read by the scan already: the copy was just written. */
         r->client_id_hash = hashmap_hash_len(m->id_text, id_len);
-        k = hashmap_put_hashed(c->pending, r->client_id, r->client_id_hash, r);
+        k = hashmap_put_hashed(&c->pending, r->client_id, r->client_id_hash, r);
         if (k == -EEXIST) {
                 route_free(r);
                 return reply_failure(c, m->id_text, false, "request id is already used by a request still in flight");
         }
-        if (k < 0 || idmap_put(i->routes, r->backend_id, r) < 0) {
-                hashmap_remove_hashed(c->pending, r->client_id, r->client_id_hash);
+        if (k < 0 || idmap_put(&i->routes, r->backend_id, r) < 0) {
+                hashmap_remove_hashed(&c->pending, r->client_id, r->client_id_hash);
                 route_free(r);
                 return client_fail_request(c, m, "out of memory");
         }
@@ -733,7 +732,7 @@ static void flush_queue(Instance *i) {
 static int queue_append(Instance *i, Client *c, Message *m) {
         QueueItem *q, **tail;
 
-        if (c->n_queued + hashmap_size(c->pending) >= CLIENT_MAX_PENDING)
+        if (c->n_queued + hashmap_size(&c->pending) >= CLIENT_MAX_PENDING)
                 return -ENOBUFS;
         q = calloc(1, sizeof *q);
         if (!q)
@@ -1268,7 +1267,7 @@ static void instance_restart_for_held_work(Instance *i, const char *failed_start
 
         if (!instance_has_held_work(i))
                 return;
-        while (!c && idmap_iterate(i->routes, &state, NULL, &v))
+        while (!c && idmap_iterate(&i->routes, &state, NULL, &v))
                 if (((Route *) v)->resend)
                         c = ((Route *) v)->client;
         if (!c)
@@ -1593,7 +1592,7 @@ void instance_cancel(Instance *i, Client *c, const Message *m) {
         IdField f[2];
         size_t n = ids_fields(m, f, ELEMENTSOF(f));
         _cleanup_free_ char *key = n == 1 ? strndup(f[0].text, f[0].len) : NULL;
-        Route *r = key ? hashmap_get(c->pending, key) : NULL;
+        Route *r = key ? hashmap_get(&c->pending, key) : NULL;
 
         if (!r) {
                 /* Still waiting for the backend to start: it simply never goes. */
@@ -1622,7 +1621,7 @@ void instance_forget_client(Instance *i, Client *c) {
         instance_forget_tasks(i, c);
         subscribe_forget_client(i, c);
 
-        while (hashmap_iterate(c->pending, &state, NULL, &v)) {
+        while (hashmap_iterate(&c->pending, &state, NULL, &v)) {
                 Route *r = v;
                 _cleanup_json_ cJSON *params = cJSON_CreateObject(), *m = NULL;
 

@@ -266,11 +266,11 @@ static int park(Mrtr *x) {
 
         if (asprintf(&key, MRTR_PARKED_PREFIX "%" PRIu64 "\"", x->serial) < 0)
                 return -ENOMEM;
-        if (hashmap_put(r->client->pending, key, r) < 0) {
+        if (hashmap_put(&r->client->pending, key, r) < 0) {
                 free(key);
                 return -ENOMEM;
         }
-        hashmap_remove(r->client->pending, r->client_id);
+        hashmap_remove(&r->client->pending, r->client_id);
         route_set_client_id(r, key);
         x->parked = true;
         return 0;
@@ -377,9 +377,9 @@ static Route *sole_call(Client *c) {
         size_t state = 0;
         void *v = NULL;
 
-        if (hashmap_size(c->pending) != 1)
+        if (hashmap_size(&c->pending) != 1)
                 return NULL;
-        (void) hashmap_iterate(c->pending, &state, NULL, &v);
+        (void) hashmap_iterate(&c->pending, &state, NULL, &v);
         return v;
 }
 
@@ -402,7 +402,7 @@ bool mrtr_upcall(Instance *i, Client *c, const Message *m) {
         else if (k < 0) {
                 if (!c->modern)
                         return false; /* a handshake-era client: asked as itself (upcalls.c) */
-                if (hashmap_size(c->pending) == 0)
+                if (hashmap_size(&c->pending) == 0)
                         snprintf(text, sizeof text,
                                  "the client speaks 2026-07-28, where a server asks for input only in its answer to "
                                  "a call, and it has no call in flight at this backend");
@@ -411,7 +411,7 @@ bool mrtr_upcall(Instance *i, Client *c, const Message *m) {
                                  "the client speaks 2026-07-28, where a server asks for input only in its answer to "
                                  "one call, and it has %zu calls in flight at this backend: mcp-lazy cannot tell "
                                  "which one this request is for",
-                                 hashmap_size(c->pending));
+                                 hashmap_size(&c->pending));
         } else if (!bridgeable(r->method))
                 snprintf(text, sizeof text,
                          "the client speaks 2026-07-28, where a server asks for input only while it answers "
@@ -510,9 +510,9 @@ static int rebind(Client *c, Route *r, const Message *m) {
         for (size_t k = 0; k < n && k < ELEMENTSOF(f); k++)
                 if (f[k].kind == ID_KIND_PROGRESS && !(token = strndup(f[k].text, f[k].len)))
                         return -ENOMEM;
-        if (!id || !caps || hashmap_put(c->pending, id, r) < 0)
+        if (!id || !caps || hashmap_put(&c->pending, id, r) < 0)
                 return -ENOMEM;
-        hashmap_remove(c->pending, r->client_id);
+        hashmap_remove(&c->pending, r->client_id);
         route_set_client_id(r, TAKE_PTR(id));
         free(r->client_token);
         r->client_token = TAKE_PTR(token);
@@ -544,7 +544,7 @@ bool mrtr_retry_internal(Instance *i, Client *c, const Message *m) {
                 refuse_retry(c, m, "is malformed");
                 return true;
         }
-        r = hashmap_get(c->pending, key);
+        r = hashmap_get(&c->pending, key);
         x = r ? r->mrtr : NULL;
         if (!x) {
                 if (!answer_ended(c, m, state))
@@ -562,7 +562,7 @@ bool mrtr_retry_internal(Instance *i, Client *c, const Message *m) {
                 refuse_retry(c, m, "belongs to another request: a retry repeats the method and params of its call");
                 return true;
         }
-        if (hashmap_get(c->pending, m->id_text)) {
+        if (hashmap_get(&c->pending, m->id_text)) {
                 _cleanup_json_ cJSON *e = jsonrpc_error_new(message_id_json(m), JSONRPC_INVALID_REQUEST,
                                                             "request id is already used by a request still in flight");
                 if (e)
@@ -612,7 +612,7 @@ bool mrtr_failure(Client *c, const char *id_text, const char *text) {
 
         if (!c || strncmp(id_text, MRTR_PARKED_PREFIX, strlen(MRTR_PARKED_PREFIX)) != 0)
                 return false;
-        r = hashmap_get(c->pending, id_text);
+        r = hashmap_get(&c->pending, id_text);
         if (!r || !mrtr_parked(r))
                 return false;
         if (!r->mrtr->end_text)
@@ -659,7 +659,7 @@ bool mrtr_cancelled(Instance *i, const Message *m) {
         for (size_t k = 0; k < n && k < ELEMENTSOF(f); k++)
                 if (f[k].kind == ID_KIND_CANCELLED)
                         rid = &f[k];
-        while (rid && idmap_iterate(i->routes, &state, NULL, &v)) {
+        while (rid && idmap_iterate(&i->routes, &state, NULL, &v)) {
                 Mrtr *x = ((Route *) v)->mrtr;
                 for (unsigned k = 0; x && k < x->n_inputs; k++) {
                         Input *in = &x->inputs[k];

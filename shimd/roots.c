@@ -57,7 +57,7 @@ int roots_hold(Client *c, Message *m) {
                 c->held_init = message_ref(m);
                 return 0;
         }
-        if (c->n_held + hashmap_size(c->pending) >= CLIENT_MAX_PENDING) {
+        if (c->n_held + hashmap_size(&c->pending) >= CLIENT_MAX_PENDING) {
                 client_fail_request(c, m, "too many requests in flight on this connection");
                 return -ENOBUFS;
         }

@@ -133,7 +133,7 @@ struct Instance {
         /* What every call's request and answer read: */
         Shim *shim;
         Channel *ch;          /* backend stdout (in) and stdin (out) */
-        IdMap *routes;        /* backend id -> Route */
+        IdMap routes;         /* backend id -> Route (its header here: no line of its own to read) */
         QueueItem *queue;     /* requests waiting for READY, oldest first */
         Instance *next;
         int64_t next_id;
@@ -180,19 +180,21 @@ struct Client {
         Shim *shim;
         Channel *ch;
         Instance *instance;
-        Hashmap *pending;   /* client id text -> Route (owned by the instance's routes). The keys are the
-                             * routes' own client_id strings (hashmap_new_borrowed()): a route's new id is
-                             * put, and its old one removed, before the old string is freed. */
+        Hashmap pending;    /* client id text -> Route (owned by the instance's routes). The keys are the
+                             * routes' own client_id strings (hashmap_init_borrowed()): a route's new id is
+                             * put, and its old one removed, before the old string is freed. Its header
+                             * here, on this line: not a line of its own to read. */
         cJSON *init_params; /* the client's initialize params */
         uid_t uid;          /* the peer's credentials (SO_PEERCRED) */
-        unsigned n_queued;  /* requests waiting for the backend to be ready */
-        bool overflow;      /* stopped reading its answers: to be closed */
-        bool over_limit;    /* past the session limit: every request gets why, then it is closed */
-        bool over_share;    /* ...because its uid holds its share of the sessions already */
-        bool eof;
-        bool modern;    /* a 2026-07-28 client, as its initialize said (mrtr.c): it takes no requests */
-        bool era_known; /* modern is settled: said, or (said nothing) its first request or our first ask */
+        bool modern;        /* a 2026-07-28 client, as its initialize said (mrtr.c): it takes no requests */
+        /* Bits, to keep this line to 64 bytes: */
+        bool overflow : 1;   /* stopped reading its answers: to be closed */
+        bool over_limit : 1; /* past the session limit: every request gets why, then it is closed */
+        bool over_share : 1; /* ...because its uid holds its share of the sessions already */
+        bool eof : 1;
+        bool era_known : 1; /* modern is settled: said, or (said nothing) its first request or our first ask */
         /* The rest: */
+        unsigned n_queued; /* requests waiting for the backend to be ready */
         uint64_t serial;
         pid_t pid;
         cJSON *subscriptions; /* resource URIs this connection subscribed to (array of strings) */

@@ -51,7 +51,7 @@ static Client *pick_client(Instance *i, unsigned *ret_calling) {
                 if (c->instance != i)
                         continue;
                 n_attached++, attached = c;
-                if (hashmap_size(c->pending) > 0)
+                if (hashmap_size(&c->pending) > 0)
                         n_calling++, calling = c;
         }
         *ret_calling = n_calling;

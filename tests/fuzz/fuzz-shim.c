@@ -444,7 +444,7 @@ static void note_sent(Peer *p, const char *line, size_t len) {
 /* A session with nothing in flight at the shim (none pending, queued, held, or waiting for a
  * subscription stream) has had an answer to every request it sent, but those it cancelled. */
 static void check_all_answered(const Peer *p, const Client *c) {
-        if (hashmap_size(c->pending) + c->n_queued + c->n_held > 0)
+        if (hashmap_size(&c->pending) + c->n_queued + c->n_held > 0)
                 return;
         /* A resources/subscribe at a modern backend waits for its listen stream's acknowledgement. */
         if (subscribe_waiting(c))
@@ -687,8 +687,8 @@ static void check_nothing_stuck(Shim *s) {
 
                 if (i->timer_source)
                         FUZZ_ASSERT(sd_event_source_get_enabled(i->timer_source, &enabled) >= 0);
-                if (i->state == INSTANCE_DOWN && (i->queue || idmap_size(i->routes) > 0)) {
-                        fprintf(stderr, "backend down with %zu calls in flight and %s queued\n", idmap_size(i->routes),
+                if (i->state == INSTANCE_DOWN && (i->queue || idmap_size(&i->routes) > 0)) {
+                        fprintf(stderr, "backend down with %zu calls in flight and %s queued\n", idmap_size(&i->routes),
                                 i->queue ? "some" : "none");
                         FUZZ_ASSERT(!"calls wait at a backend that is down, and nothing starts it");
                 }

@@ -394,6 +394,38 @@ int main(void) {
         CHECK(idmap_remove(ids, 1) == (void *) 1 && !idmap_get(ids, 1) && idmap_size(ids) == 64);
         idmap_free(ids);
 
+        /* Maps held in their owner (a shim's Client, its Instance): empty with no allocation, the same
+         * puts, removes and growth, and done frees what they hold (AddressSanitizer sees a leak or a
+         * use after free). */
+        struct {
+                int before;
+                Hashmap pending;
+                IdMap routes;
+                int after;
+        } owner = {.before = 1, .after = 2};
+        hashmap_init_borrowed(&owner.pending);
+        idmap_init(&owner.routes);
+        CHECK(hashmap_size(&owner.pending) == 0 && !hashmap_get(&owner.pending, "1") && idmap_size(&owner.routes) == 0 &&
+              !idmap_get(&owner.routes, 1));
+        static char keys[300][8];
+        ok = true;
+        for (int i = 0; i < 300; i++) {
+                snprintf(keys[i], sizeof keys[i], "%d", i);
+                ok = ok && hashmap_put(&owner.pending, keys[i], (void *) (uintptr_t) (i + 16)) == 0 &&
+                     idmap_put(&owner.routes, i + 1, (void *) (uintptr_t) (i + 16)) == 0;
+        }
+        CHECK(ok && hashmap_size(&owner.pending) == 300 && idmap_size(&owner.routes) == 300);
+        CHECK(hashmap_get(&owner.pending, "299") == (void *) (uintptr_t) (299 + 16) &&
+              hashmap_remove(&owner.pending, "7") == (void *) (uintptr_t) (7 + 16) &&
+              idmap_remove(&owner.routes, 8) == (void *) (uintptr_t) (7 + 16));
+        hashmap_done(&owner.pending);
+        idmap_done(&owner.routes);
+        CHECK(hashmap_size(&owner.pending) == 0 && !hashmap_get(&owner.pending, "299") &&
+              idmap_size(&owner.routes) == 0 && !idmap_get(&owner.routes, 300));
+        CHECK(hashmap_put(&owner.pending, keys[0], (void *) 16) == 0 && hashmap_get(&owner.pending, "0") == (void *) 16);
+        hashmap_done(&owner.pending);
+        CHECK(owner.before == 1 && owner.after == 2);
+
         check_fifo(false);
         check_fifo(true);
         check_held();
