@@ -75,38 +75,42 @@ struct Pending {
 };
 
 struct Session {
-        sd_event *event;
-        Manifest *manifest; /* NULL until something needs it, when prepared answers stand in */
-        Answers *answers;   /* or NULL: everything is answered from the manifest */
-        const Options *options;
-        Channel *client;
-        cJSON *client_params;   /* initialize's params, handed to each backend */
-        char *protocol_version; /* negotiated */
-        bool batches_allowed;
-        bool input_ended; /* the client closed its input: the calls in flight are answered, then we exit */
-        Hashmap *pending;   /* id key -> Pending */
+        /* What a call's two wakeups read (the request's routing, the calls in flight, the answer's way
+         * back), first, on two lines: the Session is 64-aligned (session_new()). */
+        _Alignas(64) Hashmap *pending; /* id key -> Pending */
         Pending *oldest, *newest; /* the calls in flight in the order they were sent: answers mostly
                                    * come in that order, and the oldest is found without hashing */
-        Pending *spare_pending; /* answered ones kept for the next calls (session.c) */
-        unsigned n_spare_pending;
-        Hashmap *upstreams; /* backend name -> Upstream, created on first use */
-        Upstream *last_upstream; /* the one session_upstream() gave last */
-        char *route_tool;        /* the last tool the prepared answers routed... */
+        Pending *spare_pending;   /* answered ones kept for the next calls (session.c) */
+        Channel *client;
+        const Options *options;
+        Manifest *manifest; /* NULL until something needs it, when prepared answers stand in */
+        Answers *answers;   /* or NULL: everything is answered from the manifest */
+        char *route_tool;   /* the last tool the prepared answers routed... */
         size_t route_tool_len;
         const char *route_backend; /* ...and its backend (points into answers) */
-        Hashmap *upcalls;   /* id given to the client -> Upcall */
+        Upstream *last_upstream;   /* the one session_upstream() gave last */
+        Hashmap *listens;   /* id key -> Listen: open subscriptions/listen streams (modern.c); NULL
+                             * until the first, so that a call's wakeup reads none */
+        Hashmap *upstreams; /* backend name -> Upstream, created on first use */
+        unsigned n_spare_pending;
+        bool batches_allowed;
+        bool input_ended; /* the client closed its input: the calls in flight are answered, then we exit */
+        /* The first Pendings, on the Session's own lines and page rather than wherever malloc() put
+         * them (one fell across two pages): a call in flight costs no page of its own, and each is on
+         * two lines of its own. Taken and given back through spare_pending like the others, never
+         * freed. */
+        _Alignas(64) Pending pending_pool[PENDING_POOL];
+        sd_event *event;
+        cJSON *client_params;   /* initialize's params, handed to each backend */
+        char *protocol_version; /* negotiated */
+        Hashmap *upcalls;       /* id given to the client -> Upcall */
         uint64_t next_upcall;
         uint64_t next_own_id;   /* our own requests to backends: each id used once */
         char *log_level;        /* from logging/setLevel, replayed to backends that connect later */
         Hashmap *tasks;         /* taskId -> Upstream that owns the task */
-        Hashmap *listens;       /* id key -> Listen: open subscriptions/listen streams (modern.c) */
         Hashmap *sub_uris;      /* resource URI -> SubUri: what the streams subscribed at backends (modern.c) */
         sd_event_source *watch; /* inotify on the manifest's directory, or the stat timer */
         struct stat watched;    /* the manifest as the stat timer last saw it */
-        /* The first Pendings, on the Session's own lines and page rather than wherever malloc() put
-         * them (one fell across two pages): a call in flight costs no page of its own. Taken and given
-         * back through spare_pending like the others, never freed. */
-        Pending pending_pool[PENDING_POOL];
 };
 
 /* Whether m's id is a string: its exact text says so first, so that a numeric id (the usual one)

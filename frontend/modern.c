@@ -282,13 +282,13 @@ static void handle_listen(Session *s, Message *m, Batch *batch) {
                                    "character (\\u0000), which no resource URI has (write it as %00)");
         if (!key)
                 return reply_error(s, batch, message_id_json(m), JSONRPC_INTERNAL_ERROR, "out of memory");
-        if (hashmap_get(s->listens, key) || hashmap_get(s->pending, key))
+        if ((s->listens && hashmap_get(s->listens, key)) || hashmap_get(s->pending, key))
                 return reply_error(s, batch, message_id_json(m), JSONRPC_INVALID_REQUEST,
                                    "request id is already used by a request still in flight");
         if (hashmap_size(s->listens) >= MODERN_MAX_LISTENS)
                 return reply_error(s, batch, message_id_json(m), JSONRPC_INTERNAL_ERROR,
                                    "too many subscriptions open (1024); cancel some first");
-        if (!s->sub_uris && !(s->sub_uris = hashmap_new()))
+        if ((!s->sub_uris && !(s->sub_uris = hashmap_new())) || (!s->listens && !(s->listens = hashmap_new())))
                 return reply_error(s, batch, message_id_json(m), JSONRPC_INTERNAL_ERROR, "out of memory");
         l = calloc(1, sizeof *l);
         if (!l || !(l->id = cJSON_Duplicate(message_id_json(m), true)) || !(l->key = TAKE_PTR(key)) ||
@@ -312,7 +312,7 @@ static void handle_listen(Session *s, Message *m, Batch *batch) {
 }
 
 bool modern_cancel(Session *s, const char *key) {
-        Listen *l = hashmap_remove(s->listens, key);
+        Listen *l = s->listens ? hashmap_remove(s->listens, key) : NULL;
         const cJSON *it;
 
         if (!l)
@@ -329,7 +329,7 @@ static void listens_try_ack(Session *s) {
         size_t state = 0;
         void *v;
 
-        while (hashmap_iterate(s->listens, &state, NULL, &v))
+        while (s->listens && hashmap_iterate(s->listens, &state, NULL, &v))
                 listen_try_ack(s, v);
 }
 
@@ -409,7 +409,7 @@ bool modern_resource_updated(Session *s, const Message *m) {
         if (nul != 0)
                 uri = NULL;
 
-        while (uri && hashmap_iterate(s->listens, &state, NULL, &v)) {
+        while (uri && s->listens && hashmap_iterate(s->listens, &state, NULL, &v)) {
                 Listen *l = v;
                 SubUri *u = hashmap_get(s->sub_uris, uri);
                 _cleanup_json_ cJSON *n = NULL;
@@ -441,7 +441,7 @@ void modern_list_changed(Session *s, const char *method) {
         size_t state = 0;
         void *v;
 
-        while (hashmap_iterate(s->listens, &state, NULL, &v)) {
+        while (s->listens && hashmap_iterate(s->listens, &state, NULL, &v)) {
                 Listen *l = v;
                 _cleanup_json_ cJSON *n = NULL;
                 cJSON *params;
