@@ -95,6 +95,12 @@ static int check(const char *path) {
                         "mcp-lazy@%s.service'), or rename the backend; a user manager runs it as it is\n",
                         n, n, SYSTEM_USER_NAME_MAX, SYSTEM_USER_NAME_MAX - strlen(SYSTEM_USER_PREFIX), n, n);
         }
+        for (size_t i = 0; i < m->n_backends && !secrets_manifest_is_system(path); i++)
+                if (m->backends[i].secret_env && m->backends[i].secret_env[0])
+                        fprintf(stderr,
+                                "warning: backend '%s' names %s in secret_env, but only the units of the system "
+                                "manager's manifest read a secrets file: with this manifest it starts without them\n",
+                                m->backends[i].name, m->backends[i].secret_env[0]);
         return 0;
 }
 

@@ -291,4 +291,12 @@ Y`);
   assert.match(r.stdout, /^ {2}secret_env is ignored: only the units of the system manager's manifest read a secrets file, so this backend starts without API_TOKEN$/m);
   assert.match(r.stdout, /^ {2}FAILED: /m);
   assert.ok(!(r.stdout + r.stderr).includes(MARK), r.stdout + r.stderr);
+  // mcp-lazy check says so too; of the system manifest, it does not.
+  const c = await tryIn(`${MCP_LAZY} check /root/copy/manifest.yaml`);
+  assert.equal(c.code, 0, c.stdout + c.stderr);
+  assert.match(c.stderr, /^warning: backend 'vault' names API_TOKEN in secret_env, but only the units of the system manager's manifest read a secrets file: with this manifest it starts without them$/m);
+  await sh("cp /root/copy/manifest.yaml /etc/mcp-lazy/manifest.yaml");
+  const s = await tryIn(`${MCP_LAZY} check /etc/mcp-lazy/manifest.yaml`);
+  assert.equal(s.code, 0, s.stdout + s.stderr);
+  assert.doesNotMatch(s.stderr, /secret_env/);
 });
