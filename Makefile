@@ -77,7 +77,8 @@ $(S)/%.o: %.c
 # path changes. A name that is gone only stops being placed: the build warns (hot-path.checked below).
 # HOT_PATH_ESCAPED is added by hand: a node backend's answer carries its JSON as text with every quote
 # escaped, and the scan takes such a string out of line (the C backend's plain "ok" never does): it sits
-# with the scan.
+# with the scan. mcp_lazy_hot_path_start/_end mark the section: each wakeup prefetches a line of each of
+# its pages (common/prefetch.c).
 HOT_PATH_ESCAPED := scan_string_slow
 HOT_PATH := on_in channel_dispatch_lines line_buffer_next channel_read line_buffer_reserve \
 	line_buffer_commit channel_emit on_upconn upconn_handle_line message_parse_envelope scan_text scan_value \
@@ -92,11 +93,12 @@ HOT_PATH := on_in channel_dispatch_lines line_buffer_next channel_read line_buff
 	channel_sent_bytes shim_calls_changed instance_in_flight idmap_size idle_update status_arm \
 	line_buffer_pending on_backend instance_handle_backend_line idmap_get ids_translate_send map_to_client \
 	client_sendv_pieces client_sendv client_overflowed channel_queued client_check_peer_queued route_remove \
-	idmap_remove route_free hashmap_remove_if hash_string pending_on
+	idmap_remove route_free hashmap_remove_if hash_string pending_on prefetch_wakeup message_prefetch
 $(B)/hot-path.ld: Makefile
 	@mkdir -p $(dir $@)
-	@{ echo 'SECTIONS { .text.hot_path : {'; for f in $(HOT_PATH); do echo "*(.text.$$f .text.$$f.*)"; done; \
-	  echo '} } INSERT BEFORE .text;'; \
+	@{ echo 'SECTIONS { .text.hot_path : { mcp_lazy_hot_path_start = .;'; \
+	  for f in $(HOT_PATH); do echo "*(.text.$$f .text.$$f.*)"; done; \
+	  echo 'mcp_lazy_hot_path_end = .; } } INSERT BEFORE .text;'; \
 	  echo 'SECTIONS { mcp_lazy_hot : ALIGN(64) { *(mcp_lazy_hot) } } INSERT AFTER .data;'; } > $@
 
 # A name in HOT_PATH that no object of either program defines (renamed, gone, or inlined wherever it is

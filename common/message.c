@@ -19,6 +19,7 @@
 #include "framing.h"
 #include "macros.h"
 #include "message.h"
+#include "prefetch.h"
 
 /* A branch the usual message never takes (an error, a rare form): laid out away from the scan's path,
  * whose code lines a cold wakeup reads one by one. */
@@ -1336,6 +1337,13 @@ static void classify(Message *m, const Scanner *sc) {
                 return check_id_lengths(m, sc->long_id);
         }
         m->problem = "a message needs \"method\", or \"id\" with exactly one of \"result\" and \"error\"";
+}
+
+void message_prefetch(void) {
+        /* The index's words and constants and its first level's slots (a message's own keys), and the
+         * first room's header. */
+        prefetch_lines(&scan_hot, offsetof(typeof(scan_hot), slots[1]));
+        prefetchw_lines(scan_hot.room[0], 256);
 }
 
 /* One allocation holds the message, its text, its id's text and its method's name. */

@@ -167,5 +167,7 @@ bool message_span_has_nul(const Message *m, Span s);
 int message_path_has_nul(const Message *m, const char *const *path);
 /* The request carries the 2026-07-28 envelope: a member of params._meta that era_envelope_parse() reads. */
 bool message_has_envelope(const Message *m);
+/* Prefetch what the next message's scan and allocation touch first (see prefetch.h). */
+void message_prefetch(void);
 /* The text of a span, malloc'd. */
 char *message_span_dup(const Message *m, Span s);
