@@ -116,9 +116,10 @@ int secrets_read(const char *manifest_path, const char *backend, char ***ret_env
                 r = read_file_full(path, 1024U * 1024U, &text, &len);
         if (r >= 0)
                 r = envfile_parse(text, len, ret_env, &line);
-        if (r == -EBADMSG && asprintf(ret_error, "%s:%u: not a line of an environment file", path, line) < 0)
-                *ret_error = NULL;
-        else if (r < 0 && path && asprintf(ret_error, "%s: %s", path, strerror(-r)) < 0)
+        if (r == -EBADMSG) {
+                if (asprintf(ret_error, "%s:%u: not a line of an environment file", path, line) < 0)
+                        *ret_error = NULL;
+        } else if (r < 0 && path && asprintf(ret_error, "%s: %s", path, strerror(-r)) < 0)
                 *ret_error = NULL;
         return r;
 }
@@ -241,6 +242,8 @@ static bool ynode_same(const YNode *a, const YNode *b) {
         return true;
 }
 
+#define SECRETS_SKIP 2 /* backend_split(): its file cannot be read, leave the backend as it is */
+
 /* Whether backend name of doc (b) owns the secrets file of its name: it names it in secret_env, or it
  * is the backend of that name the manifest on disk has (same command) and has env values to move (a
  * manifest from before secret_env, whose file an admin wrote by hand). A new backend under the name
@@ -354,9 +357,17 @@ static int backend_split(ManifestDoc *doc, const char *name, YNode *b, bool owne
         r = owned ? secrets_read(doc->path, name, &secrets, &err) : -ENOENT;
         if (r == -ENOENT)
                 r = 0;
-        if (r < 0) {
-                fprintf(stderr, "mcp-lazy: cannot read %s; nothing was changed\n", err ?: path);
+        if (r == -ENOMEM)
                 return r;
+        if (r < 0) {
+                /* Its values cannot be merged without losing the file's: this backend's env stays where
+                 * it is, the others go on. */
+                if (check_only)
+                        fprintf(stderr,
+                                "mcp-lazy: cannot read %s; backend '%s' keeps its env in the manifest (fix the file, "
+                                "then run 'mcp-lazy refresh'), the other backends go on\n",
+                                err ?: path, name);
+                return SECRETS_SKIP;
         }
         for (char **v = secrets; v && *v; v++)
                 n++;
@@ -434,7 +445,7 @@ int secrets_split(ManifestDoc *doc, bool dry_run) {
         YNode *backends = (YNode *) ynode_get(doc->root, "backends");
         _cleanup_(manifest_doc_freep) ManifestDoc *on_disk = NULL;
         _cleanup_free_ char *err = NULL;
-        _cleanup_free_ bool *owned = NULL;
+        _cleanup_free_ bool *owned = NULL, *skip = NULL;
         size_t n = 0;
         int r;
 
@@ -446,12 +457,14 @@ int secrets_split(ManifestDoc *doc, bool dry_run) {
                 return r;
         n = backends ? backends->n_items / 2 : 0;
         owned = calloc(n + 1, sizeof(bool));
-        if (!owned)
+        skip = calloc(n + 1, sizeof(bool));
+        if (!owned || !skip)
                 return -ENOMEM;
         for (size_t i = 0; i < n; i++)
                 owned[i] = backends->items[2 * i + 1]->kind == YNODE_MAPPING &&
                            backend_owns_file(backends->items[2 * i + 1], on_disk, backends->items[2 * i]->value);
-        /* Every backend's file checked before any is written: one that cannot be changes nothing. */
+        /* Every backend's file checked before any is written: a value that cannot go in changes
+         * nothing; a file that cannot be read leaves its own backend as it is. */
         for (int pass = 0; pass < 2; pass++) {
                 if (pass == 1) {
                         r = secrets_orphans(doc, backends, owned, dry_run);
@@ -459,7 +472,7 @@ int secrets_split(ManifestDoc *doc, bool dry_run) {
                                 return r;
                 }
                 for (size_t i = 0; i < n; i++) {
-                        if (backends->items[2 * i + 1]->kind != YNODE_MAPPING)
+                        if (backends->items[2 * i + 1]->kind != YNODE_MAPPING || skip[i])
                                 continue;
                         r = backend_split(doc, backends->items[2 * i]->value, backends->items[2 * i + 1], owned[i],
                                           dry_run, pass == 0);
@@ -467,6 +480,7 @@ int secrets_split(ManifestDoc *doc, bool dry_run) {
                                 fprintf(stderr, "mcp-lazy: out of memory\n");
                         if (r < 0)
                                 return r;
+                        skip[i] = r == SECRETS_SKIP;
                 }
         }
         return 0;

@@ -195,6 +195,22 @@ static void test_orphans(void) {
 /* What stays in the manifest's env: every variable systemd sets for a service (systemd.exec(5),
  * "Environment Variables in Spawned Processes"), what glibc, ld.so, libsystemd and the sanitizers
  * read, the shim's own; the rest moves. */
+/* One backend's file that cannot be read leaves that backend as it is, not the others. */
+static void test_unreadable_file(void) {
+        _cleanup_free_ char *text = NULL, *err = NULL, *broken = NULL, *fine = NULL;
+
+        write_text("secrets/broken.env", "A=1\nno equals sign\n");
+        CHECK(split("backends:\n" BACKEND("broken", "{TOKEN: MARKbroken}") BACKEND("fine", "{T: MARKfine}"), &text,
+                    &err) == 0);
+        broken = read_text("secrets/broken.env");
+        CHECK_STREQ(broken, "A=1\nno equals sign\n");
+        fine = read_text("secrets/fine.env");
+        CHECK_STREQ(fine, "T=\"MARKfine\"\n");
+        CHECK(text && strstr(text, "TOKEN: MARKbroken") && !strstr(text, "MARKfine"));
+        CHECK(err && strstr(err, "broken.env:2") && strstr(err, "backend 'broken' keeps its env") &&
+              !strstr(err, "MARK"));
+}
+
 static void test_names_that_stay(void) {
         static const char *const stay[] = {
                 "JOURNAL_STREAM",
@@ -284,6 +300,7 @@ int main(void) {
         test_stays_as_written();
         test_refused();
         test_orphans();
+        test_unreadable_file();
         test_names_that_stay();
         if (asprintf(&rm, "rm -rf '%s'", dir) >= 0 && system(rm) != 0)
                 fprintf(stderr, "cannot remove %s\n", dir);
