@@ -285,7 +285,9 @@ static int secrets_orphan(const char *dir, const char *file, bool dry_run) {
                         return 0;
                 }
                 if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) >= 0) {
-                        if (chmod(to, 0600) < 0)
+                        struct stat st;
+                        /* A link is renamed, never followed: only a file of its own gets mode 0600. */
+                        if (lstat(to, &st) < 0 || (S_ISREG(st.st_mode) && chmod(to, 0600) < 0))
                                 return -errno;
                         fprintf(stderr,
                                 "mcp-lazy: %s belongs to no backend of the manifest that names it in "
@@ -324,7 +326,7 @@ static int secrets_orphans(ManifestDoc *doc, const YNode *backends, const bool *
                         continue;
                 r = secrets_orphan(dir, de->d_name, dry_run);
                 if (r < 0) {
-                        fprintf(stderr, "mcp-lazy: cannot rename %s/%s aside: %s; nothing was changed\n", dir,
+                        fprintf(stderr, "mcp-lazy: cannot rename %s/%s aside: %s; nothing else was changed\n", dir,
                                 de->d_name, strerror(-r));
                         return r;
                 }

@@ -195,6 +195,21 @@ static void test_orphans(void) {
 /* What stays in the manifest's env: every variable systemd sets for a service (systemd.exec(5),
  * "Environment Variables in Spawned Processes"), what glibc, ld.so, libsystemd and the sanitizers
  * read, the shim's own; the rest moves. */
+/* A link among the secrets files is renamed aside, never followed: its target keeps its mode. */
+static void test_orphan_link(void) {
+        _cleanup_free_ char *text = NULL, *err = NULL, *target = path_in("target"), *link = path_in("secrets/link.env"),
+                            *o = NULL;
+        struct stat st;
+
+        write_text("target", "X=1\n");
+        CHECK(target && chmod(target, 0644) >= 0 && link && symlink(target, link) >= 0);
+        CHECK(split("backends: {}\n", &text, &err) == 0);
+        CHECK(target && stat(target, &st) >= 0 && (st.st_mode & 07777) == 0644);
+        CHECK(link && lstat(link, &st) < 0);
+        o = orphan_of("link.env");
+        CHECK(o);
+}
+
 /* One backend's file that cannot be read leaves that backend as it is, not the others. */
 static void test_unreadable_file(void) {
         _cleanup_free_ char *text = NULL, *err = NULL, *broken = NULL, *fine = NULL;
@@ -301,6 +316,7 @@ int main(void) {
         test_refused();
         test_orphans();
         test_unreadable_file();
+        test_orphan_link();
         test_names_that_stay();
         if (asprintf(&rm, "rm -rf '%s'", dir) >= 0 && system(rm) != 0)
                 fprintf(stderr, "cannot remove %s\n", dir);
