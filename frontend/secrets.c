@@ -245,18 +245,64 @@ static bool ynode_same(const YNode *a, const YNode *b) {
 #define SECRETS_SKIP 2 /* backend_split(): its file cannot be read, leave the backend as it is */
 
 /* Whether backend name of doc (b) owns the secrets file of its name: it names it in secret_env, or it
- * is the backend of that name the manifest on disk has (same command) and has env values to move (a
- * manifest from before secret_env, whose file an admin wrote by hand). A new backend under the name
- * of a file left behind does not. */
+ * is the backend of that name the manifest on disk has, with the same command (one from before
+ * secret_env, whose file an admin wrote by hand as the README said then). A backend gone from the
+ * manifest, or new under the name of a file left behind, does not. */
 static bool backend_owns_file(const YNode *b, const ManifestDoc *on_disk, const char *name) {
-        const YNode *env = ynode_get(b, "env"), *old = on_disk ? manifest_doc_backend(on_disk, name) : NULL;
-        bool moves = false;
+        const YNode *old = on_disk ? manifest_doc_backend(on_disk, name) : NULL;
 
         if (ynode_get(b, "secret_env"))
                 return true;
-        for (size_t i = 0; env && env->kind == YNODE_MAPPING && i + 1 < env->n_items; i += 2)
-                moves = moves || env_pair_moves(env, i);
-        return moves && old && ynode_same(ynode_get(old, "command"), ynode_get(b, "command"));
+        return old && ynode_same(ynode_get(old, "command"), ynode_get(b, "command"));
+}
+
+/* A backend that owns its file but lists none of it in secret_env (its file written by hand before
+ * secret_env existed): secret_env now names what the file holds, so that the manifest says what
+ * the unit hands on. */
+static int backend_adopt(ManifestDoc *doc, const char *name, YNode *b, bool owned) {
+        _cleanup_strv_free_ char **secrets = NULL;
+        _cleanup_free_ char *err = NULL, *path = NULL, *shown = NULL;
+        _cleanup_(ynode_freep) YNode *names = NULL, *k = NULL;
+        int r;
+
+        if (!owned || ynode_get(b, "secret_env"))
+                return 0;
+        r = secrets_read(doc->path, name, &secrets, &err);
+        if (r == -ENOENT || (r >= 0 && !secrets[0]))
+                return 0;
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0) {
+                fprintf(stderr, "mcp-lazy: cannot read %s; backend '%s' is left as it is\n", err ?: name, name);
+                return SECRETS_SKIP;
+        }
+        r = secrets_path(doc->path, name, &path);
+        if (r >= 0)
+                r = names_node(secrets, &names);
+        if (r >= 0)
+                r = key_node("secret_env", &k);
+        if (r < 0)
+                return r;
+        if (ynode_append(b, k) < 0)
+                return -ENOMEM;
+        k = NULL;
+        if (ynode_append(b, names) < 0) {
+                b->n_items--; /* the key appended alone: take it back */
+                ynode_free(b->items[b->n_items]);
+                return -ENOMEM;
+        }
+        names = NULL;
+        for (char **v = secrets; *v; v++) {
+                char *l = NULL;
+                if (asprintf(&l, "%s%s%.*s", shown ?: "", shown ? ", " : "", (int) strcspn(*v, "="), *v) < 0)
+                        return -ENOMEM;
+                free(shown);
+                shown = l;
+        }
+        printf("%s: %s (written by hand?) holds %s, which its unit hands on: the manifest now names them in "
+               "secret_env\n",
+               name, path, shown);
+        return 1;
 }
 
 /* Puts the secrets file of name aside, as NAME.env.orphaned-YYYYmmddTHHMMSS (mode 0600): the unit
@@ -349,7 +395,7 @@ static int backend_split(ManifestDoc *doc, const char *name, YNode *b, bool owne
                 if (streq(b->items[i]->value, "env"))
                         env = b->items[i + 1], at = i;
         if (!env || env->kind != YNODE_MAPPING || env->n_items == 0)
-                return 0;
+                return check_only ? 0 : backend_adopt(doc, name, b, owned);
         r = secrets_path(doc->path, name, &path);
         if (r < 0)
                 return r;
@@ -406,7 +452,7 @@ static int backend_split(ManifestDoc *doc, const char *name, YNode *b, bool owne
                 secrets[n] = NULL;
         }
         if (moved == 0)
-                return 0;
+                return check_only ? 0 : backend_adopt(doc, name, b, owned);
         r = secrets_check(name, secrets);
         if (r < 0 || check_only)
                 return r;

@@ -300,3 +300,28 @@ Y`);
   assert.equal(s.code, 0, s.stdout + s.stderr);
   assert.doesNotMatch(s.stderr, /secret_env/);
 });
+
+test("a secrets file written by hand as the README said before secret_env: refresh adopts it, never puts it aside", async () => {
+  // The old recipe: the backend in the manifest with neither env nor secret_env, its secret in
+  // secrets/db.env by hand, a drop-in reading it (no '-').
+  await sh("mkdir -p -m 0700 /etc/mcp-lazy/secrets");
+  await resetManifest();
+  await sh(`install -m 0600 /dev/stdin /etc/mcp-lazy/secrets/db.env <<<'API_TOKEN=${MARK}db'
+    cat > /etc/mcp-lazy/manifest.yaml <<'Y'
+backends:
+  db:
+    command: [${JSON.stringify(process.execPath)}, ${JSON.stringify(SERVER_SCRIPTS.everything)}, stdio]
+Y
+    mkdir -p /etc/systemd/system/mcp-lazy@db.service.d
+    printf '[Service]\\nEnvironmentFile=/etc/mcp-lazy/secrets/db.env\\n' > /etc/systemd/system/mcp-lazy@db.service.d/secret.conf
+    systemctl daemon-reload && systemctl start mcp-lazy@db.socket`);
+  const r = await tryIn(`cd /root && ${AS_ROOT} ${MCP_LAZY} refresh db`);
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  assert.match(r.stdout, /^db: \/etc\/mcp-lazy\/secrets\/db\.env \(written by hand\?\) holds API_TOKEN, which its unit hands on: the manifest now names them in secret_env$/m);
+  assert.doesNotMatch(r.stderr, /orphaned/);
+  assert.equal(await sh("cat /etc/mcp-lazy/secrets/db.env"), `API_TOKEN=${MARK}db\n`);
+  assert.match(await sh("cat /etc/mcp-lazy/manifest.yaml"), /^ {4}secret_env: \[API_TOKEN\]$/m);
+  await sh("umask 077 && cat > /root/db.json", JSON.stringify({ mcpServers: { db: { command: MCP_LAZY, args: ["--backend", "db"] } } }) + "\n");
+  assert.equal((await backendEnv("/root/db.json", "db")).API_TOKEN, `${MARK}db`);
+  await sh("rm -r /etc/systemd/system/mcp-lazy@db.service.d && systemctl daemon-reload");
+});

@@ -155,41 +155,51 @@ static void check_orphaned(const char *file, const char *err, const char *want_t
 }
 
 /* A file no backend names in secret_env is never handed on: put aside, not merged, nothing lost. */
-static void test_orphans(void) {
-        _cleanup_free_ char *text = NULL, *err = NULL, *api = NULL, *kept = NULL;
+static unsigned count_of(const char *text, const char *s) {
+        unsigned n = 0;
+        for (const char *p = text; p && (p = strstr(p, s)); p++)
+                n++;
+        return n;
+}
 
+#define BARE(name)  "  " name ":\n    command: [/bin/true]\n"
+#define NAMED(name) BARE(name) "    secret_env: [TOKEN]\n"
+
+static void test_orphans(void) {
+        _cleanup_free_ char *text = NULL, *err = NULL, *api = NULL, *kept = NULL, *stays = NULL, *bare = NULL;
         _cleanup_free_ char *dir_secrets = path_in("secrets");
 
         CHECK(dir_secrets && (mkdir(dir_secrets, 0700) >= 0 || errno == EEXIST));
-        /* A backend gone from the manifest; one with only a name that stays (nothing moves: its file
-         * was handed on with no secret_env saying so); one with neither env nor secret_env; one that
-         * names its file; a new backend under the name of a file left behind. */
+        /* A backend gone from the manifest; one new with only a name that stays (nothing moves); a new
+         * backend under the name of a file left behind: their files put aside. One that names its file
+         * keeps it; and the manifest's own backends from before secret_env (the same command on disk)
+         * with a file written by hand, as the README said then: adopted, now named in secret_env. */
         write_text("secrets/gone.env", "TOKEN=MARKgone\n");
+        write_text("secrets/fresh.env", "TOKEN=MARKfresh\n");
         write_text("secrets/stays.env", "TOKEN=MARKstays\n");
         write_text("secrets/bare.env", "TOKEN=MARKbare\n");
         write_text("secrets/named.env", "TOKEN=\"MARKnamed\"\n");
         write_text("secrets/api.env", "TOKEN=MARKold\n");
-        CHECK(split_over(
-                      "backends:\n" BACKEND("stays", "{LD_LIBRARY_PATH: /x}") "  bare:\n    command: [/bin/true]\n"
-                                                                              "  named:\n    command: [/bin/true]\n    "
-                                                                              "secret_env: [TOKEN]\n" BACKEND(
-                                                                                      "api", "{NEW: MARKnew}"),
-                      "backends:\n" BACKEND(
-                              "stays",
-                              "{LD_LIBRARY_PATH: /x}") "  bare:\n    command: [/bin/true]\n"
-                                                       "  named:\n    command: [/bin/true]\n    secret_env: [TOKEN]\n",
-                      &text, &err) == 0);
+        CHECK(split_over("backends:\n" BACKEND("stays", "{LD_LIBRARY_PATH: /x}") BARE("bare") NAMED("named")
+                                 BACKEND("api", "{NEW: MARKnew}") BACKEND("fresh", "{LD_BIND_NOW: 1}"),
+                         "backends:\n" BACKEND("stays", "{LD_LIBRARY_PATH: /x}") BARE("bare") NAMED("named"), &text,
+                         &err) == 0);
         check_orphaned("gone.env", err, "TOKEN=MARKgone\n");
-        check_orphaned("stays.env", err, "TOKEN=MARKstays\n");
-        check_orphaned("bare.env", err, "TOKEN=MARKbare\n");
+        check_orphaned("fresh.env", err, "TOKEN=MARKfresh\n");
         check_orphaned("api.env", err, "TOKEN=MARKold\n");
+        CHECK(!orphan_of("stays.env") && !orphan_of("bare.env") && !orphan_of("named.env"));
         kept = read_text("secrets/named.env");
         CHECK_STREQ(kept, "TOKEN=\"MARKnamed\"\n");
+        stays = read_text("secrets/stays.env");
+        CHECK_STREQ(stays, "TOKEN=MARKstays\n");
+        bare = read_text("secrets/bare.env");
+        CHECK_STREQ(bare, "TOKEN=MARKbare\n");
         api = read_text("secrets/api.env");
         CHECK_STREQ(api, "NEW=\"MARKnew\"\n");
         CHECK(text && strstr(text, "secret_env: [NEW]") && !strstr(text, "TOKEN, NEW"));
-        if (text && !strstr(text, "secret_env: [NEW]"))
-                fprintf(stderr, "%s\n", text);
+        CHECK(count_of(text, "secret_env: [TOKEN]") == 3); /* named, and stays and bare adopted */
+        if (count_of(text, "secret_env: [TOKEN]") != 3)
+                fprintf(stderr, "%s\n", text ?: "");
 }
 
 /* What stays in the manifest's env: every variable systemd sets for a service (systemd.exec(5),
