@@ -20,6 +20,7 @@ struct SubscribeWaiter {
         Client *client;
         char *id_text;
         char *uri;
+        bool added; /* this request added the URI to the session's subscriptions */
         SubscribeWaiter *next;
 };
 
@@ -89,9 +90,11 @@ static void send_cancel(Instance *i, int64_t id) {
 static void fail_waiters(Instance *i, const char *text) {
         while (i->waiters) {
                 SubscribeWaiter *w = i->waiters;
-                /* Told that its subscribe failed, the session holds no subscription to the URI: no
-                 * later stream asks for it, and no update of it reaches the session. */
-                (void) subscribe_track(w->client, w->uri, false);
+                /* Told that its subscribe failed, the session holds no subscription to the URI that this
+                 * request added (no later stream asks for it, no update of it reaches the session); one
+                 * it held before the request stays held. */
+                if (w->added)
+                        (void) subscribe_track(w->client, w->uri, false);
                 reply(w->client, w->id_text, NULL, text);
                 i->waiters = waiter_free(w);
         }
@@ -141,7 +144,8 @@ int subscribe_refresh(Instance *i, const Client *except) {
         return 0;
 }
 
-/* -ENOBUFS past SUBSCRIBE_MAX_PER_CLIENT URIs: the subscribe is refused, not dropped. */
+/* 1: the URI was added (0: it was held already, or removed, or not held). -ENOBUFS past
+ * SUBSCRIBE_MAX_PER_CLIENT URIs: the subscribe is refused, not dropped. */
 int subscribe_track(Client *c, const char *uri, bool sub) {
         int n = 0;
         const cJSON *it;
@@ -162,7 +166,7 @@ int subscribe_track(Client *c, const char *uri, bool sub) {
                 return -ENOBUFS;
         if (!cJSON_AddItemToArray(c->subscriptions, cJSON_CreateString(uri)))
                 return -ENOMEM;
-        return 0;
+        return 1;
 }
 
 static void reply_not_offered(Instance *i, Client *c, const char *id_text, const char *uri) {
@@ -210,17 +214,20 @@ static void handle_subscribe(Instance *i, Client *c, const Message *m, bool sub)
         for (w = i->waiters; w; w = w->next)
                 n++;
         if (n >= SUBSCRIBE_MAX_WAITERS) {
-                (void) subscribe_track(c, uri, false);
+                if (r > 0)
+                        (void) subscribe_track(c, uri, false);
                 return reply(c, m->id_text, NULL, "too many subscriptions waiting for the backend; try again");
         }
         w = calloc(1, sizeof *w);
         if (!w || !(w->id_text = strdup(m->id_text)) || !(w->uri = strdup(uri))) {
                 if (w)
                         waiter_free(w);
-                (void) subscribe_track(c, uri, false);
+                if (r > 0)
+                        (void) subscribe_track(c, uri, false);
                 return reply(c, m->id_text, NULL, "out of memory");
         }
         w->client = c;
+        w->added = r > 0;
         w->next = i->waiters;
         i->waiters = w;
 }

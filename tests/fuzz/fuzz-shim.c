@@ -276,6 +276,7 @@ typedef struct Peer {
          * a success); and its subscribe and unsubscribe requests in flight (id, URI slot). */
         char *sub_uris[MAX_SUBS];
         bool sub_held[MAX_SUBS], sub_unknown[MAX_SUBS];
+        bool sub_kept[MAX_SUBS]; /* granted, alone in flight, and not let go since: check_subs_kept() */
         unsigned sub_open[MAX_SUBS];
         size_t n_subs;
         char *sub_ids[MAX_SUBS];
@@ -352,7 +353,7 @@ static size_t sub_slot(Peer *p, const char *uri) {
                 return MAX_SUBS;
         p->sub_uris[p->n_subs] = strdup(uri);
         FUZZ_ASSERT(p->sub_uris[p->n_subs]);
-        p->sub_held[p->n_subs] = p->sub_unknown[p->n_subs] = false;
+        p->sub_held[p->n_subs] = p->sub_unknown[p->n_subs] = p->sub_kept[p->n_subs] = false;
         p->sub_open[p->n_subs] = 0;
         return p->n_subs++;
 }
@@ -362,15 +363,21 @@ static size_t sub_slot(Peer *p, const char *uri) {
 static void note_subscribe(Peer *p, const Message *m) {
         const char *uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "uri"));
         bool sub = streq(m->method, "resources/subscribe");
-        size_t k;
+        size_t k, s;
 
         if (!uri || (!sub && !streq(m->method, "resources/unsubscribe")) || subscribe_uri_has_nul(m) != 0 ||
             (k = sub_slot(p, uri)) == MAX_SUBS)
                 return;
+        if (!sub)
+                p->sub_kept[k] = false; /* the shim lets it go as it reads the unsubscribe */
+        /* Another request under its id in flight: which answer is whose cannot be told. */
+        if ((s = id_slot(p, m->id_text)) == MAX_SEEN || p->sent[s] > p->answered[s] + 1)
+                p->sub_unknown[k] = true, p->sub_kept[k] = false;
         for (size_t j = 0; j < p->n_sub_ids; j++)
                 if (streq(p->sub_ids[j], m->id_text)) {
                         /* The same id twice: which answer is whose cannot be told. */
                         p->sub_unknown[k] = p->sub_unknown[p->sub_of[j]] = true;
+                        p->sub_kept[k] = p->sub_kept[p->sub_of[j]] = false;
                         return;
                 }
         if (p->n_sub_ids == MAX_SUBS) {
@@ -390,8 +397,21 @@ static void note_subscribe(Peer *p, const Message *m) {
 static void note_subscribe_answer(Peer *p, const Message *m) {
         for (size_t j = 0; j < p->n_sub_ids; j++) {
                 size_t k = p->sub_of[j];
+                const cJSON *error = cJSON_GetObjectItemCaseSensitive(message_json(m), "error");
+                const char *text = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(error, "message"));
+                bool alone;
+
                 if (!streq(p->sub_ids[j], m->id_text))
                         continue;
+                /* Kept: a subscribe granted while alone in flight for its URI; a subscribe refused
+                 * leaves it as it was, unless it says that the stream does not carry the URI (or out of
+                 * memory, or others for it were in flight); an unsubscribe's answer lets it go. */
+                alone = p->sub_open[k] == 1 && !p->sub_unknown[k];
+                if (!error)
+                        p->sub_kept[k] = p->sub_is_sub[j] && alone;
+                else if (!p->sub_is_sub[j] || !alone || !text || strstr(text, "does not offer") ||
+                         strstr(text, "out of memory"))
+                        p->sub_kept[k] = false;
                 if (cJSON_GetObjectItemCaseSensitive(message_json(m), "result"))
                         p->sub_held[k] = p->sub_is_sub[j];
                 else if (p->sub_held[k])
@@ -403,6 +423,13 @@ static void note_subscribe_answer(Peer *p, const Message *m) {
                 p->sub_is_sub[j] = p->sub_is_sub[p->n_sub_ids];
                 return;
         }
+}
+
+/* A request under the id of a subscribe or unsubscribe in flight: which answer is whose cannot be told. */
+static void note_sub_id_reused(Peer *p, const char *id_text) {
+        for (size_t j = 0; j < p->n_sub_ids; j++)
+                if (streq(p->sub_ids[j], id_text))
+                        p->sub_unknown[p->sub_of[j]] = true, p->sub_kept[p->sub_of[j]] = false;
 }
 
 /* What a peer sent: the ids and tokens it may later see again. */
@@ -431,6 +458,8 @@ static void note_sent(Peer *p, const char *line, size_t len) {
         if (m->kind == JSONRPC_REQUEST && (k = id_slot(p, m->id_text)) < MAX_SEEN)
                 p->requests[k]++;
         if (m->kind == JSONRPC_REQUEST)
+                note_sub_id_reused(p, m->id_text);
+        if (m->kind == JSONRPC_REQUEST)
                 note_subscribe(p, m);
         n = ids_fields(m, f, ELEMENTSOF(f));
         for (size_t i = 0; i < n && i < ELEMENTSOF(f); i++) {
@@ -455,6 +484,26 @@ static void check_all_answered(const Peer *p, const Client *c) {
                                 p->requests[i], p->cancels[i], p->answered[i]);
                         FUZZ_ASSERT(!"a request never answered");
                 }
+}
+
+/* A subscription the shim granted and the session has not let go (review 9 LOW-8: a failed repeat
+ * of it, or another session's traffic, takes nothing away) is still the session's at the shim: the
+ * next subscriptions/listen asks for it, and its updates reach the session. */
+static void check_subs_kept(const Peer *p, const Client *c) {
+        for (size_t k = 0; c && k < p->n_subs; k++) {
+                const cJSON *it;
+                bool held = false;
+
+                if (!p->sub_kept[k])
+                        continue;
+                cJSON_ArrayForEach (it, c->subscriptions)
+                        held = held || streq(it->valuestring, p->sub_uris[k]);
+                if (!held) {
+                        fprintf(stderr, "the shim let go of %s, a subscription it granted the session\n",
+                                p->sub_uris[k]);
+                        FUZZ_ASSERT(!"a granted subscription dropped");
+                }
+        }
 }
 
 static bool is_integer(const char *t) {
@@ -994,6 +1043,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         session_closed(&s, &a, &ca);
                         session_closed(&s, &b, &cb);
                 }
+                check_subs_kept(&a, ca);
+                check_subs_kept(&b, cb);
         }
         /* What the last lines set going runs to its end (a death's on_child(), a restart, answers
          * written out): then every session with nothing in flight has had all its answers. */
