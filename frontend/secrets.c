@@ -24,50 +24,95 @@
  * set for the backend alone. What systemd.exec(5) lists under "Environment Variables in Spawned
  * Processes", what glibc, ld.so, libsystemd and the sanitizers read, and the shim's own. */
 static const char *const stays_names[] = {
+        /* systemd.exec(5), "Environment Variables in Spawned Processes" */
         "CACHE_DIRECTORY",
         "CONFIGURATION_DIRECTORY",
         "CREDENTIALS_DIRECTORY",
         "EXIT_CODE",
         "EXIT_STATUS",
         "FDSTORE",
-        "GCONV_PATH",
-        "GLIBC_TUNABLES",
         "HOME",
-        "HOSTALIASES",
         "INVOCATION_ID",
         "JOURNAL_STREAM",
         "LANG",
-        "LANGUAGE",
-        "LOCALDOMAIN",
-        "LOCPATH",
         "LOGNAME",
         "LOGS_DIRECTORY",
         "MAINPID",
         "MANAGERPID",
         "MEMORY_PRESSURE_WATCH",
         "MEMORY_PRESSURE_WRITE",
-        "NLSPATH",
+        "MONITOR_EXIT_CODE",
+        "MONITOR_EXIT_STATUS",
+        "MONITOR_INVOCATION_ID",
+        "MONITOR_SERVICE_RESULT",
+        "MONITOR_UNIT",
         "NOTIFY_SOCKET",
         "PATH",
         "PIDFILE",
-        "POSIXLY_CORRECT",
         "REMOTE_ADDR",
         "REMOTE_PORT",
-        "RES_OPTIONS",
         "RUNTIME_DIRECTORY",
         "SERVICE_RESULT",
         "SHELL",
         "STATE_DIRECTORY",
         "TERM",
+        "TRIGGER_PATH",
+        "TRIGGER_TIMER_MONOTONIC_USEC",
+        "TRIGGER_TIMER_REALTIME_USEC",
+        "TRIGGER_UNIT",
+        "USER",
+        "XDG_RUNTIME_DIR",
+        "XDG_SEAT",
+        "XDG_SESSION_ID",
+        "XDG_VTNR",
+        /* the XDG base directories (the shim's state), libsystemd's own */
+        "XDG_CACHE_HOME",
+        "XDG_CONFIG_DIRS",
+        "XDG_CONFIG_HOME",
+        "XDG_DATA_DIRS",
+        "XDG_DATA_HOME",
+        "XDG_STATE_HOME",
+        "SD_EVENT_PROFILE_DELAYS",
+        /* glibc: locale, time zone, resolver, malloc, getopt */
+        "GCONV_PATH",
+        "GLIBC_TUNABLES",
+        "HOSTALIASES",
+        "LANGUAGE",
+        "LC_ADDRESS",
+        "LC_ALL",
+        "LC_COLLATE",
+        "LC_CTYPE",
+        "LC_IDENTIFICATION",
+        "LC_MEASUREMENT",
+        "LC_MESSAGES",
+        "LC_MONETARY",
+        "LC_NAME",
+        "LC_NUMERIC",
+        "LC_PAPER",
+        "LC_TELEPHONE",
+        "LC_TIME",
+        "LOCALDOMAIN",
+        "LOCPATH",
+        "MALLOC_ARENA_MAX",
+        "MALLOC_ARENA_TEST",
+        "MALLOC_CHECK_",
+        "MALLOC_MMAP_MAX_",
+        "MALLOC_MMAP_THRESHOLD_",
+        "MALLOC_PERTURB_",
+        "MALLOC_TOP_PAD_",
+        "MALLOC_TRIM_THRESHOLD_",
+        "NLSPATH",
+        "POSIXLY_CORRECT",
+        "RES_OPTIONS",
         "TMPDIR",
         "TZ",
         "TZDIR",
-        "USER",
         NULL,
 };
+/* Prefixes only for open families: ours, ld.so's, systemd's socket and watchdog protocol, libsystemd's
+ * SYSTEMD_*, the sanitizers'. (SD_API_KEY, MONITOR_TOKEN, TRIGGER_SECRET_KEY are a server's secrets.) */
 static const char *const stays_prefixes[] = {
-        "MCP_LAZY_", "LISTEN_",  "WATCHDOG_", "SYSTEMD_", "SD_",   "LD_",   "LC_",   "MALLOC_", "XDG_",
-        "TRIGGER_",  "MONITOR_", "ASAN_",     "UBSAN_",   "LSAN_", "MSAN_", "TSAN_", NULL,
+        "MCP_LAZY_", "LD_", "LISTEN_", "WATCHDOG_", "SYSTEMD_", "ASAN_", "UBSAN_", "LSAN_", "MSAN_", "TSAN_", NULL,
 };
 
 bool secrets_env_name_stays(const char *name, size_t n) {
@@ -427,8 +472,9 @@ static int backend_split(ManifestDoc *doc, const char *name, YNode *b, bool owne
                 if (!env_pair_moves(env, i)) {
                         if (v->kind == YNODE_SCALAR && !check_only)
                                 printf("%s: %s stays in the manifest's env (in the unit's environment file it would "
-                                       "change the shim too)\n",
-                                       name, k->value);
+                                       "change the shim too), so its value stays readable by the group %s: rename "
+                                       "it if it is a secret\n",
+                                       name, k->value, MCP_LAZY_SOCKET_GROUP);
                         continue;
                 }
                 if (asprintf(&s, "%s=%s", k->value, v->value) < 0)

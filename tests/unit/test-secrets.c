@@ -296,8 +296,29 @@ static void test_names_that_stay(void) {
                 NULL,
         };
         static const char *const move[] = {
-                "API_TOKEN", "GITHUB_TOKEN", "PGPASSWORD", "HOMEDIR",   "TZX", "PATHS",   "USERNAME", "LANGX",
-                "MAIN_PID",  "LC",           "LD",         "SECRET_TZ", "XDG", "my_home", NULL,
+                "API_TOKEN",
+                "GITHUB_TOKEN",
+                "PGPASSWORD",
+                "HOMEDIR",
+                "TZX",
+                "PATHS",
+                "USERNAME",
+                "LANGX",
+                "MAIN_PID",
+                "LC",
+                "LD",
+                "SECRET_TZ",
+                "XDG",
+                "my_home",
+                "SD_API_KEY",
+                "SD_WEBUI_AUTH",
+                "MONITOR_API_KEY",
+                "MONITOR_TOKEN",
+                "TRIGGER_SECRET_KEY",
+                "XDG_TOKEN",
+                "LC_SECRET",
+                "MALLOC_KEY",
+                NULL,
         };
 
         for (size_t i = 0; stay[i]; i++) {
