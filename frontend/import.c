@@ -411,11 +411,38 @@ static int target_check(const Import *im, Target *t) {
         return r;
 }
 
+/* Under the system manager, the env values that will go into the server's secrets file: one that
+ * file cannot hold (systemd would drop the whole file) fails this server alone, named, never shown. */
+static int target_check_secrets(const Import *im, Target *t) {
+        if (!secrets_wanted(im->manifest_path))
+                return 0;
+        for (char **v = t->env; v && *v; v++) {
+                const char *reason = NULL;
+                size_t n = strcspn(*v, "=");
+                int r;
+
+                if (secrets_env_name_stays(*v, n))
+                        continue;
+                r = envfile_assignment_check(*v, &reason);
+                if (r < 0) {
+                        t->failed = true;
+                        if (asprintf(&t->error, "its env %.*s cannot go into its secrets file: %s", (int) n, *v,
+                                     reason) < 0)
+                                t->error = NULL;
+                        return r;
+                }
+        }
+        return 0;
+}
+
 static void target_discover(Import *im, Target *t) {
         McpServerCommand cmd = {.argv = t->argv, .env = t->env, .cwd = t->cwd};
         const char *owner = NULL, *clash;
         size_t n;
         int r;
+
+        if (target_check_secrets(im, t) < 0)
+                return;
 
         printf("Starting '%s':", t->backend);
         for (char **a = t->argv; *a; a++) {

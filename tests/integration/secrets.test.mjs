@@ -210,26 +210,35 @@ async function importAs(file, servers) {
 }
 async function resetManifest() {
   await sh(`${AS_ROOT} ${MCP_LAZY} import --undo >/dev/null; systemctl stop 'mcp-lazy@*.socket' 'mcp-lazy@*.service'
-    printf 'backends: {}\\n' > /etc/mcp-lazy/manifest.yaml`);
+    mkdir -p -m 0700 /etc/mcp-lazy/secrets && printf 'backends: {}\\n' > /etc/mcp-lazy/manifest.yaml`);
 }
 const orphans = (name) => sh(`cd /etc/mcp-lazy/secrets && for f in ${name}.env.orphaned-*; do [ -e "$f" ] && stat -c '%a %U' "$f" && cat "$f"; done; true`);
 
-test("a value systemd refuses (a Unicode noncharacter): import names the variable, not the value, and writes nothing", async () => {
+test("a value systemd refuses (a Unicode noncharacter): import names the variable, not the value; that server alone fails", async () => {
   await resetManifest();
-  const r = await importAs("nc.json", { nc: everything({ API_TOKEN: `${MARK}nc`, OTHER: `${MARK}other \u{FDD0}` }) });
-  assert.notEqual(r.code, 0, r.stdout + r.stderr);
-  assert.match(r.stderr, /^mcp-lazy: backend 'nc': env OTHER cannot go into its secrets file: its value holds a Unicode noncharacter .*; nothing was changed$/m);
+  const r = await importAs("nc.json", {
+    nc: everything({ API_TOKEN: `${MARK}nc`, OTHER: `${MARK}other \u{FDD0}` }),
+    ok: other({ OK_TOKEN: `${MARK}ok` }),
+  });
+  assert.equal(r.code, 1, r.stdout + r.stderr);
+  assert.match(r.stdout, /^nc\s+claude-code\s+FAILED, left as it is: its env OTHER cannot go into its secrets file: its value holds a Unicode noncharacter \(U\+FDD0\.\.U\+FDEF, U\+xFFFE or U\+xFFFF\), which systemd refuses$/m);
+  assert.match(r.stdout, /^ok\s+claude-code\s+-> backend 'ok'$/m);
+  // The earlier tests' vault is gone from the manifest: its file is put aside.
+  assert.match(r.stderr, /^mcp-lazy: \/etc\/mcp-lazy\/secrets\/vault\.env belongs to no backend of the manifest that names it in secret_env, so no unit may hand it on: renamed \/etc\/mcp-lazy\/secrets\/vault\.env\.orphaned-\d{8}T\d{6} \(mode 0600\)$/m);
+  assert.match(await orphans("vault"), /^600 root\nAPI_TOKEN=/);
   assert.ok(!(r.stdout + r.stderr).includes(MARK), r.stdout + r.stderr);
   assert.equal((await tryIn("ls /etc/mcp-lazy/secrets/nc.env")).code, 2, "no file written");
-  assert.doesNotMatch(await sh("cat /etc/mcp-lazy/manifest.yaml"), /nc/);
+  assert.equal(await sh("cat /etc/mcp-lazy/secrets/ok.env"), `OK_TOKEN="${MARK}ok"\n`);
+  const manifest = await sh("cat /etc/mcp-lazy/manifest.yaml");
+  assert.doesNotMatch(manifest, /^ {2}nc:/m);
+  assert.match(manifest, /^ {2}ok:/m);
 });
 
 test("re-importing a server without its old variable: the backend keeps it, and import says so", async () => {
   await resetManifest();
   let r = await importAs("api.json", { api: everything({ TOKEN: `${MARK}old` }) });
   assert.equal(r.code, 0, r.stdout + r.stderr);
-  assert.match(r.stderr, /^mcp-lazy: \/etc\/mcp-lazy\/secrets\/vault\.env belongs to no backend of the manifest that names it in secret_env, so no unit may hand it on: renamed \/etc\/mcp-lazy\/secrets\/vault\.env\.orphaned-\d{8}T\d{6} \(mode 0600\)$/m);
-  assert.match(await orphans("vault"), /^600 root\nAPI_TOKEN=/);
+  assert.match(r.stderr, /secrets\/ok\.env belongs to no backend .*: renamed /);
   assert.equal((await backendEnv("/root/api.json", "api")).TOKEN, `${MARK}old`);
   await sh(`${AS_ROOT} ${MCP_LAZY} import --undo >/dev/null; systemctl stop mcp-lazy@api.service`);
   r = await importAs("api.json", { api: everything() });
