@@ -33,6 +33,12 @@ const call = (id, name, args = {}) => ({ jsonrpc: "2.0", id, method: "tools/call
 const textOf = (m) => m.result?.content?.[0]?.text ?? JSON.stringify(m);
 const pidOf = (m) => Number(/from (\d+)$/.exec(textOf(m))?.[1]);
 const alive = (pid) => cmdline(pid).includes("stubborn.mjs");
+// The backends seen: one that ignores SIGTERM and its stdin's end outlives a shim that a failed test
+// killed with SIGKILL (no systemd here to end its cgroup), so they are killed after the tests.
+const seen = [];
+after(() => {
+  for (const pid of seen) if (alive(pid)) process.kill(pid, "SIGKILL");
+});
 
 async function session() {
   const s = new SockPeer(sock);
@@ -58,6 +64,7 @@ test("a backend that ignores SIGTERM and floods stdout and stderr while stopped:
   const b = await session();
   const first = await a.request(call(1, "echo", { message: "hi" }));
   const pid1 = pidOf(first);
+  seen.push(pid1);
   assert.ok(pid1 > 0 && alive(pid1), textOf(first));
   // The flood: its endless line passes the line limit with neither id nor method, so the shim stops
   // the backend (its stdin closed, then SIGTERM, which it ignores), while the flood goes on.
@@ -70,6 +77,7 @@ test("a backend that ignores SIGTERM and floods stdout and stderr while stopped:
   assert.deepEqual(await a.request({ jsonrpc: "2.0", id: 3, method: "ping" }), { jsonrpc: "2.0", id: 3, result: {} });
   const next = await b.request(call(2, "echo", { message: "after" }), 60000);
   const pid2 = pidOf(next);
+  seen.push(pid2);
   assert.match(textOf(next), /^echo after from \d+$/);
   assert.ok(pid2 > 0 && pid2 !== pid1, textOf(next));
 
