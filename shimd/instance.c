@@ -105,9 +105,15 @@ int instance_get(Shim *s, Client *c, Instance **ret) {
         if (s->backend->sharing == SHARING_POOLED)
                 for (i = s->instances; i; i = i->next)
                         if (!i->session_owned && (modern || i->era == BACKEND_ERA_MODERN || streq(i->key, key))) {
-                                if (i->unclaimed)
+                                if (i->unclaimed) {
+                                        /* Claimed as the other loop claims it: keyed by its first session's
+                                         * client, for when the backend turns out handshake-era and is pooled
+                                         * by key (that session's next connection finds it again). */
+                                        free(i->key);
+                                        i->key = TAKE_PTR(key);
                                         log_info("Backend '%s' (pid %d), started ahead, serves its first session.",
                                                  iname(i), (int) i->pid);
+                                }
                                 i->n_clients++;
                                 i->unclaimed = false;
                                 *ret = i;
