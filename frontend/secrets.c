@@ -186,10 +186,30 @@ static int key_node(const char *key, YNode **ret) {
         return j ? ynode_from_json(j, ret) : -ENOMEM;
 }
 
+/* Appends the pair secret_env: *names to backend b, both or neither; takes *names when it does. */
+static int secret_env_append(YNode *b, YNode **names) {
+        _cleanup_(ynode_freep) YNode *k = NULL;
+        int r;
+
+        r = key_node("secret_env", &k);
+        if (r < 0)
+                return r;
+        if (ynode_append(b, k) < 0)
+                return -ENOMEM;
+        k = NULL;
+        if (ynode_append(b, *names) < 0) {
+                b->n_items--; /* the key appended alone: take it back */
+                ynode_free(b->items[b->n_items]);
+                return -ENOMEM;
+        }
+        *names = NULL;
+        return 0;
+}
+
 /* In backend b (a mapping), where its env is at pair index at: secret_env becomes 'names' (where it
  * was, else right after env), and env goes when keep_env is false. Takes names. */
 static int backend_put_secret_env(YNode *b, size_t at, bool keep_env, YNode *names) {
-        _cleanup_(ynode_freep) YNode *n = names, *k = NULL;
+        _cleanup_(ynode_freep) YNode *n = names;
         size_t se = SIZE_MAX;
         int r;
 
@@ -200,19 +220,10 @@ static int backend_put_secret_env(YNode *b, size_t at, bool keep_env, YNode *nam
                 ynode_free(b->items[se + 1]);
                 b->items[se + 1] = TAKE_PTR(n);
         } else {
-                r = key_node("secret_env", &k);
+                /* Two more slots, then the pair goes in right after env. */
+                r = secret_env_append(b, &n);
                 if (r < 0)
                         return r;
-                /* Two more slots, then the pair goes in right after env. */
-                if (ynode_append(b, k) < 0)
-                        return -ENOMEM;
-                k = NULL;
-                if (ynode_append(b, n) < 0) {
-                        b->n_items--; /* the key appended alone: take it back */
-                        ynode_free(b->items[b->n_items]);
-                        return -ENOMEM;
-                }
-                n = NULL;
                 YNode *kk = b->items[b->n_items - 2], *vv = b->items[b->n_items - 1];
                 memmove(b->items + at + 4, b->items + at + 2, (b->n_items - 2 - at - 2) * sizeof(YNode *));
                 b->items[at + 2] = kk;
@@ -307,7 +318,7 @@ static bool backend_owns_file(const YNode *b, const ManifestDoc *on_disk, const 
 static int backend_adopt(ManifestDoc *doc, const char *name, YNode *b, bool owned) {
         _cleanup_strv_free_ char **secrets = NULL;
         _cleanup_free_ char *err = NULL, *path = NULL, *shown = NULL;
-        _cleanup_(ynode_freep) YNode *names = NULL, *k = NULL;
+        _cleanup_(ynode_freep) YNode *names = NULL;
         int r;
 
         if (!owned || ynode_get(b, "secret_env"))
@@ -325,18 +336,9 @@ static int backend_adopt(ManifestDoc *doc, const char *name, YNode *b, bool owne
         if (r >= 0)
                 r = names_node(secrets, &names);
         if (r >= 0)
-                r = key_node("secret_env", &k);
+                r = secret_env_append(b, &names);
         if (r < 0)
                 return r;
-        if (ynode_append(b, k) < 0)
-                return -ENOMEM;
-        k = NULL;
-        if (ynode_append(b, names) < 0) {
-                b->n_items--; /* the key appended alone: take it back */
-                ynode_free(b->items[b->n_items]);
-                return -ENOMEM;
-        }
-        names = NULL;
         for (char **v = secrets; *v; v++) {
                 char *l = NULL;
                 if (asprintf(&l, "%s%s%.*s", shown ?: "", shown ? ", " : "", (int) strcspn(*v, "="), *v) < 0)
