@@ -430,7 +430,8 @@ static int secrets_orphans(ManifestDoc *doc, const YNode *backends, const bool *
 /* One backend: its env values that may move into its file, merged over what the file holds. 0:
  * nothing to move. With check_only, only whether they can be written (nothing printed but why not,
  * nothing changed). */
-static int backend_split(ManifestDoc *doc, const char *name, YNode *b, bool owned, bool dry_run, bool check_only) {
+static int backend_split(ManifestDoc *doc, const char *name, YNode *b, bool owned, bool env_on_disk, bool dry_run,
+                         bool check_only) {
         _cleanup_strv_free_ char **secrets = NULL;
         _cleanup_free_ char *path = NULL, *err = NULL, *shown = NULL;
         _cleanup_(ynode_freep) YNode *names = NULL;
@@ -456,7 +457,16 @@ static int backend_split(ManifestDoc *doc, const char *name, YNode *b, bool owne
                 return r;
         if (r < 0) {
                 /* Its values cannot be merged without losing the file's: this backend's env stays where
-                 * it is, the others go on. */
+                 * it is, the others go on; but only an env the manifest on disk has already: new values
+                 * left in it would be readable by the group. */
+                if (!env_on_disk) {
+                        fprintf(stderr,
+                                "mcp-lazy: cannot read %s; backend '%s' has env values the manifest does not have yet, "
+                                "which would be readable by the group %s there: nothing was changed (fix or "
+                                "remove the file)\n",
+                                err ?: path, name, MCP_LAZY_SOCKET_GROUP);
+                        return -EBADMSG;
+                }
                 if (check_only)
                         fprintf(stderr,
                                 "mcp-lazy: cannot read %s; backend '%s' keeps its env in the manifest (fix the file, "
@@ -570,8 +580,12 @@ int secrets_split(ManifestDoc *doc, bool dry_run) {
                 for (size_t i = 0; i < n; i++) {
                         if (backends->items[2 * i + 1]->kind != YNODE_MAPPING || skip[i])
                                 continue;
-                        r = backend_split(doc, backends->items[2 * i]->value, backends->items[2 * i + 1], owned[i],
-                                          dry_run, pass == 0);
+                        const char *name = backends->items[2 * i]->value;
+                        const YNode *old = on_disk ? ynode_get(ynode_get(on_disk->root, "backends"), name) : NULL;
+                        YNode *b = backends->items[2 * i + 1];
+                        bool env_on_disk = old && ynode_same(ynode_get(old, "env"), ynode_get(b, "env"));
+
+                        r = backend_split(doc, name, b, owned[i], env_on_disk, dry_run, pass == 0);
                         if (r == -ENOMEM)
                                 fprintf(stderr, "mcp-lazy: out of memory\n");
                         if (r < 0)

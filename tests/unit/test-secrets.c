@@ -236,6 +236,23 @@ static void test_unreadable_file(void) {
               !strstr(err, "MARK"));
 }
 
+/* An unreadable file whose backend brings env values the manifest on disk does not have: those would
+ * stay in the manifest, readable by the group (review 10): refused, nothing written, no value shown. */
+static void test_unreadable_file_new_values(void) {
+        _cleanup_free_ char *text = NULL, *err = NULL, *broken = NULL, *fine = NULL;
+        _cleanup_free_ char *fp = path_in("secrets/fine.env");
+
+        unlink(fp);
+        write_text("secrets/broken.env", "A=1\nno equals sign\n");
+        CHECK(split_over("backends:\n" BACKEND("broken", "{TOKEN: MARKnew}") BACKEND("fine", "{T: MARKfine}"),
+                         "backends:\n  broken:\n    command: [/bin/true]\n", &text, &err) == -EBADMSG);
+        broken = read_text("secrets/broken.env");
+        CHECK_STREQ(broken, "A=1\nno equals sign\n");
+        fine = read_text("secrets/fine.env");
+        CHECK(!fine);
+        CHECK(err && strstr(err, "broken.env:2") && strstr(err, "nothing was changed") && !strstr(err, "MARK"));
+}
+
 static void test_names_that_stay(void) {
         static const char *const stay[] = {
                 "JOURNAL_STREAM",
@@ -347,6 +364,7 @@ int main(void) {
         test_refused();
         test_orphans();
         test_unreadable_file();
+        test_unreadable_file_new_values();
         test_orphan_link();
         test_names_that_stay();
         if (asprintf(&rm, "rm -rf '%s'", dir) >= 0 && system(rm) != 0)
