@@ -378,9 +378,14 @@ static int secrets_orphan(const char *dir, const char *file, bool dry_run) {
                         return 0;
                 }
                 if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) >= 0) {
+                        /* A link is renamed, never followed: only a file of its own gets mode 0600, through
+                         * a descriptor opened without following a link (one put in its place after the
+                         * rename is left as it is) and checked to be a regular file. */
+                        _cleanup_close_ int fd = open(to, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
                         struct stat st;
-                        /* A link is renamed, never followed: only a file of its own gets mode 0600. */
-                        if (lstat(to, &st) < 0 || (S_ISREG(st.st_mode) && chmod(to, 0600) < 0))
+                        if (fd < 0 && errno != ELOOP)
+                                return -errno;
+                        if (fd >= 0 && (fstat(fd, &st) < 0 || (S_ISREG(st.st_mode) && fchmod(fd, 0600) < 0)))
                                 return -errno;
                         fprintf(stderr,
                                 "mcp-lazy: %s belongs to no backend of the manifest that names it in "
