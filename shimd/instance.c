@@ -108,9 +108,11 @@ int instance_get(Shim *s, Client *c, Instance **ret) {
                                 if (i->unclaimed) {
                                         /* Claimed as the other loop claims it: keyed by its first session's
                                          * client, for when the backend turns out handshake-era and is pooled
-                                         * by key (that session's next connection finds it again). */
+                                         * by key (that session's next connection finds it again), and
+                                         * counted as that session's user's. */
                                         free(i->key);
                                         i->key = TAKE_PTR(key);
+                                        i->owner_uid = c->uid;
                                         log_info("Backend '%s' (pid %d), started ahead, serves its first session.",
                                                  iname(i), (int) i->pid);
                                 }
