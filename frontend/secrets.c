@@ -186,6 +186,22 @@ static int key_node(const char *key, YNode **ret) {
         return j ? ynode_from_json(j, ret) : -ENOMEM;
 }
 
+/* The names of NAME=VALUE assignments (a non-empty list), joined with ", ", for messages: never a value. */
+static char *assignment_names(char *const *assignments) {
+        char *shown = NULL;
+
+        for (char *const *v = assignments; *v; v++) {
+                char *l = NULL;
+                if (asprintf(&l, "%s%s%.*s", shown ?: "", shown ? ", " : "", (int) strcspn(*v, "="), *v) < 0) {
+                        free(shown);
+                        return NULL;
+                }
+                free(shown);
+                shown = l;
+        }
+        return shown;
+}
+
 /* Appends the pair secret_env: *names to backend b, both or neither; takes *names when it does. */
 static int secret_env_append(YNode *b, YNode **names) {
         _cleanup_(ynode_freep) YNode *k = NULL;
@@ -339,13 +355,9 @@ static int backend_adopt(ManifestDoc *doc, const char *name, YNode *b, bool owne
                 r = secret_env_append(b, &names);
         if (r < 0)
                 return r;
-        for (char **v = secrets; *v; v++) {
-                char *l = NULL;
-                if (asprintf(&l, "%s%s%.*s", shown ?: "", shown ? ", " : "", (int) strcspn(*v, "="), *v) < 0)
-                        return -ENOMEM;
-                free(shown);
-                shown = l;
-        }
+        shown = assignment_names(secrets);
+        if (!shown)
+                return -ENOMEM;
         printf("%s: %s (written by hand?) holds %s, which its unit hands on: the manifest now names them in "
                "secret_env\n",
                name, path, shown);
@@ -522,13 +534,9 @@ static int backend_split(ManifestDoc *doc, const char *name, YNode *b, bool owne
         r = names_node(secrets, &names);
         if (r < 0)
                 return r;
-        for (char **v = secrets; *v; v++) {
-                char *s = NULL;
-                if (asprintf(&s, "%s%s%.*s", shown ?: "", shown ? ", " : "", (int) strcspn(*v, "="), *v) < 0)
-                        return -ENOMEM;
-                free(shown);
-                shown = s;
-        }
+        shown = assignment_names(secrets);
+        if (!shown)
+                return -ENOMEM;
         if (dry_run)
                 printf("--- %s (would be written, mode 0600, for root alone: %s; values not shown)\n", path, shown);
         else {
