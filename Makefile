@@ -144,6 +144,8 @@ $(S)/tests/test-secrets: $(S)/frontend/secrets.o
 $(B)/tests/test-hashmap $(S)/tests/test-hashmap: TEST_LDFLAGS := -Wl,--wrap=calloc,--wrap=aligned_alloc
 # test-message-nul fails the message layer's malloc() calls on purpose.
 $(B)/tests/test-message-nul $(S)/tests/test-message-nul: TEST_LDFLAGS := -Wl,--wrap=malloc
+# test-envfile swaps a directory under envfile_write() from fchmod().
+$(B)/tests/test-envfile $(S)/tests/test-envfile: TEST_LDFLAGS := -Wl,--wrap=fchmod
 # test-channel-cache counts the chunks channel.c allocates.
 $(B)/tests/test-channel-cache $(S)/tests/test-channel-cache: TEST_LDFLAGS := -Wl,--wrap=malloc
 

@@ -2,11 +2,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "envfile.h"
@@ -293,34 +295,90 @@ int envfile_parse(const char *text, size_t len, char ***ret_env, unsigned *ret_l
         return 0;
 }
 
+int envfile_dir_open(const char *path, bool make_private, int *ret_fd) {
+        _cleanup_close_ int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        struct stat st;
+
+        if (dfd < 0)
+                return errno == ELOOP ? -ENOTDIR : -errno;
+        if (fstat(dfd, &st) < 0)
+                return -errno;
+        /* Whoever else could write here could swap a file for a link to theirs. */
+        if (st.st_uid != geteuid() || (st.st_mode & 022))
+                return -EPERM;
+        if (make_private && (st.st_mode & 07777) != 0700 && fchmod(dfd, 0700) < 0)
+                return -errno;
+        *ret_fd = TAKE_FD(dfd);
+        return 0;
+}
+
+/* text as the file name in directory dfd: a temporary file of mode 0600 (root's as root) written,
+ * synced and renamed over name, all through dfd. */
+static int write_at(int dfd, const char *name, const char *text, size_t len) {
+        _cleanup_close_ int fd = -EBADF;
+        char tmp[NAME_MAX + 1];
+        int r;
+
+        for (unsigned k = 0; fd < 0; k++) {
+                struct timespec ts;
+                if (k == 100)
+                        return -EEXIST;
+                (void) clock_gettime(CLOCK_MONOTONIC, &ts);
+                if (snprintf(tmp, sizeof tmp, "%s.mcp-lazy-%08lx", name,
+                             (unsigned long) (((unsigned long) ts.tv_nsec ^ ((unsigned long) getpid() << 12)) + k) &
+                                     0xffffffffUL) >= (int) sizeof tmp)
+                        return -ENAMETOOLONG;
+                fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+                if (fd < 0 && errno != EEXIST)
+                        return -errno;
+        }
+        /* Root's from the start, and 0600 whatever the umask (before anything is written). */
+        if ((geteuid() == 0 && fchown(fd, 0, 0) < 0) || fchmod(fd, 0600) < 0)
+                goto fail;
+        for (size_t done = 0; done < len;) {
+                ssize_t n = write(fd, text + done, len - done);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        goto fail;
+                done += (size_t) n;
+        }
+        if (fsync(fd) < 0)
+                goto fail;
+        fd = safe_close(fd);
+        if (renameat(dfd, tmp, dfd, name) < 0)
+                goto fail;
+        (void) fsync(dfd);
+        return 0;
+fail:
+        r = -errno;
+        (void) unlinkat(dfd, tmp, 0);
+        return r;
+}
+
 int envfile_write(const char *path, char *const *env) {
-        _cleanup_free_ char *text = NULL, *copy = strdup(path);
+        _cleanup_free_ char *text = NULL, *copy = strdup(path), *copy2 = strdup(path);
         _cleanup_close_ int dfd = -EBADF;
-        const char *dir;
+        const char *dir, *name;
         struct stat st;
         size_t len;
         int r;
 
-        if (!copy)
+        if (!copy || !copy2)
                 return -ENOMEM;
         r = envfile_format(env, &text, &len);
         if (r < 0)
                 return r;
         dir = dirname(copy);
+        name = basename(copy2);
         if (mkdir(dir, 0700) < 0 && errno != EEXIST)
                 return -errno;
-        dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (dfd < 0)
-                return -errno;
-        if (fstat(dfd, &st) < 0)
-                return -errno;
-        /* Whoever else could write here could swap the file for a link to theirs. */
-        if (st.st_uid != geteuid() || (st.st_mode & 022))
+        /* The directory is checked once, through its descriptor, and everything after goes through
+         * that descriptor: its path may lead elsewhere by then. */
+        r = envfile_dir_open(dir, true, &dfd);
+        if (r < 0)
+                return r;
+        if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) >= 0 && !S_ISREG(st.st_mode))
                 return -EPERM;
-        if ((st.st_mode & 07777) != 0700 && fchmod(dfd, 0700) < 0)
-                return -errno;
-        if (lstat(path, &st) >= 0 && !S_ISREG(st.st_mode))
-                return -EPERM;
-        return write_file_atomic_owned(path, text, len, 0600, false, geteuid() == 0 ? 0 : (uid_t) -1,
-                                       geteuid() == 0 ? 0 : (gid_t) -1);
+        return write_at(dfd, name, text, len);
 }

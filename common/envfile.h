@@ -2,6 +2,7 @@
  * manifest, in a file only root reads. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* MAX_ARG_STRLEN: the longest "NAME=VALUE" (with its NUL) execve() passes on. */
@@ -27,10 +28,16 @@ int envfile_format(char *const *env, char **ret_text, size_t *ret_len);
  * line without =, a bad name, a quote never closed, a comment ending in an escaping \ (which systemd
  * 252 and 254 read differently). */
 int envfile_parse(const char *text, size_t len, char ***ret_env, unsigned *ret_line);
+/* Opens directory path, where files only root reads are kept, as *ret_fd: not through a link
+ * (-ENOTDIR), and refused (-EPERM) unless it is our own and no one else may write to it (whoever
+ * could, could swap a file for a link); with make_private, one that others may read or enter is made
+ * 0700. Work in it then goes through *ret_fd, never its path again. */
+int envfile_dir_open(const char *path, bool make_private, int *ret_fd);
 /* Writes env as the environment file path: mode 0600, owner root when run as root, written to a
  * temporary file that is renamed over path (never readable by anyone else, whatever the umask). Its
- * directory is made mode 0700 if missing; one that is not a directory of our own, or that others
- * may write to, is refused (-EPERM), and one that others may read or enter is made 0700. */
+ * directory is made mode 0700 if missing and opened by envfile_dir_open() (made 0700); the file is
+ * written, synced and renamed through that descriptor. A path that is not a regular file (a link) is
+ * refused (-EPERM). */
 int envfile_write(const char *path, char *const *env);
 /* env's value of name (a "KEY=VALUE" list), or NULL. */
 const char *strv_env_get(char *const *env, const char *name);

@@ -227,11 +227,53 @@ static void test_write(void) {
         CHECK(unlink(link) == 0 && unlink(path) == 0 && rmdir(dir) == 0 && rmdir(base) == 0);
 }
 
+/* The race review 10 saw: the directory swapped for a link to another one right after envfile_write()
+ * checked it. fchmod() is where the swap happens (the link takes -Wl,--wrap=fchmod): envfile_write()
+ * makes a directory that others may enter 0700 right after checking it. */
+static const char *swap_dir, *swap_aside, *swap_to;
+
+int __real_fchmod(int fd, mode_t mode);
+int __wrap_fchmod(int fd, mode_t mode);
+int __wrap_fchmod(int fd, mode_t mode) {
+        if (swap_dir) {
+                const char *d = swap_dir;
+                swap_dir = NULL;
+                if (rename(d, swap_aside) < 0 || symlink(swap_to, d) < 0)
+                        perror("swapping the directory");
+        }
+        return __real_fchmod(fd, mode);
+}
+
+/* What is written goes into the directory that was checked, through its descriptor: never by its path
+ * again, which may lead elsewhere by then. */
+static void test_write_swapped_dir(void) {
+        char base[] = "/tmp/test-envfile-XXXXXX";
+        _cleanup_free_ char *dir = NULL, *path = NULL, *aside = NULL, *other = NULL, *in_aside = NULL;
+        char *env[] = {(char *) "TOKEN=x", NULL};
+
+        CHECK(mkdtemp(base) != NULL);
+        CHECK(asprintf(&dir, "%s/secrets", base) >= 0 && asprintf(&path, "%s/one.env", dir) >= 0);
+        CHECK(asprintf(&aside, "%s/aside", base) >= 0 && asprintf(&other, "%s/other", base) >= 0);
+        CHECK(asprintf(&in_aside, "%s/one.env", aside) >= 0);
+        CHECK(mkdir(dir, 0755) == 0 && mkdir(other, 0700) == 0);
+        swap_dir = dir, swap_aside = aside, swap_to = other;
+        CHECK(envfile_write(path, env) == 0);
+        CHECK(!swap_dir); /* the swap happened */
+        swap_dir = NULL;
+        CHECK(files_in(other) == 0);
+        CHECK(access(in_aside, F_OK) == 0);
+        CHECK(files_in(aside) == 1); /* no temporary file left */
+        (void) unlink(in_aside);
+        (void) unlink(dir);
+        CHECK(rmdir(aside) == 0 && rmdir(other) == 0 && rmdir(base) == 0);
+}
+
 int main(void) {
         test_round_trip();
         test_format_refuses();
         test_format_refuses_what_systemd_refuses();
         test_hand_written();
         test_write();
+        test_write_swapped_dir();
         return tests_finish("test-envfile");
 }
