@@ -364,45 +364,45 @@ static int backend_adopt(ManifestDoc *doc, const char *name, YNode *b, bool owne
         return 1;
 }
 
-/* Puts the secrets file of name aside, as NAME.env.orphaned-YYYYmmddTHHMMSS (mode 0600): the unit
- * reads only NAME.env, and nothing is lost. */
-static int secrets_orphan(const char *dir, const char *file, bool dry_run) {
-        _cleanup_free_ char *from = NULL, *to = NULL;
+/* Puts the secrets file 'file' of directory dfd (dir, for messages) aside, as
+ * NAME.env.orphaned-YYYYmmddTHHMMSS (mode 0600): the unit reads only NAME.env, and nothing is lost. */
+static int secrets_orphan(int dfd, const char *dir, const char *file, bool dry_run) {
+        _cleanup_free_ char *to = NULL;
         char stamp[32];
         time_t now = time(NULL);
         struct tm tm;
 
         if (!gmtime_r(&now, &tm) || strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%S", &tm) == 0)
                 return -EINVAL;
-        if (asprintf(&from, "%s/%s", dir, file) < 0)
-                return -ENOMEM;
         for (unsigned k = 1; k < 100; k++) {
                 free(to);
                 to = NULL;
-                if ((k == 1 ? asprintf(&to, "%s.orphaned-%s", from, stamp)
-                            : asprintf(&to, "%s.orphaned-%s-%u", from, stamp, k)) < 0)
+                if ((k == 1 ? asprintf(&to, "%s.orphaned-%s", file, stamp)
+                            : asprintf(&to, "%s.orphaned-%s-%u", file, stamp, k)) < 0)
                         return -ENOMEM;
                 if (dry_run) {
                         fprintf(stderr,
-                                "mcp-lazy: %s belongs to no backend of the manifest that names it in "
-                                "secret_env: it would be renamed %s\n",
-                                from, to);
+                                "mcp-lazy: %s/%s belongs to no backend of the manifest that names it in "
+                                "secret_env: it would be renamed %s/%s\n",
+                                dir, file, dir, to);
                         return 0;
                 }
-                if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) >= 0) {
+                /* Through the directory's descriptor, checked once: never by a path that may lead
+                 * elsewhere by now. */
+                if (renameat2(dfd, file, dfd, to, RENAME_NOREPLACE) >= 0) {
                         /* A link is renamed, never followed: only a file of its own gets mode 0600, through
                          * a descriptor opened without following a link (one put in its place after the
                          * rename is left as it is) and checked to be a regular file. */
-                        _cleanup_close_ int fd = open(to, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+                        _cleanup_close_ int fd = openat(dfd, to, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
                         struct stat st;
                         if (fd < 0 && errno != ELOOP)
                                 return -errno;
                         if (fd >= 0 && (fstat(fd, &st) < 0 || (S_ISREG(st.st_mode) && fchmod(fd, 0600) < 0)))
                                 return -errno;
                         fprintf(stderr,
-                                "mcp-lazy: %s belongs to no backend of the manifest that names it in "
-                                "secret_env, so no unit may hand it on: renamed %s (mode 0600)\n",
-                                from, to);
+                                "mcp-lazy: %s/%s belongs to no backend of the manifest that names it in "
+                                "secret_env, so no unit may hand it on: renamed %s/%s (mode 0600)\n",
+                                dir, file, dir, to);
                         return 0;
                 }
                 if (errno != EEXIST)
@@ -412,17 +412,39 @@ static int secrets_orphan(const char *dir, const char *file, bool dry_run) {
 }
 
 /* The secrets files (NAME.env) that no backend of doc owns (owned[] per backend, in the order of
- * doc's backends) are put aside. */
+ * doc's backends) are put aside. The directory is checked as envfile_write() checks it (root's own,
+ * no one else may write to it), through a descriptor that every rename then goes through. */
 static int secrets_orphans(ManifestDoc *doc, const YNode *backends, const bool *owned, bool dry_run) {
         _cleanup_free_ char *copy = strdup(doc->path), *dir = NULL;
         _cleanup_(closedirp) DIR *d = NULL;
-        int r;
+        _cleanup_close_ int dfd = -EBADF;
+        int r, fd;
 
         if (!copy || asprintf(&dir, "%s/secrets", dirname(copy)) < 0)
                 return -ENOMEM;
-        d = opendir(dir);
-        if (!d)
-                return errno == ENOENT ? 0 : -errno;
+        r = envfile_dir_open(dir, !dry_run, &dfd);
+        if (r == -ENOENT)
+                return 0;
+        if (r == -EPERM) {
+                fprintf(stderr,
+                        "mcp-lazy: %s must be root's own and writable by root alone (mode 0700, as installed); "
+                        "nothing was changed\n",
+                        dir);
+                return r;
+        }
+        if (r < 0) {
+                fprintf(stderr, "mcp-lazy: cannot open the directory %s: %s; nothing was changed\n", dir, strerror(-r));
+                return r;
+        }
+        fd = fcntl(dfd, F_DUPFD_CLOEXEC, 3);
+        if (fd < 0)
+                return -errno;
+        d = fdopendir(fd);
+        if (!d) {
+                r = -errno;
+                safe_close(fd);
+                return r;
+        }
         for (struct dirent *de; (errno = 0, de = readdir(d));) {
                 size_t n = strlen(de->d_name);
                 bool keep = false;
@@ -434,7 +456,7 @@ static int secrets_orphans(ManifestDoc *doc, const YNode *backends, const bool *
                                strncmp(backends->items[i]->value, de->d_name, n - 4) == 0;
                 if (keep)
                         continue;
-                r = secrets_orphan(dir, de->d_name, dry_run);
+                r = secrets_orphan(dfd, dir, de->d_name, dry_run);
                 if (r < 0) {
                         fprintf(stderr, "mcp-lazy: cannot rename %s/%s aside: %s; nothing else was changed\n", dir,
                                 de->d_name, strerror(-r));

@@ -220,6 +220,62 @@ static void test_orphan_link(void) {
         CHECK(o);
 }
 
+/* The secrets directory is checked before anything in it is renamed, as envfile_write() checks it
+ * (review 10): one that others may write to changes nothing, and is named. */
+static void test_orphans_dir_checked(void) {
+        _cleanup_free_ char *text = NULL, *err = NULL, *secrets = path_in("secrets"),
+                            *gone = path_in("secrets/gone.env");
+
+        write_text("secrets/gone.env", "TOKEN=MARKgone\n");
+        CHECK(secrets && chmod(secrets, 0777) >= 0);
+        CHECK(split("backends: {}\n", &text, &err) == -EPERM);
+        CHECK(gone && access(gone, F_OK) >= 0 && !orphan_of("gone.env"));
+        CHECK(err && secrets && strstr(err, secrets) && strstr(err, "writable by root alone") && !strstr(err, "MARK"));
+        CHECK(secrets && chmod(secrets, 0700) >= 0);
+        CHECK(gone && unlink(gone) >= 0);
+}
+
+/* The directory swapped for a link to another one while the orphans are put aside: readdir() is where
+ * the swap happens (the link takes -Wl,--wrap=readdir). What is renamed is in the directory that was
+ * checked, through its descriptor, never by its path again. */
+static const char *swap_dir, *swap_aside, *swap_to;
+
+struct dirent *__real_readdir(DIR *d);
+struct dirent *__wrap_readdir(DIR *d);
+struct dirent *__wrap_readdir(DIR *d) {
+        if (swap_dir) {
+                const char *from = swap_dir;
+                swap_dir = NULL;
+                if (rename(from, swap_aside) < 0 || symlink(swap_to, from) < 0)
+                        perror("swapping the directory");
+        }
+        return __real_readdir(d);
+}
+
+static void test_orphans_swapped_dir(void) {
+        _cleanup_free_ char *text = NULL, *err = NULL, *secrets = path_in("secrets"), *aside = path_in("aside"),
+                            *other = path_in("other"), *theirs = path_in("other/gone.env"), *o = NULL, *p = NULL;
+        struct stat st;
+
+        CHECK(other && mkdir(other, 0700) >= 0);
+        write_text("other/gone.env", "TOKEN=MARKtheirs\n");
+        CHECK(theirs && chmod(theirs, 0644) >= 0);
+        write_text("secrets/gone.env", "TOKEN=MARKgone\n");
+        swap_dir = secrets, swap_aside = aside, swap_to = other;
+        CHECK(split("backends: {}\n", &text, &err) == 0);
+        CHECK(!swap_dir); /* the swap happened */
+        swap_dir = NULL;
+        /* Theirs is as it was; ours was put aside where it was. */
+        CHECK(theirs && lstat(theirs, &st) >= 0 && S_ISREG(st.st_mode) && (st.st_mode & 07777) == 0644);
+        CHECK(!orphan_of("gone.env")); /* secrets/ is the link to theirs now */
+        CHECK(secrets && unlink(secrets) >= 0 && aside && rename(aside, secrets) >= 0);
+        o = orphan_of("gone.env");
+        CHECK(o);
+        p = o ? path_in(o) : NULL;
+        CHECK(p && unlink(p) >= 0);
+        CHECK(theirs && unlink(theirs) >= 0 && rmdir(other) >= 0);
+}
+
 /* One backend's file that cannot be read leaves that backend as it is, not the others. */
 static void test_unreadable_file(void) {
         _cleanup_free_ char *text = NULL, *err = NULL, *broken = NULL, *fine = NULL;
@@ -366,6 +422,8 @@ int main(void) {
         test_unreadable_file();
         test_unreadable_file_new_values();
         test_orphan_link();
+        test_orphans_dir_checked();
+        test_orphans_swapped_dir();
         test_names_that_stay();
         if (asprintf(&rm, "rm -rf '%s'", dir) >= 0 && system(rm) != 0)
                 fprintf(stderr, "cannot remove %s\n", dir);
