@@ -314,18 +314,85 @@ static bool ynode_same(const YNode *a, const YNode *b) {
         return true;
 }
 
+/* Whether every pair of env a (a mapping, or absent) that stays in the manifest is in b with the same
+ * value. */
+static bool env_stays_within(const YNode *a, const YNode *b) {
+        for (size_t i = 0; a && i + 1 < a->n_items; i += 2) {
+                const YNode *value = NULL;
+
+                if (env_pair_moves(a, i))
+                        continue;
+                for (size_t j = 0; b && j + 1 < b->n_items && !value; j += 2)
+                        if (!env_pair_moves(b, j) && ynode_same(a->items[i], b->items[j]))
+                                value = b->items[j + 1];
+                if (!value || !ynode_same(a->items[i + 1], value))
+                        return false;
+        }
+        return true;
+}
+
+/* Whether name is among the names of env (a mapping, or absent), of seq (secret_env) or of file. */
+static bool env_name_known(const YNode *key, const YNode *env, const YNode *seq, char *const *file) {
+        for (size_t i = 0; env && i + 1 < env->n_items; i += 2)
+                if (ynode_same(key, env->items[i]))
+                        return true;
+        for (size_t i = 0; seq && seq->kind == YNODE_SEQUENCE && i < seq->n_items; i++)
+                if (ynode_same(key, seq->items[i]))
+                        return true;
+        for (char *const *v = file; v && *v; v++)
+                if (strncmp(*v, key->value, key->length) == 0 && (*v)[key->length] == '=')
+                        return true;
+        return false;
+}
+
+/* Whether b runs what old (the backend of that name on disk) runs, so that it may keep old's
+ * secrets: the same command (its arguments included), cwd and env that stays in the manifest
+ * (LD_PRELOAD, PATH...), and no variable that moves which old did not have (NODE_OPTIONS or
+ * PYTHONPATH change what runs as well); the values of the variables old had may differ (a token
+ * imported anew). */
+static bool backend_runs_same(const ManifestDoc *on_disk, const char *name, const YNode *old, const YNode *b) {
+        const YNode *e_old = ynode_get(old, "env"), *e_new = ynode_get(b, "env");
+        _cleanup_strv_free_ char **file = NULL;
+        _cleanup_free_ char *err = NULL;
+
+        if (!ynode_same(ynode_get(old, "command"), ynode_get(b, "command")) ||
+            !ynode_same(ynode_get(old, "cwd"), ynode_get(b, "cwd")))
+                return false;
+        if ((e_old && e_old->kind != YNODE_MAPPING) || (e_new && e_new->kind != YNODE_MAPPING))
+                return ynode_same(e_old, e_new);
+        if (!env_stays_within(e_old, e_new) || !env_stays_within(e_new, e_old))
+                return false;
+        for (size_t i = 0; e_new && i + 1 < e_new->n_items; i += 2) {
+                if (!env_pair_moves(e_new, i))
+                        continue;
+                /* The file's names only when a name is new to the manifest (a file written by hand). One
+                 * that cannot be read is left to backend_split(), which merges nothing into it: it leaves
+                 * the backend as it is, or changes nothing when new values would stay in the manifest. */
+                if (!file && !env_name_known(e_new->items[i], e_old, ynode_get(old, "secret_env"), NULL)) {
+                        int r = secrets_read(on_disk->path, name, &file, &err);
+                        if (r == -ENOENT)
+                                return false;
+                        if (r < 0)
+                                return true;
+                }
+                if (!env_name_known(e_new->items[i], e_old, ynode_get(old, "secret_env"), file))
+                        return false;
+        }
+        return true;
+}
+
 #define SECRETS_SKIP 2 /* backend_split(): its file cannot be read, leave the backend as it is */
 
-/* Whether backend name of doc (b) owns the secrets file of its name: it names it in secret_env, or it
- * is the backend of that name the manifest on disk has, with the same command (one from before
- * secret_env, whose file an admin wrote by hand as the README said then). A backend gone from the
- * manifest, or new under the name of a file left behind, does not. */
+/* Whether backend name of doc (b) owns the secrets file of its name: the manifest on disk has a
+ * backend of that name that runs the same (backend_runs_same()), be it one that names its file in
+ * secret_env or one from before secret_env, whose file an admin wrote by hand as the README said
+ * then. A backend gone from the manifest, new under the name of a file left behind, or whose
+ * definition changed (another cwd, LD_PRELOAD, NODE_OPTIONS...), does not: it gets only the values
+ * its own config gives it. */
 static bool backend_owns_file(const YNode *b, const ManifestDoc *on_disk, const char *name) {
         const YNode *old = on_disk ? manifest_doc_backend(on_disk, name) : NULL;
 
-        if (ynode_get(b, "secret_env"))
-                return true;
-        return old && ynode_same(ynode_get(old, "command"), ynode_get(b, "command"));
+        return old && backend_runs_same(on_disk, name, old, b);
 }
 
 /* A backend that owns its file but lists none of it in secret_env (its file written by hand before
@@ -586,7 +653,7 @@ int secrets_split(ManifestDoc *doc, bool dry_run) {
         YNode *backends = (YNode *) ynode_get(doc->root, "backends");
         _cleanup_(manifest_doc_freep) ManifestDoc *on_disk = NULL;
         _cleanup_free_ char *err = NULL;
-        _cleanup_free_ bool *owned = NULL, *skip = NULL;
+        _cleanup_free_ bool *owned = NULL, *skip = NULL, *changed = NULL;
         size_t n = 0;
         int r;
 
@@ -604,6 +671,18 @@ int secrets_split(ManifestDoc *doc, bool dry_run) {
         for (size_t i = 0; i < n; i++)
                 owned[i] = backends->items[2 * i + 1]->kind == YNODE_MAPPING &&
                            backend_owns_file(backends->items[2 * i + 1], on_disk, backends->items[2 * i]->value);
+        changed = calloc(n + 1, sizeof(bool));
+        if (!changed)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+                const char *name = backends->items[2 * i]->value;
+                _cleanup_free_ char *path = NULL;
+                if (owned[i] || !on_disk || !manifest_doc_backend(on_disk, name))
+                        continue;
+                if (secrets_path(doc->path, name, &path) < 0)
+                        return -ENOMEM;
+                changed[i] = access(path, F_OK) >= 0 || ynode_get(manifest_doc_backend(on_disk, name), "secret_env");
+        }
         /* Every backend's file checked before any is written: a value that cannot go in changes
          * nothing; a file that cannot be read leaves its own backend as it is. */
         for (int pass = 0; pass < 2; pass++) {
@@ -619,6 +698,19 @@ int secrets_split(ManifestDoc *doc, bool dry_run) {
                         const YNode *old = on_disk ? ynode_get(ynode_get(on_disk->root, "backends"), name) : NULL;
                         YNode *b = backends->items[2 * i + 1];
                         bool env_on_disk = old && ynode_same(ynode_get(old, "env"), ynode_get(b, "env"));
+
+                        /* A backend that runs something else than before keeps none of its secrets:
+                         * what its secret_env named is in the file put aside. */
+                        if (pass == 1 && changed[i]) {
+                                fprintf(stderr,
+                                        "mcp-lazy: backend '%s' no longer runs what it ran (its command, cwd or env "
+                                        "changed), so it gets none of the values its secrets file had, only those "
+                                        "of its own config\n",
+                                        name);
+                                r = manifest_doc_set_backend_key(doc, name, "secret_env", NULL);
+                                if (r < 0)
+                                        return r;
+                        }
 
                         r = backend_split(doc, name, b, owned[i], env_on_disk, dry_run, pass == 0);
                         if (r == -ENOMEM)

@@ -334,3 +334,25 @@ Y
   assert.equal((await backendEnv("/root/db.json", "db")).API_TOKEN, `${MARK}db`);
   await sh("rm -r /etc/systemd/system/mcp-lazy@db.service.d && systemctl daemon-reload");
 });
+
+test("a server with a backend's command but another env that stays, or cwd, replaces it without its secrets", async () => {
+  // Review 10 LOW-1: the same command alone no longer owns the file; what runs is also its cwd and
+  // the env that stays in the manifest (here LD_BIND_NOW; LD_PRELOAD would be another).
+  await resetManifest();
+  let r = await importAs("db.json", { db: everything({ TOKEN: `${MARK}db` }) });
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  await sh(`${AS_ROOT} ${MCP_LAZY} import --undo >/dev/null; systemctl stop mcp-lazy@db.service
+    rm -f /etc/mcp-lazy/secrets/*.orphaned-*`);
+  r = await importAs("db.json", { db: everything({ LD_BIND_NOW: "1" }) });
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  assert.match(r.stdout, /^db\s+claude-code\s+-> backend 'db'$/m);
+  const env = await backendEnv("/root/db.json", "db");
+  assert.equal(env.TOKEN, undefined);
+  assert.equal(env.LD_BIND_NOW, "1");
+  assert.match(r.stderr, /^mcp-lazy: backend 'db' no longer runs what it ran \(its command, cwd or env changed\), so it gets none of the values its secrets file had, only those of its own config$/m);
+  assert.match(r.stderr, /secrets\/db\.env belongs to no backend .*: renamed /);
+  assert.match(await orphans("db"), new RegExp(`^600 root\nTOKEN="${MARK}db"\n$`));
+  assert.doesNotMatch(await sh("cat /etc/mcp-lazy/manifest.yaml"), /secret_env/);
+  assert.ok(!(r.stdout + r.stderr).includes(MARK), r.stdout + r.stderr);
+  await sh(`${AS_ROOT} ${MCP_LAZY} import --undo >/dev/null; rm -f /etc/mcp-lazy/secrets/db.env.orphaned-*`);
+});

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -220,6 +221,70 @@ static void test_orphan_link(void) {
         CHECK(o);
 }
 
+/* Review 10 LOW-1: a backend keeps the secrets file of its name only while it runs what it ran: the
+ * same command, cwd and env that stays in the manifest, and no variable that moves which it did not
+ * have. Else the file is put aside and the backend gets only its own config's values. */
+static void check_owner(const char *on_disk, const char *file, const char *backend, bool owns, const char *want_file) {
+        _cleanup_free_ char *manifest = NULL, *text = NULL, *err = NULL, *now = NULL, *o = NULL, *p = NULL;
+
+        write_text("secrets/db.env", file);
+        CHECK(asprintf(&manifest, "backends:\n  db:\n%s", backend) >= 0);
+        CHECK(split_over(manifest, on_disk, &text, &err) == 0);
+        o = orphan_of("db.env");
+        now = read_text("secrets/db.env");
+        CHECK(owns ? !o : o != NULL);
+        if (want_file)
+                CHECK_STREQ(now, want_file);
+        else
+                CHECK(!now);
+        CHECK(err && !strstr(err, "MARK"));
+        CHECK(owns ? !strstr(err ?: "", "no longer runs what it ran")
+                   : strstr(err ?: "", "backend 'db' no longer runs what it ran") != NULL);
+        if (!owns)
+                CHECK(text &&
+                      (want_file ? strstr(text, "secret_env: [NODE_OPTIONS]") != NULL : !strstr(text, "secret_env")));
+        if ((owns ? o != NULL : o == NULL) || !text)
+                fprintf(stderr, "on disk:\n%snow:\n%s\nsaid: %s\n", on_disk, text ?: manifest, err ?: "");
+        p = o ? path_in(o) : NULL;
+        if (p)
+                unlink(p);
+        free(p);
+        p = path_in("secrets/db.env");
+        if (p)
+                unlink(p);
+}
+
+static void test_owner_runs_the_same(void) {
+        static const char *const disk = "backends:\n  db:\n    command: [/bin/true]\n    env: {LD_LIBRARY_PATH: /x}\n"
+                                        "    secret_env: [TOKEN]\n";
+        static const char *const hand = "backends:\n  db:\n    command: [/bin/true]\n";
+#define DB(rest) "    command: [/bin/true]\n" rest "    secret_env: [TOKEN]\n"
+
+        /* The same, a token imported anew: kept, merged. */
+        check_owner(disk, "TOKEN=MARKold\nOLD=MARKo\n", DB("    env: {LD_LIBRARY_PATH: /x, TOKEN: MARKnew}\n"), true,
+                    "TOKEN=\"MARKnew\"\nOLD=\"MARKo\"\n");
+        /* Another cwd, LD_PRELOAD, another LD_LIBRARY_PATH, none, another command. */
+        check_owner(disk, "TOKEN=MARKold\n", DB("    env: {LD_LIBRARY_PATH: /x}\n    cwd: /tmp\n"), false, NULL);
+        check_owner(disk, "TOKEN=MARKold\n", DB("    env: {LD_LIBRARY_PATH: /x, LD_PRELOAD: /tmp/x.so}\n"), false,
+                    NULL);
+        check_owner(disk, "TOKEN=MARKold\n", DB("    env: {LD_LIBRARY_PATH: /y}\n"), false, NULL);
+        check_owner(disk, "TOKEN=MARKold\n", DB(""), false, NULL);
+        check_owner(disk, "TOKEN=MARKold\n",
+                    "    command: [/bin/false]\n    env: {LD_LIBRARY_PATH: /x}\n"
+                    "    secret_env: [TOKEN]\n",
+                    false, NULL);
+        /* A variable that moves but changes what runs: its own file, without the old values. */
+        check_owner(disk, "TOKEN=MARKold\n", DB("    env: {LD_LIBRARY_PATH: /x, NODE_OPTIONS: --require /tmp/x.js}\n"),
+                    false, "NODE_OPTIONS=\"--require /tmp/x.js\"\n");
+        /* A file written by hand before secret_env: its names count as the backend's. */
+        check_owner(hand, "TOKEN=MARKhand\n", "    command: [/bin/true]\n    env: {TOKEN: MARKnew}\n", true,
+                    "TOKEN=\"MARKnew\"\n");
+        check_owner(hand, "TOKEN=MARKhand\n",
+                    "    command: [/bin/true]\n    env: {NODE_OPTIONS: --require /tmp/x.js}\n", false,
+                    "NODE_OPTIONS=\"--require /tmp/x.js\"\n");
+#undef DB
+}
+
 /* The secrets directory is checked before anything in it is renamed, as envfile_write() checks it
  * (review 10): one that others may write to changes nothing, and is named. */
 static void test_orphans_dir_checked(void) {
@@ -423,6 +488,7 @@ int main(void) {
         test_unreadable_file_new_values();
         test_orphan_link();
         test_orphans_dir_checked();
+        test_owner_runs_the_same();
         test_orphans_swapped_dir();
         test_names_that_stay();
         if (asprintf(&rm, "rm -rf '%s'", dir) >= 0 && system(rm) != 0)
