@@ -45,3 +45,7 @@ int secrets_split(ManifestDoc *doc, bool dry_run);
 bool secrets_env_name_stays(const char *name, size_t n);
 /* Whether some backend has env values that secrets_split() would move. */
 bool secrets_pending(const ManifestDoc *doc);
+/* What else secrets_split() would do to the secrets files: how many it would adopt (a file written by
+ * hand, its names into secret_env) or put aside (no backend owns it); with say, each is said (names,
+ * never values). -EPERM and others when the secrets directory would be refused (said unless !say). */
+int secrets_files_pending(const ManifestDoc *doc, bool say);

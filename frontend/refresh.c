@@ -394,13 +394,22 @@ int refresh_main(int argc, char *argv[]) {
                 }
                 refreshed++;
         }
-        /* A manifest from before secret_env (or one edited by hand) with values the group can read. */
-        if (secrets_wanted(manifest_path) && secrets_pending(doc)) {
-                if (check) {
+        /* A manifest from before secret_env (or one edited by hand) with values the group can read; a
+         * secrets file written by hand to adopt, or one no backend owns to put aside. */
+        if (secrets_wanted(manifest_path)) {
+                bool pending = secrets_pending(doc);
+                int files = secrets_files_pending(doc, check);
+
+                if (files == -ENOMEM)
+                        return (fprintf(stderr, "mcp-lazy: out of memory\n"), 1);
+                if (check && pending) {
                         printf("The manifest holds env values that the socket group can read: 'mcp-lazy refresh' "
                                "moves them into secrets files.\n");
                         differences++;
-                } else
+                }
+                if (check && files != 0)
+                        differences += files > 0 ? (unsigned) files : 1;
+                if (!check && (pending || files != 0))
                         refreshed++;
         }
         if (!check && refreshed > 0) {

@@ -395,6 +395,27 @@ static bool backend_owns_file(const YNode *b, const ManifestDoc *on_disk, const 
         return old && backend_runs_same(on_disk, name, old, b);
 }
 
+/* Whether backend b (name) owns a file that it lists none of in secret_env (written by hand before
+ * secret_env existed), and what the file holds (*ret_secrets, at least one variable): 1; 0: none;
+ * SECRETS_SKIP: the file cannot be read (*ret_error says why). */
+static int backend_adoptable(const ManifestDoc *doc, const char *name, const YNode *b, bool owned, char ***ret_secrets,
+                             char **ret_error) {
+        _cleanup_strv_free_ char **secrets = NULL;
+        int r;
+
+        if (!owned || ynode_get(b, "secret_env"))
+                return 0;
+        r = secrets_read(doc->path, name, &secrets, ret_error);
+        if (r == -ENOENT || (r >= 0 && !secrets[0]))
+                return 0;
+        if (r == -ENOMEM)
+                return r;
+        if (r < 0)
+                return SECRETS_SKIP;
+        *ret_secrets = TAKE_PTR(secrets);
+        return 1;
+}
+
 /* A backend that owns its file but lists none of it in secret_env (its file written by hand before
  * secret_env existed): secret_env now names what the file holds, so that the manifest says what
  * the unit hands on. */
@@ -404,17 +425,11 @@ static int backend_adopt(ManifestDoc *doc, const char *name, YNode *b, bool owne
         _cleanup_(ynode_freep) YNode *names = NULL;
         int r;
 
-        if (!owned || ynode_get(b, "secret_env"))
-                return 0;
-        r = secrets_read(doc->path, name, &secrets, &err);
-        if (r == -ENOENT || (r >= 0 && !secrets[0]))
-                return 0;
-        if (r == -ENOMEM)
-                return r;
-        if (r < 0) {
+        r = backend_adoptable(doc, name, b, owned, &secrets, &err);
+        if (r == SECRETS_SKIP)
                 fprintf(stderr, "mcp-lazy: cannot read %s; backend '%s' is left as it is\n", err ?: name, name);
-                return SECRETS_SKIP;
-        }
+        if (r != 1)
+                return r;
         r = secrets_path(doc->path, name, &path);
         if (r >= 0)
                 r = names_node(secrets, &names);
@@ -433,7 +448,7 @@ static int backend_adopt(ManifestDoc *doc, const char *name, YNode *b, bool owne
 
 /* Puts the secrets file 'file' of directory dfd (dir, for messages) aside, as
  * NAME.env.orphaned-YYYYmmddTHHMMSS (mode 0600): the unit reads only NAME.env, and nothing is lost. */
-static int secrets_orphan(int dfd, const char *dir, const char *file, bool dry_run) {
+static int secrets_orphan(int dfd, const char *dir, const char *file, bool dry_run, bool quiet) {
         _cleanup_free_ char *to = NULL;
         char stamp[32];
         time_t now = time(NULL);
@@ -448,10 +463,11 @@ static int secrets_orphan(int dfd, const char *dir, const char *file, bool dry_r
                             : asprintf(&to, "%s.orphaned-%s-%u", file, stamp, k)) < 0)
                         return -ENOMEM;
                 if (dry_run) {
-                        fprintf(stderr,
-                                "mcp-lazy: %s/%s belongs to no backend of the manifest that names it in "
-                                "secret_env: it would be renamed %s/%s\n",
-                                dir, file, dir, to);
+                        if (!quiet)
+                                fprintf(stderr,
+                                        "mcp-lazy: %s/%s belongs to no backend of the manifest that names it in "
+                                        "secret_env: it would be renamed %s/%s\n",
+                                        dir, file, dir, to);
                         return 0;
                 }
                 /* Through the directory's descriptor, checked once: never by a path that may lead
@@ -479,19 +495,22 @@ static int secrets_orphan(int dfd, const char *dir, const char *file, bool dry_r
 }
 
 /* The secrets files (NAME.env) that no backend of doc owns (owned[] per backend, in the order of
- * doc's backends) are put aside. The directory is checked as envfile_write() checks it (root's own,
- * no one else may write to it), through a descriptor that every rename then goes through. */
-static int secrets_orphans(ManifestDoc *doc, const YNode *backends, const bool *owned, bool dry_run) {
+ * doc's backends) are put aside (with dry_run, said; with quiet too, only counted): how many. The directory is checked
+ * as envfile_write() checks it (root's own, no one else may write to it), through a descriptor that every rename then
+ * goes through. */
+static int secrets_orphans(const ManifestDoc *doc, const YNode *backends, const bool *owned, bool dry_run, bool quiet) {
         _cleanup_free_ char *copy = strdup(doc->path), *dir = NULL;
         _cleanup_(closedirp) DIR *d = NULL;
         _cleanup_close_ int dfd = -EBADF;
-        int r, fd;
+        int r, fd, n_orphans = 0;
 
         if (!copy || asprintf(&dir, "%s/secrets", dirname(copy)) < 0)
                 return -ENOMEM;
         r = envfile_dir_open(dir, !dry_run, &dfd);
         if (r == -ENOENT)
                 return 0;
+        if (r < 0 && quiet)
+                return r;
         if (r == -EPERM) {
                 fprintf(stderr,
                         "mcp-lazy: %s must be root's own and writable by root alone (mode 0700, as installed); "
@@ -523,14 +542,15 @@ static int secrets_orphans(ManifestDoc *doc, const YNode *backends, const bool *
                                strncmp(backends->items[i]->value, de->d_name, n - 4) == 0;
                 if (keep)
                         continue;
-                r = secrets_orphan(dfd, dir, de->d_name, dry_run);
+                r = secrets_orphan(dfd, dir, de->d_name, dry_run, quiet);
                 if (r < 0) {
                         fprintf(stderr, "mcp-lazy: cannot rename %s/%s aside: %s; nothing else was changed\n", dir,
                                 de->d_name, strerror(-r));
                         return r;
                 }
+                n_orphans++;
         }
-        return -errno;
+        return errno > 0 ? -errno : n_orphans;
 }
 
 /* One backend: its env values that may move into its file, merged over what the file holds. 0:
@@ -687,7 +707,7 @@ int secrets_split(ManifestDoc *doc, bool dry_run) {
          * nothing; a file that cannot be read leaves its own backend as it is. */
         for (int pass = 0; pass < 2; pass++) {
                 if (pass == 1) {
-                        r = secrets_orphans(doc, backends, owned, dry_run);
+                        r = secrets_orphans(doc, backends, owned, dry_run, false);
                         if (r < 0)
                                 return r;
                 }
@@ -733,4 +753,62 @@ bool secrets_pending(const ManifestDoc *doc) {
                                 return true;
         }
         return false;
+}
+
+/* Whether backend b has env values that secrets_split() would move. */
+static bool backend_env_moves(const YNode *b) {
+        const YNode *env = ynode_get(b, "env");
+
+        for (size_t k = 0; env && env->kind == YNODE_MAPPING && k + 1 < env->n_items; k += 2)
+                if (env_pair_moves(env, k))
+                        return true;
+        return false;
+}
+
+int secrets_files_pending(const ManifestDoc *doc, bool say) {
+        const YNode *backends = ynode_get(doc->root, "backends");
+        _cleanup_(manifest_doc_freep) ManifestDoc *on_disk = NULL;
+        _cleanup_free_ char *err = NULL;
+        _cleanup_free_ bool *owned = NULL;
+        size_t n;
+        int r, count = 0;
+
+        if (backends && backends->kind != YNODE_MAPPING)
+                return 0;
+        r = manifest_doc_load(doc->path, &on_disk, &err);
+        if (r == -ENOMEM)
+                return r;
+        n = backends ? backends->n_items / 2 : 0;
+        owned = calloc(n + 1, sizeof(bool));
+        if (!owned)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+                const char *name = backends->items[2 * i]->value;
+                const YNode *b = backends->items[2 * i + 1];
+                _cleanup_strv_free_ char **secrets = NULL;
+                _cleanup_free_ char *e = NULL, *path = NULL, *shown = NULL;
+
+                if (b->kind != YNODE_MAPPING)
+                        continue;
+                owned[i] = backend_owns_file(b, on_disk, name);
+                /* One with values to move merges its file's (secrets_pending() counts it). */
+                if (backend_env_moves(b))
+                        continue;
+                r = backend_adoptable(doc, name, b, owned[i], &secrets, &e);
+                if (r < 0)
+                        return r;
+                if (r != 1)
+                        continue;
+                count++;
+                if (!say)
+                        continue;
+                shown = assignment_names(secrets);
+                if (!shown || secrets_path(doc->path, name, &path) < 0)
+                        return -ENOMEM;
+                printf("%s: %s (written by hand?) holds %s, which its unit hands on: 'mcp-lazy refresh' names them in "
+                       "secret_env\n",
+                       name, path, shown);
+        }
+        r = secrets_orphans(doc, backends, owned, true, !say);
+        return r < 0 ? r : count + r;
 }

@@ -356,3 +356,40 @@ test("a server with a backend's command but another env that stays, or cwd, repl
   assert.ok(!(r.stdout + r.stderr).includes(MARK), r.stdout + r.stderr);
   await sh(`${AS_ROOT} ${MCP_LAZY} import --undo >/dev/null; rm -f /etc/mcp-lazy/secrets/db.env.orphaned-*`);
 });
+
+test("refresh --check counts what refresh would do to the secrets files: a file to adopt, one to put aside", async () => {
+  await resetManifest();
+  await sh(`install -m 0600 /dev/stdin /etc/mcp-lazy/secrets/db.env <<<'API_TOKEN=${MARK}db'
+    cat > /etc/mcp-lazy/manifest.yaml <<'Y'
+backends:
+  db:
+    command: [${JSON.stringify(process.execPath)}, ${JSON.stringify(SERVER_SCRIPTS.everything)}, stdio]
+Y`);
+  let r = await tryIn(`cd /root && ${AS_ROOT} ${MCP_LAZY} refresh db`);
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  // Its lists recorded; secret_env taken out again by hand: only the adoption differs.
+  await sh("sed -i '/^ *secret_env:/d' /etc/mcp-lazy/manifest.yaml");
+  r = await tryIn(`${MCP_LAZY} refresh --check db`);
+  assert.equal(r.code, 1, r.stdout + r.stderr);
+  assert.match(r.stdout, /^db:\n {2}matches the manifest$/m);
+  assert.match(r.stdout, /^db: \/etc\/mcp-lazy\/secrets\/db\.env \(written by hand\?\) holds API_TOKEN, which its unit hands on: 'mcp-lazy refresh' names them in secret_env$/m);
+  assert.match(r.stdout, /^The manifest differs from the servers \(1 difference\): run 'mcp-lazy refresh'\.$/m);
+  assert.doesNotMatch(await sh("cat /etc/mcp-lazy/manifest.yaml"), /secret_env/, "--check wrote nothing");
+  // refresh does it, though the servers' lists match.
+  r = await tryIn(`${MCP_LAZY} refresh db`);
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  assert.match(await sh("cat /etc/mcp-lazy/manifest.yaml"), /^ {4}secret_env: \[API_TOKEN\]$/m);
+  r = await tryIn(`${MCP_LAZY} refresh --check db`);
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  // A file no backend owns: --check says it would be put aside, refresh does.
+  await sh(`install -m 0600 /dev/stdin /etc/mcp-lazy/secrets/gone.env <<<'TOKEN=${MARK}gone'`);
+  r = await tryIn(`${MCP_LAZY} refresh --check db`);
+  assert.equal(r.code, 1, r.stdout + r.stderr);
+  assert.match(r.stderr, /^mcp-lazy: \/etc\/mcp-lazy\/secrets\/gone\.env belongs to no backend of the manifest that names it in secret_env: it would be renamed \/etc\/mcp-lazy\/secrets\/gone\.env\.orphaned-/m);
+  assert.equal(await sh("cat /etc/mcp-lazy/secrets/gone.env"), `TOKEN=${MARK}gone\n`);
+  r = await tryIn(`${MCP_LAZY} refresh db`);
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  assert.match(await orphans("gone"), new RegExp(`^600 root\nTOKEN=${MARK}gone\n$`));
+  assert.ok(!(r.stdout + r.stderr).includes(MARK), r.stdout + r.stderr);
+  await sh("rm -f /etc/mcp-lazy/secrets/gone.env.orphaned-*");
+});
