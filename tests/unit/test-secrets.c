@@ -285,6 +285,59 @@ static void test_owner_runs_the_same(void) {
 #undef DB
 }
 
+/* secrets_files_pending() on the manifest text (also the manifest on disk): its result, and its stderr. */
+static int files_pending(const char *manifest, bool say, char **ret_stderr) {
+        _cleanup_(manifest_doc_freep) ManifestDoc *doc = NULL;
+        _cleanup_free_ char *p = path_in("manifest.yaml"), *err = NULL, *errpath = path_in("stderr");
+        int r, saved = dup(STDERR_FILENO), fd;
+
+        write_text("manifest.yaml", manifest);
+        fflush(stderr);
+        fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        CHECK(fd >= 0 && saved >= 0);
+        dup2(fd, STDERR_FILENO);
+        close(fd);
+        r = manifest_doc_load(p, &doc, &err);
+        CHECK(r >= 0);
+        if (r >= 0)
+                r = secrets_files_pending(doc, say);
+        fflush(stderr);
+        dup2(saved, STDERR_FILENO);
+        close(saved);
+        *ret_stderr = read_text("stderr");
+        return r;
+}
+
+/* What refresh --check counts besides values to move: a file written by hand to adopt, a file no
+ * backend owns to put aside, a secrets directory that would be refused; nothing is changed. */
+static void test_files_pending(void) {
+        _cleanup_free_ char *err = NULL, *quiet = NULL, *refused = NULL, *silent = NULL, *hand = NULL, *gone = NULL;
+        _cleanup_free_ char *secrets = path_in("secrets"), *ph = path_in("secrets/hand.env"),
+                            *pg = path_in("secrets/gone.env");
+        static const char *const manifest = "backends:\n" BARE("hand") NAMED("named") BACKEND("moves", "{T: MARKm}");
+
+        write_text("secrets/hand.env", "TOKEN=MARKhand\n");
+        write_text("secrets/named.env", "TOKEN=MARKnamed\n");
+        write_text("secrets/gone.env", "TOKEN=MARKgone\n");
+        CHECK(files_pending(manifest, true, &err) == 2);
+        CHECK(err && strstr(err, "gone.env") && strstr(err, "would be renamed") && !strstr(err, "named.env") &&
+              !strstr(err, "MARK"));
+        CHECK(files_pending(manifest, false, &quiet) == 2);
+        CHECK_STREQ(quiet, "");
+        hand = read_text("secrets/hand.env");
+        gone = read_text("secrets/gone.env");
+        CHECK_STREQ(hand, "TOKEN=MARKhand\n");
+        CHECK_STREQ(gone, "TOKEN=MARKgone\n");
+        CHECK(!orphan_of("gone.env") && !orphan_of("hand.env"));
+        CHECK(secrets && chmod(secrets, 0777) >= 0);
+        CHECK(files_pending(manifest, true, &refused) == -EPERM);
+        CHECK(refused && secrets && strstr(refused, secrets) && strstr(refused, "writable by root alone"));
+        CHECK(files_pending(manifest, false, &silent) == -EPERM);
+        CHECK_STREQ(silent, "");
+        CHECK(secrets && chmod(secrets, 0700) >= 0);
+        CHECK(ph && unlink(ph) >= 0 && pg && unlink(pg) >= 0);
+}
+
 /* The secrets directory is checked before anything in it is renamed, as envfile_write() checks it
  * (review 10): one that others may write to changes nothing, and is named. */
 static void test_orphans_dir_checked(void) {
@@ -489,6 +542,7 @@ int main(void) {
         test_orphan_link();
         test_orphans_dir_checked();
         test_owner_runs_the_same();
+        test_files_pending();
         test_orphans_swapped_dir();
         test_names_that_stay();
         if (asprintf(&rm, "rm -rf '%s'", dir) >= 0 && system(rm) != 0)
