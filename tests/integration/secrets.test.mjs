@@ -393,3 +393,22 @@ Y`);
   assert.ok(!(r.stdout + r.stderr).includes(MARK), r.stdout + r.stderr);
   await sh("rm -f /etc/mcp-lazy/secrets/gone.env.orphaned-*");
 });
+
+test("a secrets directory others may write to: import refuses it, naming it, and changes nothing", async () => {
+  await resetManifest();
+  await sh(`install -m 0600 /dev/stdin /etc/mcp-lazy/secrets/left.env <<<'TOKEN=${MARK}left'
+    chmod 0777 /etc/mcp-lazy/secrets`);
+  try {
+    const servers = { bad: everything({ TOKEN: `${MARK}bad` }) };
+    const r = await importAs("bad.json", servers);
+    assert.equal(r.code, 1, r.stdout + r.stderr);
+    assert.match(r.stderr, /^mcp-lazy: \/etc\/mcp-lazy\/secrets must be root's own and writable by root alone \(mode 0700, as installed\); nothing was changed$/m);
+    assert.ok(!(r.stdout + r.stderr).includes(MARK), r.stdout + r.stderr);
+    // Nothing put aside (left.env belongs to no backend), nothing written.
+    assert.equal(await sh("cat /etc/mcp-lazy/secrets/left.env; ls /etc/mcp-lazy/secrets | grep -c -e orphaned -e '^bad' || true"), `TOKEN=${MARK}left\n0\n`);
+    assert.equal(await sh("cat /etc/mcp-lazy/manifest.yaml"), "backends: {}\n");
+    assert.equal(await sh("cat /root/bad.json"), JSON.stringify({ mcpServers: servers }, null, 2) + "\n");
+  } finally {
+    await sh("chmod 0700 /etc/mcp-lazy/secrets && rm -f /etc/mcp-lazy/secrets/left.env");
+  }
+});
