@@ -266,11 +266,18 @@ $(B)/fuzz/fuzz-%: tests/fuzz/fuzz-%.c tests/fuzz/fuzz.h $(call objs,$(B)/fuzz/ob
 	$(FUZZ_CC) $(ALL_CFLAGS) $(FUZZ_SAN) -O1 -Itests/fuzz $(FUZZ_INC) -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
 
 # fuzz-shim drives the shim's own code (everything but main.c, and process.c, which it stands in for)
-# with two sessions on one backend.
-FUZZ_SHIMD_SRC := $(filter-out shimd/main.c shimd/process.c,$(SHIMD_SRC))
+# with two sessions on one backend; subscribe.c with limits its inputs reach (fuzz-shim-subscribe.h).
+FUZZ_SHIMD_SRC := $(filter-out shimd/main.c shimd/process.c shimd/subscribe.c,$(SHIMD_SRC))
 $(S)/fuzz/fuzz-shim $(B)/fuzz/fuzz-shim: FUZZ_INC := -Ishimd
-$(S)/fuzz/fuzz-shim: $(call objs,$(S),$(FUZZ_SHIMD_SRC))
-$(B)/fuzz/fuzz-shim: $(call objs,$(B)/fuzz/obj,$(FUZZ_SHIMD_SRC))
+$(S)/fuzz/fuzz-shim: $(call objs,$(S),$(FUZZ_SHIMD_SRC)) $(S)/fuzz/shim-subscribe.o
+$(B)/fuzz/fuzz-shim: $(call objs,$(B)/fuzz/obj,$(FUZZ_SHIMD_SRC)) $(B)/fuzz/shim-subscribe.o
+$(S)/fuzz/shim-subscribe.o: shimd/subscribe.c tests/fuzz/fuzz-shim-subscribe.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(SAN) -O1 -include tests/fuzz/fuzz-shim-subscribe.h -c $< -o $@
+$(B)/fuzz/shim-subscribe.o: shimd/subscribe.c tests/fuzz/fuzz-shim-subscribe.h
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(ALL_CFLAGS) $(subst fuzzer,fuzzer-no-link,$(FUZZ_SAN)) -O1 -include tests/fuzz/fuzz-shim-subscribe.h \
+		-c $< -o $@
 
 # fuzz-frontend likewise drives the frontend's own code (everything but main.c); fuzz-answers,
 # prepared answers files, damaged or forged (frontend/answers.c, with what it prints from);

@@ -12,8 +12,13 @@
 #include "macros.h"
 #include "shimd.h"
 
-#define SUBSCRIBE_MAX_WAITERS    1024U
+/* fuzz-shim builds this file with lower limits (tests/fuzz/fuzz-shim-subscribe.h), which its inputs reach. */
+#ifndef SUBSCRIBE_MAX_WAITERS
+#define SUBSCRIBE_MAX_WAITERS 1024U
+#endif
+#ifndef SUBSCRIBE_MAX_PER_CLIENT
 #define SUBSCRIBE_MAX_PER_CLIENT 1024U
+#endif
 
 /* A resources/subscribe answered once the stream that carries its URI is acknowledged. */
 struct SubscribeWaiter {
@@ -178,6 +183,19 @@ static void reply_not_offered(Instance *i, Client *c, const char *id_text, const
         reply(c, id_text, NULL, text);
 }
 
+/* A subscribe refused before it waits: the URI it added goes again, and the stream, which may have been
+ * asked for it already, asks for what the sessions hold (else the backend would go on watching it, for
+ * no session, until the next change). */
+static void refuse_subscribe(Instance *i, Client *c, const char *id_text, const char *uri, bool added,
+                             const char *text) {
+        if (added) {
+                (void) subscribe_track(c, uri, false);
+                if (subscribe_refresh(i, NULL) < 0)
+                        log_oom();
+        }
+        reply(c, id_text, NULL, text);
+}
+
 static void handle_subscribe(Instance *i, Client *c, const Message *m, bool sub) {
         const char *uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "uri"));
         char text[160];
@@ -213,18 +231,14 @@ static void handle_subscribe(Instance *i, Client *c, const Message *m, bool sub)
         }
         for (w = i->waiters; w; w = w->next)
                 n++;
-        if (n >= SUBSCRIBE_MAX_WAITERS) {
-                if (r > 0)
-                        (void) subscribe_track(c, uri, false);
-                return reply(c, m->id_text, NULL, "too many subscriptions waiting for the backend; try again");
-        }
+        if (n >= SUBSCRIBE_MAX_WAITERS)
+                return refuse_subscribe(i, c, m->id_text, uri, r > 0,
+                                        "too many subscriptions waiting for the backend; try again");
         w = calloc(1, sizeof *w);
         if (!w || !(w->id_text = strdup(m->id_text)) || !(w->uri = strdup(uri))) {
                 if (w)
                         waiter_free(w);
-                if (r > 0)
-                        (void) subscribe_track(c, uri, false);
-                return reply(c, m->id_text, NULL, "out of memory");
+                return refuse_subscribe(i, c, m->id_text, uri, r > 0, "out of memory");
         }
         w->client = c;
         w->added = r > 0;

@@ -506,6 +506,32 @@ static void check_subs_kept(const Peer *p, const Client *c) {
         }
 }
 
+/* What a 2026-07-28 backend's subscriptions/listen stream asks for (or took) is held by one of its
+ * sessions: a refused subscribe, an unsubscribe or a session that left does not leave the backend
+ * watching a URI for nobody (review 11). */
+static void check_listen_held(const Shim *s) {
+        for (const Instance *i = s->instances; i; i = i->next) {
+                _cleanup_json_ cJSON *uris = NULL;
+                const cJSON *it, *held;
+
+                if (i->era != BACKEND_ERA_MODERN || i->state != INSTANCE_READY || !i->listen_uris)
+                        continue;
+                uris = cJSON_Parse(i->listen_uris);
+                FUZZ_ASSERT(uris);
+                cJSON_ArrayForEach (it, uris) {
+                        bool found = false;
+                        for (const Client *c = s->clients; c && !found; c = c->next)
+                                cJSON_ArrayForEach (held, (c->instance == i ? c->subscriptions : NULL))
+                                        found = found || streq(held->valuestring, it->valuestring);
+                        if (!found) {
+                                fprintf(stderr, "the backend's stream asks for %s, which no session holds\n",
+                                        it->valuestring);
+                                FUZZ_ASSERT(!"the stream asks for a URI no session holds");
+                        }
+                }
+        }
+}
+
 static bool is_integer(const char *t) {
         if (*t == '-')
                 t++;
@@ -1045,6 +1071,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 }
                 check_subs_kept(&a, ca);
                 check_subs_kept(&b, cb);
+                check_listen_held(&s);
         }
         /* What the last lines set going runs to its end (a death's on_child(), a restart, answers
          * written out): then every session with nothing in flight has had all its answers. */
