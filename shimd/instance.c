@@ -653,10 +653,13 @@ static void forward_request(Instance *i, Client *c, const Message *m) {
                 route_free(r);
                 return client_fail_request(c, m, "out of memory");
         }
-        if (track_subscription(c, m) == -ENOBUFS) {
+        k = track_subscription(c, m);
+        if (k < 0) {
+                /* Not sent untracked: the backend would grant what no update of reaches the session. */
                 client_fail_request(c, m,
-                                    "too many resource subscriptions on this connection (limit 1024); "
-                                    "unsubscribe from one first");
+                                    k == -ENOBUFS ? "too many resource subscriptions on this connection (limit "
+                                                    "1024); unsubscribe from one first"
+                                                  : "out of memory");
                 route_remove(i, r);
                 return;
         }

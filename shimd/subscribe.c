@@ -218,7 +218,7 @@ static void handle_subscribe(Instance *i, Client *c, const Message *m, bool sub)
                 return reply(c, m->id_text, NULL, text);
         }
         if (r < 0 || subscribe_refresh(i, NULL) < 0)
-                return reply(c, m->id_text, NULL, "out of memory");
+                return refuse_subscribe(i, c, m->id_text, uri, r > 0, "out of memory");
         if (!sub || (i->listen_acked && !i->listen_old && array_has(i->listen_honoured, uri)))
                 return reply_empty(c, m->id_text);
         /* Nothing new was asked of an acknowledged stream that did not take the URI: no acknowledgement
@@ -272,6 +272,7 @@ bool subscribe_refuse_nul_uri(Client *c, const Message *m) {
 static void handle_set_level(Client *c, const Message *m) {
         const char *level = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "level"));
         _cleanup_json_ cJSON *e = NULL;
+        char *copy;
 
         if (era_log_level_rank(level) < 0) {
                 e = jsonrpc_error_new(message_id_json(m), JSONRPC_INVALID_PARAMS,
@@ -281,8 +282,11 @@ static void handle_set_level(Client *c, const Message *m) {
                         client_send(c, e);
                 return;
         }
+        copy = strdup(level);
+        if (!copy)
+                return reply(c, m->id_text, NULL, "out of memory"); /* the level it had stays */
         free(c->log_level);
-        c->log_level = strdup(level);
+        c->log_level = copy;
         reply_empty(c, m->id_text);
 }
 
@@ -342,12 +346,16 @@ static void handle_acknowledged(Instance *i, const Message *m) {
                 SubscribeWaiter *w = i->waiters;
                 if (array_has(i->listen_honoured, w->uri))
                         reply_empty(w->client, w->id_text);
-                else {
+                else if (i->listen_honoured) {
+                        /* Not taken: the session holds no subscription to it, even one it held before. */
                         subscribe_track(w->client, w->uri, false);
-                        if (i->listen_honoured)
-                                reply_not_offered(i, w->client, w->id_text, w->uri);
-                        else
-                                reply(w->client, w->id_text, NULL, "out of memory");
+                        reply_not_offered(i, w->client, w->id_text, w->uri);
+                } else {
+                        /* Out of memory: what the stream took is not known. Only what this request added
+                         * goes; a URI held before stays held (the next refresh asks for it again). */
+                        if (w->added)
+                                subscribe_track(w->client, w->uri, false);
+                        reply(w->client, w->id_text, NULL, "out of memory");
                 }
                 i->waiters = waiter_free(w);
         }

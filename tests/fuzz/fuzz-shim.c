@@ -4,7 +4,8 @@
  * initialize said 2026-07-28, a handshake-era one otherwise; "xa" or "xb": that client leaves; "Xa",
  * "Xb": it leaves and a new one takes its letter; "Ha", "Hb": it hangs up, and the shim finds out on
  * its own read; "ha", "hb": it half-closes (sends nothing more, reads on); "T": the backend's timer
- * (init_timeout, a stop's grace) runs out now); everything the shim writes is read back and checked:
+ * (init_timeout, a stop's grace) runs out now; "O", "O1".."O9": an allocation of subscribe.c fails,
+ * the next or that many-th from now); everything the shim writes is read back and checked:
  * every line is a valid message, an answer reaches only a session that used its id and no more often
  * than it used it, a progress notification only the session that named its token, the backend gets
  * only our request ids; a half-closed session the shim closes, and at the end of the input any
@@ -47,12 +48,52 @@
 #include <unistd.h>
 
 #include "fuzz.h"
+#define FUZZ_SHIM_HARNESS
+#include "fuzz-shim-subscribe.h"
+#include "era.h"
 #include "ids.h"
 #include "macros.h"
 #include "message.h"
 #include "peek.h"
 #include "process.h"
 #include "shimd.h"
+
+/* shimd/subscribe.c's allocations (the build sends them here: fuzz-shim-subscribe.h). A line "O" (or
+ * "O1".."O9") makes the first (or that many-th) of them from then on fail, as out of memory does. */
+static unsigned alloc_fail_in;
+static bool alloc_failed; /* one failed in this input */
+
+static bool alloc_fails(void) {
+        if (alloc_fail_in == 0 || --alloc_fail_in > 0)
+                return false;
+        alloc_failed = true;
+        return true;
+}
+
+void *fuzz_shim_calloc(size_t n, size_t size) {
+        return alloc_fails() ? NULL : calloc(n, size);
+}
+
+char *fuzz_shim_strdup(const char *s) {
+        return alloc_fails() ? NULL : strdup(s);
+}
+
+cJSON *fuzz_shim_cJSON_CreateArray(void) {
+        return alloc_fails() ? NULL : cJSON_CreateArray();
+}
+
+cJSON *fuzz_shim_cJSON_CreateString(const char *s) {
+        return alloc_fails() ? NULL : cJSON_CreateString(s);
+}
+
+char *fuzz_shim_cJSON_PrintUnformatted(const cJSON *item) {
+        return alloc_fails() ? NULL : cJSON_PrintUnformatted(item);
+}
+
+cJSON *fuzz_shim_era_resource_uris_new(const Message *m, const char *const *path, const cJSON *tree,
+                                       size_t *ret_n_nul) {
+        return alloc_fails() ? NULL : era_resource_uris_new(m, path, tree, ret_n_nul);
+}
 
 /* main.c's part, which the target leaves out, but for what on_update() does with connections: the
  * harness runs shim_on_update() after the loop has run, when something asked for it. */
@@ -404,13 +445,12 @@ static void note_subscribe_answer(Peer *p, const Message *m) {
                 if (!streq(p->sub_ids[j], m->id_text))
                         continue;
                 /* Kept: a subscribe granted while alone in flight for its URI; a subscribe refused
-                 * leaves it as it was, unless it says that the stream does not carry the URI (or out of
-                 * memory, or others for it were in flight); an unsubscribe's answer lets it go. */
+                 * leaves it as it was (out of memory too), unless it says that the stream does not carry
+                 * the URI (or others for it were in flight); an unsubscribe's answer lets it go. */
                 alone = p->sub_open[k] == 1 && !p->sub_unknown[k];
                 if (!error)
                         p->sub_kept[k] = p->sub_is_sub[j] && alone;
-                else if (!p->sub_is_sub[j] || !alone || !text || strstr(text, "does not offer") ||
-                         strstr(text, "out of memory"))
+                else if (!p->sub_is_sub[j] || !alone || !text || strstr(text, "does not offer"))
                         p->sub_kept[k] = false;
                 if (cJSON_GetObjectItemCaseSensitive(message_json(m), "result"))
                         p->sub_held[k] = p->sub_is_sub[j];
@@ -510,7 +550,8 @@ static void check_subs_kept(const Peer *p, const Client *c) {
  * sessions: a refused subscribe, an unsubscribe or a session that left does not leave the backend
  * watching a URI for nobody (review 11). */
 static void check_listen_held(const Shim *s) {
-        for (const Instance *i = s->instances; i; i = i->next) {
+        /* Out of memory, a refresh may not happen: the stream asks for more until the next one. */
+        for (const Instance *i = alloc_failed ? NULL : s->instances; i; i = i->next) {
                 _cleanup_json_ cJSON *uris = NULL;
                 const cJSON *it, *held;
 
@@ -931,6 +972,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         n_starts = k_starts = 0;
         k_wedged = false;
         expect_initialize_first = false;
+        alloc_fail_in = 0;
+        alloc_failed = false;
         partial_reset();
         for (Peer *p = &a; p; p = p == &a ? &b : p == &b ? &k : NULL)
                 peer_reset(p);
@@ -1003,6 +1046,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         *c = client_free(*c);
                 } else if (line[0] == 'T')
                         timer_elapse(i);
+                else if (line[0] == 'O')
+                        alloc_fail_in = len >= 2 && line[1] >= '1' && line[1] <= '9' ? (unsigned) (line[1] - '0') : 1;
                 else if (line[0] == 'C' && mode) {
                         /* The backend closes its stdout (what it wrote of a line is all there is). */
                         started_out = safe_close(started_out);
