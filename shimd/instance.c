@@ -246,8 +246,49 @@ void route_set_sent(Route *r, char *text, size_t len) {
         r->sent_len = len;
 }
 
+/* The uri of a resources/subscribe or unsubscribe route, as it went to the backend (NULL: none, or out
+ * of memory). */
+static char *route_uri(const Route *r) {
+        _cleanup_json_ cJSON *sent = r->sent ? cJSON_ParseWithLength(r->sent, r->sent_len) : NULL;
+        const char *uri = cJSON_GetStringValue(
+                cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(sent, "params"), "uri"));
+
+        return uri ? strdup(uri) : NULL;
+}
+
+/* A resources/subscribe that added its URI to the session's subscriptions ends without a grant (the
+ * backend's error, ours, or a cancellation): the session holds no subscription to it (no update of it
+ * reaches the session), as when a 2026-07-28 backend's stream does not take it (subscribe.c). One it
+ * held before the request stays held. While another subscribe of the session to that URI is in flight,
+ * that one answers for it instead. */
+static void route_subscribe_failed(Route *r) {
+        _cleanup_free_ char *uri = route_uri(r);
+        bool another = false;
+        size_t state = 0;
+        void *v;
+
+        if (!uri) {
+                log_oom();
+                return;
+        }
+        while (hashmap_iterate(&r->client->pending, &state, NULL, &v)) {
+                Route *o = v;
+                _cleanup_free_ char *other = NULL;
+
+                if (o == r || !method_is(o->method, "resources/subscribe"))
+                        continue;
+                other = route_uri(o);
+                if (other && streq(other, uri))
+                        another = o->sub_added = true;
+        }
+        if (!another)
+                (void) subscribe_track(r->client, uri, false);
+}
+
 /* Takes the route out of every map. */
 static void route_remove(Instance *i, Route *r) {
+        if (r->sub_added && r->client)
+                route_subscribe_failed(r);
         mrtr_route_gone(i, r);
         bridge_route_gone(i, r);
         idmap_remove(&i->routes, r->backend_id);
@@ -654,6 +695,7 @@ static void forward_request(Instance *i, Client *c, const Message *m) {
                 return client_fail_request(c, m, "out of memory");
         }
         k = track_subscription(c, m);
+        r->sub_added = k > 0 && method_is(m->method, "resources/subscribe");
         if (k < 0) {
                 /* Not sent untracked: the backend would grant what no update of reaches the session. */
                 client_fail_request(c, m,
@@ -1050,6 +1092,8 @@ static void handle_backend_response(Instance *i, const Message *m) {
         i->answered = true;
         i->shim->calls_served++;
         c = r->client;
+        if (message_route(m, ROUTE_PATH_RESULT).len > 0)
+                r->sub_added = false; /* granted: held */
         route_remove(i, r);
         shim_calls_changed(i->shim, c);
 }

@@ -118,6 +118,7 @@ typedef struct Route {
         bool is_tool_call, is_tasks_list;
         bool block;  /* a block of ROUTE_BLOCK bytes (instance.c): to the free list when it goes */
         bool resend; /* the backend died before reading it: it goes to the next one */
+        bool sub_added; /* a resources/subscribe that added its URI to the session's (handshake era) */
         Instance *instance; /* where it is in flight (a session whose roots changed has moved on) */
         const char *method; /* in the route's own allocation */
         size_t sent_len;

@@ -318,6 +318,7 @@ typedef struct Peer {
         char *sub_uris[MAX_SUBS];
         bool sub_held[MAX_SUBS], sub_unknown[MAX_SUBS];
         bool sub_kept[MAX_SUBS]; /* granted, alone in flight, and not let go since: check_subs_kept() */
+        bool sub_gone[MAX_SUBS]; /* refused (not held before) or unsubscribed, alone in flight: not held */
         unsigned sub_open[MAX_SUBS];
         size_t n_subs;
         char *sub_ids[MAX_SUBS];
@@ -394,7 +395,7 @@ static size_t sub_slot(Peer *p, const char *uri) {
                 return MAX_SUBS;
         p->sub_uris[p->n_subs] = strdup(uri);
         FUZZ_ASSERT(p->sub_uris[p->n_subs]);
-        p->sub_held[p->n_subs] = p->sub_unknown[p->n_subs] = p->sub_kept[p->n_subs] = false;
+        p->sub_held[p->n_subs] = p->sub_unknown[p->n_subs] = p->sub_kept[p->n_subs] = p->sub_gone[p->n_subs] = false;
         p->sub_open[p->n_subs] = 0;
         return p->n_subs++;
 }
@@ -411,6 +412,7 @@ static void note_subscribe(Peer *p, const Message *m) {
                 return;
         if (!sub)
                 p->sub_kept[k] = false; /* the shim lets it go as it reads the unsubscribe */
+        p->sub_gone[k] = false;
         /* Another request under its id in flight: which answer is whose cannot be told. */
         if ((s = id_slot(p, m->id_text)) == MAX_SEEN || p->sent[s] > p->answered[s] + 1)
                 p->sub_unknown[k] = true, p->sub_kept[k] = false;
@@ -452,6 +454,9 @@ static void note_subscribe_answer(Peer *p, const Message *m) {
                         p->sub_kept[k] = p->sub_is_sub[j] && alone;
                 else if (!p->sub_is_sub[j] || !alone || !text || strstr(text, "does not offer"))
                         p->sub_kept[k] = false;
+                /* Gone: an unsubscribe granted, or a subscribe refused of a URI not held before, alone
+                 * in flight (in either era: a handshake-era backend's error included). */
+                p->sub_gone[k] = alone && (p->sub_is_sub[j] ? error && !p->sub_held[k] : !error);
                 if (cJSON_GetObjectItemCaseSensitive(message_json(m), "result"))
                         p->sub_held[k] = p->sub_is_sub[j];
                 else if (p->sub_held[k])
@@ -485,6 +490,8 @@ static void note_sent(Peer *p, const char *line, size_t len) {
                         remember(p, id->valuestring, strlen(id->valuestring));
                 if (id)
                         count_id(p, id->valuestring, false);
+                if (id)
+                        note_sub_id_reused(p, id->valuestring); /* refused under it */
                 if (id && (decoded = cJSON_Parse(id->valuestring)))
                         upcall_done(p, cJSON_GetStringValue(decoded)); /* (as an answer, or not: either way) */
                 return;
@@ -497,8 +504,8 @@ static void note_sent(Peer *p, const char *line, size_t len) {
                 count_id(p, m->id_text, false);
         if (m->kind == JSONRPC_REQUEST && (k = id_slot(p, m->id_text)) < MAX_SEEN)
                 p->requests[k]++;
-        if (m->kind == JSONRPC_REQUEST)
-                note_sub_id_reused(p, m->id_text);
+        if (m->id_text && m->kind != JSONRPC_RESPONSE)
+                note_sub_id_reused(p, m->id_text); /* a request, or one refused under its id */
         if (m->kind == JSONRPC_REQUEST)
                 note_subscribe(p, m);
         n = ids_fields(m, f, ELEMENTSOF(f));
@@ -543,6 +550,19 @@ static void check_subs_kept(const Peer *p, const Client *c) {
                                 p->sub_uris[k]);
                         FUZZ_ASSERT(!"a granted subscription dropped");
                 }
+        }
+        /* ... and one it refused or the session let go is not: no update of it reaches the session. */
+        for (size_t k = 0; c && k < p->n_subs; k++) {
+                const cJSON *it;
+
+                if (!p->sub_gone[k])
+                        continue;
+                cJSON_ArrayForEach (it, c->subscriptions)
+                        if (streq(it->valuestring, p->sub_uris[k])) {
+                                fprintf(stderr, "the shim holds %s for the session, which it refused or let go\n",
+                                        p->sub_uris[k]);
+                                FUZZ_ASSERT(!"a refused subscription held");
+                        }
         }
 }
 
@@ -596,9 +616,6 @@ static void check_upcalls_open(const Shim *s, const Peer *p) {
                 }
 }
 
-/* The input's one backend instance, while it lives: whose era the update check asks. */
-static const Instance *the_instance;
-
 static void check_to_client(Peer *p, const Message *m) {
         IdField f[16];
         size_t n = ids_fields(m, f, ELEMENTSOF(f));
@@ -617,12 +634,12 @@ static void check_to_client(Peer *p, const Message *m) {
                 count_id(p, m->id_text, true);
         if (m->kind == JSONRPC_RESPONSE && m->id_text && message_json(m))
                 note_subscribe_answer(p, m);
-        /* An update only of a URI the session holds a subscription to, or may (its request open), from
-         * a 2026-07-28 backend's stream, which the shim holds for its sessions. (A handshake-era
-         * backend's subscribe is counted as the session's when it is sent: one that fails still gets
-         * the backend's updates of its URI. Not checked.) */
+        /* An update only of a URI the session holds a subscription to, or may (its request open): from
+         * a 2026-07-28 backend's stream, which the shim holds for its sessions, or from a handshake-era
+         * backend, whose subscribe the shim counts as the session's when it is sent, and no longer once
+         * it failed. */
         if (m->kind == JSONRPC_NOTIFICATION && streq(m->method, "notifications/resources/updated") &&
-            the_instance && the_instance->era == BACKEND_ERA_MODERN && message_json(m)) {
+            message_json(m)) {
                 const char *uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "uri"));
                 size_t k = uri ? sub_slot(p, uri) : MAX_SUBS;
                 if (k < MAX_SUBS && !p->sub_held[k] && !p->sub_open[k] && !p->sub_unknown[k]) {
@@ -990,7 +1007,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         cb = connect_client(&s, &b);
         i = ca->instance;
         FUZZ_ASSERT(cb->instance == i);
-        the_instance = i;
         if (!mode) {
                 /* A backend that is up: its stdin and stdout are our socket. */
                 FUZZ_ASSERT(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) == 0);
@@ -1169,7 +1185,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                 j->stop_stage);
                 FUZZ_ASSERT(stopping <= 0 || stopping != current.pid);
         }
-        the_instance = NULL;
         client_free(ca);
         client_free(cb);
         for (Instance *j = s.instances; j; j = j->next)
