@@ -1617,6 +1617,12 @@ void instance_submit(Instance *i, Client *c, Message *m) {
                 i->broken = true;
                 instance_terminate(i, false);
         }
+        /* A retry with a requestState of the shim's, while no process runs (or the one that made it is
+         * going): the call it names has ended, or never was. It is answered or refused now (mrtr.c), and
+         * starts no process: a new one could not go on with that call. */
+        if ((i->state == INSTANCE_DOWN || i->state == INSTANCE_STOPPING) && m->kind == JSONRPC_REQUEST &&
+            mrtr_retry(i, c, m))
+                return shim_update(i->shim);
         switch (i->state) {
         case INSTANCE_READY:
                 deliver(i, c, m);

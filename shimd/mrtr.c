@@ -521,6 +521,14 @@ static int rebind(Client *c, Route *r, const Message *m) {
         return 0;
 }
 
+/* A 2026-07-28 backend's requestStates are its own: what it speaks, or, while no process of it runs, what
+ * the shim learned it speaks. */
+static bool backend_modern(const Instance *i) {
+        if (i->era != BACKEND_ERA_UNKNOWN)
+                return i->era == BACKEND_ERA_MODERN;
+        return i->shim->backend->protocol == PROTOCOL_MODERN || i->shim->learned_era == BACKEND_ERA_MODERN;
+}
+
 bool mrtr_retry_internal(Instance *i, Client *c, const Message *m) {
         const char *state;
         _cleanup_free_ char *key = NULL;
@@ -534,7 +542,7 @@ bool mrtr_retry_internal(Instance *i, Client *c, const Message *m) {
 
         state = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "requestState"));
 
-        if (i->era == BACKEND_ERA_MODERN || !state || strncmp(state, MRTR_STATE_PREFIX, strlen(MRTR_STATE_PREFIX)) != 0)
+        if (backend_modern(i) || !state || strncmp(state, MRTR_STATE_PREFIX, strlen(MRTR_STATE_PREFIX)) != 0)
                 return false; /* not ours: a modern backend's own, or nothing for a handshake-era one */
         errno = 0;
         serial = strtoull(state + strlen(MRTR_STATE_PREFIX), &end, 10);

@@ -616,6 +616,48 @@ static void check_upcalls_open(const Shim *s, const Peer *p) {
                 }
 }
 
+/* The requestStates the shim handed any session in this input (a retry with one of them may need the
+ * backend); states_overflow: more than we keep. */
+#define MAX_STATES 64
+static char *states_issued[MAX_STATES];
+static size_t n_states_issued;
+static bool states_overflow;
+
+static void state_issued(const char *state) {
+        if (n_states_issued == MAX_STATES) {
+                states_overflow = true;
+                return;
+        }
+        states_issued[n_states_issued] = strdup(state);
+        FUZZ_ASSERT(states_issued[n_states_issued]);
+        n_states_issued++;
+}
+
+static void states_reset(void) {
+        for (size_t j = 0; j < n_states_issued; j++)
+                free(states_issued[j]);
+        n_states_issued = 0;
+        states_overflow = false;
+}
+
+/* A session's request retrying with a requestState the shim's own might have made but never handed
+ * anyone (made up), when the backend is not known to speak 2026-07-28 (whose states are its own). */
+static bool state_made_up(const Shim *s, const char *line, size_t len) {
+        _cleanup_message_ Message *m = NULL;
+        const char *state;
+
+        if (states_overflow || s->learned_era == BACKEND_ERA_MODERN ||
+            message_parse(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &m) < 0 || m->kind != JSONRPC_REQUEST)
+                return false;
+        state = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "requestState"));
+        if (!state || strncmp(state, "mcp-lazy-mrtr:", strlen("mcp-lazy-mrtr:")) != 0)
+                return false;
+        for (size_t j = 0; j < n_states_issued; j++)
+                if (streq(states_issued[j], state))
+                        return false;
+        return true;
+}
+
 static void check_to_client(Peer *p, const Message *m) {
         IdField f[16];
         size_t n = ids_fields(m, f, ELEMENTSOF(f));
@@ -654,6 +696,8 @@ static void check_to_client(Peer *p, const Message *m) {
                         memcpy(p->states[1], p->states[0], sizeof p->states[0]);
                         strcpy(p->states[0], state);
                 }
+                if (state)
+                        state_issued(state);
         }
         if (m->kind == JSONRPC_REQUEST)
                 FUZZ_ASSERT(strncmp(m->id_text, "\"" UPCALL_ID_PREFIX, strlen(UPCALL_ID_PREFIX) + 1) == 0);
@@ -991,6 +1035,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         expect_initialize_first = false;
         alloc_fail_in = 0;
         alloc_failed = false;
+        states_reset();
         partial_reset();
         for (Peer *p = &a; p; p = p == &a ? &b : p == &b ? &k : NULL)
                 peer_reset(p);
@@ -1093,12 +1138,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         Client *c = line[0] == 'a' ? ca : cb;
                         size_t l = len - 1;
                         _cleanup_free_ char *retry = NULL;
+                        unsigned starts;
+                        bool made_up;
 
                         if (!c || p->half_closed)
                                 continue;
                         retry = with_states(p, p == &a ? &b : &a, line + 1, len - 1, &l);
+                        made_up = state_made_up(&s, retry ?: line + 1, l);
+                        starts = n_starts;
                         note_sent(p, retry ?: line + 1, l);
                         client_handle_line(c, retry ?: line + 1, l);
+                        /* A requestState the shim never handed out names no call of a process to come:
+                         * refused without starting one. */
+                        if (made_up && n_starts != starts)
+                                fprintf(stderr, "a made-up requestState started the backend\n");
+                        FUZZ_ASSERT(!made_up || n_starts == starts);
                 } else if (!mode) {
                         note_sent(&k, line + 1, len - 1);
                         instance_handle_backend_line(i, line + 1, len - 1);
