@@ -819,6 +819,7 @@ static uint64_t backoff_usec(unsigned crashes) {
 static int arm_timer(Instance *i, uint64_t usec);
 static void instance_terminate(Instance *i, bool close_stdin);
 static int instance_spawn(Instance *i, const cJSON *init_params, char *text, size_t size);
+static int instance_spawn_keyed(Instance *i, Client *c, char *text, size_t size);
 
 static void instance_ready(Instance *i);
 
@@ -1327,7 +1328,7 @@ static void instance_restart_for_held_work(Instance *i, const char *failed_start
                         c = ((Route *) v)->client;
         if (!c)
                 return fail_everything(i, failed_start ?: "the backend stopped");
-        r = instance_spawn(i, c->init_params, text, sizeof text);
+        r = instance_spawn_keyed(i, c, text, sizeof text);
         if (r < 0)
                 fail_everything(i, r == -EAGAIN && failed_start ? failed_start : text);
 }
@@ -1344,14 +1345,13 @@ static void schedule_restart(Instance *i) {
 }
 
 static void instance_restart(Instance *i) {
-        _cleanup_json_ cJSON *params = cJSON_Duplicate(i->init_params, true);
         char text[512];
         int r;
 
-        if (!params || i->shim->draining)
-                return;
+        if (!i->init_params || i->shim->draining)
+                return; /* never started: nothing to start again */
         log_info("Starting backend '%s' again (lifecycle: resident).", iname(i));
-        r = instance_spawn(i, params, text, sizeof text);
+        r = instance_spawn_keyed(i, NULL, text, sizeof text);
         if (r < 0) {
                 uint64_t now = now_usec();
                 if (r != -EAGAIN) {
@@ -1516,6 +1516,49 @@ static int arm_timer(Instance *i, uint64_t usec) {
         return r;
 }
 
+/* The shim's own client params: the newest protocol version's client with no capabilities. */
+static cJSON *own_init_params_new(void) {
+        _cleanup_json_ cJSON *params = cJSON_CreateObject();
+        cJSON *info;
+
+        if (!params || !cJSON_AddStringToObject(params, "protocolVersion", SHIM_AHEAD_PROTOCOL_VERSION) ||
+            !cJSON_AddObjectToObject(params, "capabilities") ||
+            !(info = cJSON_AddObjectToObject(params, "clientInfo")) ||
+            !cJSON_AddStringToObject(info, "name", "mcp-lazy-shimd") ||
+            !cJSON_AddStringToObject(info, "version", MCP_LAZY_VERSION))
+                return NULL;
+        return TAKE_PTR(params);
+}
+
+static bool client_keyed_as(const Client *c, const Instance *i) {
+        _cleanup_free_ char *key = pool_key(c->init_params, c->roots_key);
+        return key && i->key && streq(key, i->key);
+}
+
+/* Starts the backend with the client params its pool key stands for: c's, whose call starts it, when c
+ * is pooled under that key (as is every session of a handshake-era backend); else another session's of
+ * the instance that is; else, when none is (sessions of other keys share a 2026-07-28 backend), the
+ * shim's own, which declare no capabilities. A process is never shown the capabilities and clientInfo of
+ * a session pooled under another key than the one it serves, on a first start or on a restart alike. */
+static int instance_spawn_keyed(Instance *i, Client *c, char *text, size_t size) {
+        _cleanup_json_ cJSON *own = NULL;
+
+        if (!c || !client_keyed_as(c, i)) {
+                c = NULL;
+                for (Client *o = i->shim->clients; o && !c; o = o->next)
+                        if (o->instance == i && o->init_params && client_keyed_as(o, i))
+                                c = o;
+        }
+        if (c)
+                return instance_spawn(i, c->init_params, text, size);
+        own = own_init_params_new();
+        if (!own) {
+                snprintf(text, size, "cannot start backend '%s': out of memory", iname(i));
+                return -ENOMEM;
+        }
+        return instance_spawn(i, own, text, size);
+}
+
 /* Starts the backend and sends it its first request (server/discover, or initialize) with these
  * params (a client's, or our own for a start ahead of any call); they are kept for the probe's
  * fallback and a resident backend's restart. */
@@ -1628,7 +1671,7 @@ void instance_submit(Instance *i, Client *c, Message *m) {
                 deliver(i, c, m);
                 break;
         case INSTANCE_DOWN:
-                r = instance_spawn(i, c->init_params, text, sizeof text);
+                r = instance_spawn_keyed(i, c, text, sizeof text);
                 if (r < 0)
                         return client_fail_request(c, m, text);
                 _fallthrough_;
@@ -1719,17 +1762,12 @@ void instance_leave(Instance *i, Client *c) {
 /* lifecycle: warm or resident: the backend starts with the shim, before any session, initialized
  * as the newest protocol version's client with no capabilities. The first session takes it. */
 int instance_start_ahead(Shim *s) {
-        _cleanup_json_ cJSON *params = cJSON_CreateObject();
-        cJSON *info;
+        _cleanup_json_ cJSON *params = own_init_params_new();
         Instance *i;
         char text[512];
         int r;
 
-        if (!params || !cJSON_AddStringToObject(params, "protocolVersion", SHIM_AHEAD_PROTOCOL_VERSION) ||
-            !cJSON_AddObjectToObject(params, "capabilities") ||
-            !(info = cJSON_AddObjectToObject(params, "clientInfo")) ||
-            !cJSON_AddStringToObject(info, "name", "mcp-lazy-shimd") ||
-            !cJSON_AddStringToObject(info, "version", MCP_LAZY_VERSION))
+        if (!params)
                 return -ENOMEM;
         i = instance_new(s, pool_key(params, NULL));
         if (!i || !i->key) {

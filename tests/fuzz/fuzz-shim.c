@@ -2,7 +2,8 @@
  * client sessions on one pooled backend. Each input line goes to the shim from the peer its first byte
  * names ('a', 'b': a client; 'k': the backend; a line "Ma" or "Mb" makes that client one whose
  * initialize said 2026-07-28, a handshake-era one otherwise; "xa" or "xb": that client leaves; "Xa",
- * "Xb": it leaves and a new one takes its letter; "Ha", "Hb": it hangs up, and the shim finds out on
+ * "Xb": it leaves and a new one takes its letter ("Na", "Nb": one whose client declared sampling, when
+ * the backend is known to speak 2026-07-28); "Ha", "Hb": it hangs up, and the shim finds out on
  * its own read; "ha", "hb": it half-closes (sends nothing more, reads on); "T": the backend's timer
  * (init_timeout, a stop's grace) runs out now; "O", "O1".."O9": an allocation of subscribe.c fails,
  * the next or that many-th from now); everything the shim writes is read back and checked:
@@ -711,10 +712,37 @@ static void check_to_client(Peer *p, const Message *m) {
  * (probe_died()). Set at such a death, checked at the next process's first request. */
 static bool expect_initialize_first;
 
+/* The input's one backend instance, while it lives. */
+static const Instance *the_instance;
+
+/* A process is shown (in initialize, or server/discover's envelope) the capabilities of the pool key its
+ * instance serves, or none: never a session's of another key that shares a 2026-07-28 backend. */
+static void check_capabilities_shown(const Message *m) {
+        const cJSON *meta = cJSON_GetObjectItemCaseSensitive(m->params, "_meta");
+        const cJSON *caps = streq(m->method, "initialize")
+                                    ? cJSON_GetObjectItemCaseSensitive(m->params, "capabilities")
+                                    : cJSON_GetObjectItemCaseSensitive(meta, "io.modelcontextprotocol/clientCapabilities");
+        _cleanup_free_ char *shown = caps ? cJSON_PrintUnformatted(caps) : NULL;
+        const char *key = the_instance ? strchr(the_instance->key, ' ') : NULL;
+        size_t n = shown ? strlen(shown) : 0;
+
+        if (!key || !shown || streq(shown, "{}"))
+                return;
+        key++;
+        if (strncmp(key, shown, n) != 0 || (key[n] != 0 && key[n] != ' ')) {
+                fprintf(stderr, "a backend process serving pool key '%s' was shown capabilities %s\n",
+                        the_instance->key, shown);
+                FUZZ_ASSERT(!"a backend shown another pool key's capabilities");
+        }
+}
+
 static void check_to_backend(Peer *k, const Message *m) {
         IdField f[16];
         size_t n = ids_fields(m, f, ELEMENTSOF(f));
 
+        if (m->kind == JSONRPC_REQUEST && (streq(m->method, "initialize") || streq(m->method, "server/discover")) &&
+            message_json(m))
+                check_capabilities_shown(m);
         if (m->kind == JSONRPC_REQUEST)
                 FUZZ_ASSERT(is_integer(m->id_text));
         if (m->kind == JSONRPC_REQUEST && current.pid > 0) {
@@ -834,7 +862,8 @@ static void timer_elapse(Instance *i) {
                 FUZZ_ASSERT(sd_event_source_set_time(i->timer_source, 1) >= 0);
 }
 
-static Client *connect_client(Shim *s, Peer *p) {
+/* A session: its client declared no capabilities, or with sampling, sampling (and named itself). */
+static Client *connect_client(Shim *s, Peer *p, bool sampling) {
         int sv[2];
         Client *c;
 
@@ -842,7 +871,9 @@ static Client *connect_client(Shim *s, Peer *p) {
         FUZZ_ASSERT(client_new(s, sv[0], false) == 0);
         p->fd = sv[1];
         c = s->clients;
-        c->init_params = cJSON_Parse("{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{}}");
+        c->init_params = cJSON_Parse(sampling ? "{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{\"sampling\":{}},"
+                                                "\"clientInfo\":{\"name\":\"n\",\"version\":\"1\"}}"
+                                              : "{\"protocolVersion\":\"2025-06-18\",\"capabilities\":{}}");
         FUZZ_ASSERT(c->init_params);
         c->era_known = true; /* a handshake-era session, unless a line "M" says otherwise */
         FUZZ_ASSERT(instance_get(s, c, &c->instance) == 0);
@@ -909,12 +940,12 @@ static void peer_reset(Peer *p) {
 }
 
 /* The session p/c leaves (or left by itself): a fresh session takes its letter, with nothing seen. */
-static Client *replace_client(Shim *s, Peer *p, Client *c, bool was_freed) {
+static Client *replace_client(Shim *s, Peer *p, Client *c, bool was_freed, bool sampling) {
         if (!was_freed)
                 client_free(c);
         safe_close(p->fd);
         peer_reset(p);
-        return connect_client(s, p);
+        return connect_client(s, p, sampling);
 }
 
 /* The started backend's stdin, as the harness reads it: the current process's (a start reset what the
@@ -1048,10 +1079,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         s.learned_era = mode == 'S' || mode == 'U' ? BACKEND_ERA_LEGACY : BACKEND_ERA_UNKNOWN;
         if (mode == 'U' || mode == 'V')
                 backend_up(&s, &k, e, mode == 'V');
-        ca = connect_client(&s, &a);
-        cb = connect_client(&s, &b);
+        ca = connect_client(&s, &a, false);
+        cb = connect_client(&s, &b, false);
         i = ca->instance;
         FUZZ_ASSERT(cb->instance == i);
+        the_instance = i;
         if (!mode) {
                 /* A backend that is up: its stdin and stdout are our socket. */
                 FUZZ_ASSERT(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) == 0);
@@ -1076,19 +1108,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                 c->modern = true;
                         continue;
                 }
-                if ((line[0] == 'X' || line[0] == 'H') && len >= 2 && (line[1] == 'a' || line[1] == 'b')) {
+                if ((line[0] == 'X' || line[0] == 'H' || line[0] == 'N') && len >= 2 &&
+                    (line[1] == 'a' || line[1] == 'b')) {
                         /* "Xa", "Xb": that session leaves and a new one takes its letter; "Ha", "Hb": it
-                         * hangs up and the shim finds out on its own read (review 5). */
+                         * hangs up and the shim finds out on its own read (review 5); "Na", "Nb": as "X",
+                         * the new one's client declaring sampling, when the backend is known to speak
+                         * 2026-07-28 (a session of another pool key then shares its instance). */
                         Peer *p = line[1] == 'a' ? &a : &b;
                         Client **cp = line[1] == 'a' ? &ca : &cb;
-                        if (line[0] == 'X')
-                                *cp = replace_client(&s, p, *cp, false);
+                        if (line[0] != 'H')
+                                *cp = replace_client(&s, p, *cp, false,
+                                                     line[0] == 'N' && s.learned_era == BACKEND_ERA_MODERN);
                         else {
                                 /* The session hangs up: the shim finds out by itself. */
                                 (void) shutdown(p->fd, SHUT_RDWR);
                                 for (int round = 0; round < 3; round++)
                                         (void) sd_event_run(e, 0);
-                                *cp = replace_client(&s, p, *cp, !client_alive(&s, *cp));
+                                *cp = replace_client(&s, p, *cp, !client_alive(&s, *cp), false);
                         }
                         FUZZ_ASSERT((*cp)->instance == i);
                         continue;
@@ -1239,6 +1275,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                                 j->stop_stage);
                 FUZZ_ASSERT(stopping <= 0 || stopping != current.pid);
         }
+        the_instance = NULL;
         client_free(ca);
         client_free(cb);
         for (Instance *j = s.instances; j; j = j->next)
