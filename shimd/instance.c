@@ -91,6 +91,20 @@ static Instance *instance_new(Shim *s, char *key) {
         return i;
 }
 
+/* A backend started ahead of any session (lifecycle warm or resident) goes to its first session, by
+ * either loop of instance_get(): keyed by that session's client (key, taken), for when it turns out
+ * handshake-era and is pooled by key (that session's next connection finds it again), counted as that
+ * session's user's, and answering roots/list with that session's roots, as a backend started for it. */
+static void instance_claim(Instance *i, Client *c, char *key) {
+        free(i->key);
+        i->key = key;
+        i->unclaimed = false;
+        i->owner_uid = c->uid;
+        cJSON_Delete(i->roots);
+        i->roots = cJSON_Duplicate(c->roots, true);
+        log_info("Backend '%s' (pid %d), started ahead, serves its first session.", iname(i), (int) i->pid);
+}
+
 int instance_get(Shim *s, Client *c, Instance **ret) {
         _cleanup_free_ char *key = pool_key(c->init_params, c->roots_key);
         Instance *i;
@@ -105,19 +119,9 @@ int instance_get(Shim *s, Client *c, Instance **ret) {
         if (s->backend->sharing == SHARING_POOLED)
                 for (i = s->instances; i; i = i->next)
                         if (!i->session_owned && (modern || i->era == BACKEND_ERA_MODERN || streq(i->key, key))) {
-                                if (i->unclaimed) {
-                                        /* Claimed as the other loop claims it: keyed by its first session's
-                                         * client, for when the backend turns out handshake-era and is pooled
-                                         * by key (that session's next connection finds it again), and
-                                         * counted as that session's user's. */
-                                        free(i->key);
-                                        i->key = TAKE_PTR(key);
-                                        i->owner_uid = c->uid;
-                                        log_info("Backend '%s' (pid %d), started ahead, serves its first session.",
-                                                 iname(i), (int) i->pid);
-                                }
+                                if (i->unclaimed)
+                                        instance_claim(i, c, TAKE_PTR(key));
                                 i->n_clients++;
-                                i->unclaimed = false;
                                 *ret = i;
                                 return 0;
                         }
@@ -128,16 +132,9 @@ int instance_get(Shim *s, Client *c, Instance **ret) {
          * them, and it shows this session nothing of another's. */
         for (i = s->instances; i; i = i->next)
                 if (i->unclaimed) {
-                        free(i->key);
-                        i->key = TAKE_PTR(key);
-                        i->unclaimed = false;
-                        i->owner_uid = c->uid;
+                        instance_claim(i, c, TAKE_PTR(key));
                         i->n_clients = 1;
                         i->session_owned = s->backend->sharing == SHARING_SESSION;
-                        cJSON_Delete(i->roots);
-                        i->roots = cJSON_Duplicate(c->roots, true);
-                        log_info("Backend '%s' (pid %d), started ahead, serves its first session.", iname(i),
-                                 (int) i->pid);
                         shim_update(s); /* resident and sharing: session: the next session's starts now */
                         *ret = i;
                         return 0;
