@@ -258,7 +258,7 @@ static char *route_uri(const Route *r) {
  * reaches the session), as when a 2026-07-28 backend's stream does not take it (subscribe.c). One it
  * held before the request stays held. While another subscribe of the session to that URI is in flight,
  * that one answers for it instead. */
-static void route_subscribe_failed(Route *r) {
+static __attribute__((noinline, cold)) void route_subscribe_failed(Route *r) {
         _cleanup_free_ char *uri = route_uri(r);
         bool another = false;
         size_t state = 0;
@@ -1090,7 +1090,7 @@ static void handle_backend_response(Instance *i, const Message *m) {
         i->answered = true;
         i->shim->calls_served++;
         c = r->client;
-        if (message_route(m, ROUTE_PATH_RESULT).len > 0)
+        if (r->sub_added && message_route(m, ROUTE_PATH_RESULT).len > 0)
                 r->sub_added = false; /* granted: held */
         route_remove(i, r);
         shim_calls_changed(i->shim, c);
