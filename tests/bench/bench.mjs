@@ -170,7 +170,9 @@ async function handshake(p) {
 // it: a second direct server-memory process read 13-28 µs faster than the first, right behind it);
 // the first calls (the cold one through mcp-lazy) are warm-up. Returns { key: [ms...] }, the i-th
 // of every key from the same round.
-async function interleavedCalls(peers, tool, args, { rounds = RUNS.warmCalls, warmUp = RUNS.warmUp } = {}) {
+// balanced: the rounds go through the orders of a balanced Latin square instead (balancedOrders()),
+// for more paths than an epoch has rounds for all their orders (section 4b: 6 paths, 720 orders).
+async function interleavedCalls(peers, tool, args, { rounds = RUNS.warmCalls, warmUp = RUNS.warmUp, balanced = false } = {}) {
   const keys = Object.keys(peers);
   const ids = new Map(keys.map((k) => [k, 1]));
   const call = async (key) => {
@@ -183,9 +185,19 @@ async function interleavedCalls(peers, tool, args, { rounds = RUNS.warmCalls, wa
   };
   for (let i = 0; i < warmUp; i++) for (const k of keys) await call(k);
   const out = Object.fromEntries(keys.map((k) => [k, []]));
-  const orders = permutations(keys);
+  const orders = balanced ? balancedOrders(keys) : permutations(keys);
   for (let i = 0; i < rounds; i++) for (const k of orders[i % orders.length]) out[k].push(await call(k));
   return out;
+}
+
+// A Williams design: n orders (2n for an odd n) in which every path takes every place equally often
+// and follows every other path equally often, so that a few rounds balance what 720 orders of 6 paths
+// would (an epoch of 375 rounds ran through half of them: some paths never came first in it).
+function balancedOrders(keys) {
+  const n = keys.length;
+  const step = Array.from({ length: n }, (_, j) => (j % 2 ? (j + 1) / 2 : (n - j / 2) % n));
+  const rows = Array.from({ length: n }, (_, r) => step.map((c) => keys[(r + c) % n]));
+  return n % 2 ? [...rows, ...rows.map((x) => x.toReversed())] : rows;
 }
 
 const permutations = (a) => (a.length <= 1 ? [a] : a.flatMap((x, i) => permutations(a.toSpliced(i, 1)).map((p) => [x, ...p])));
@@ -205,9 +217,11 @@ const permutations = (a) => (a.length <= 1 ? [a] : a.flatMap((x, i) => permutati
 // server-memory 3-14 µs; on node's own stdio (a socketpair per fd) the C backend 0.5-0.6 µs more
 // (FINDINGS-floorcheck.md): work the floor's or the direct backend did and mcp-lazy's did not.
 const RELAY_STDIO = "every backend, and every process the bench talks to, on pipes";
-function relayPair(sock, command, { env = process.env, prefix = [], ownSession = false, shared = false } = {}) {
+// wrap: a command that runs the second relay (section 4b: in a transient service, whose main process
+// has a session of its own as a service's has).
+function relayPair(sock, command, { env = process.env, prefix = [], ownSession = false, shared = false, wrap } = {}) {
   const run = (args) => (prefix.length ? [prefix[0], [...prefix.slice(1), ...args]] : [args[0], args.slice(1)]);
-  const server = new Peer(...run([...(ownSession || shared ? ["setsid"] : []), "socat", `UNIX-LISTEN:${sock}`,
+  const server = new Peer(...run([...(wrap ?? (ownSession || shared ? ["setsid"] : [])), "socat", `UNIX-LISTEN:${sock}`,
     `EXEC:${command.join(" ")},${shared ? "setpgid" : "setsid"},pipes`]), { env, stderr: true });
   const client = new Peer(...run(["socat", "STDIO", `UNIX-CONNECT:${sock},retry=200,interval=0.02`]), { env, stderr: true, pipes: true });
   client.relayServer = server;
@@ -379,7 +393,7 @@ const interval = ([lo, hi]) => (Number.isFinite(lo) && Number.isFinite(hi) ? `${
 function latencyRows(label, r, lazyLabel) {
   const q = (v) => [median(v), p90(v), p99(v)];
   const paired = (k) => r[k].map((v, i) => v - r.direct[i]);
-  const floors = [["relay", "two socat relays"], ...(r.relaysb ? [["relaysb", SANDBOXED_RELAYS]] : []),
+  const floors = [["relay", "two socat relays"], ...(r.relaysb ? [["relaysb", SANDBOXED_RELAYS]] : []), ...(r.relayunit ? [["relayunit", UNIT_RELAYS]] : []),
     ...(r.proxyd ? [["proxyd", "socat + systemd-socket-proxyd"]] : []), ...(r.sdrelay ? [["sdrelay", "two sd-event relays"]] : [])];
   const al = q(paired("lazy"));
   const epochs = r.epochs > 1 ? ` (${r.epochs} x fresh processes)` : "";
@@ -409,6 +423,7 @@ function latencyRows(label, r, lazyLabel) {
   return out;
 }
 const SANDBOXED_RELAYS = "two socat relays, backend sandboxed";
+const UNIT_RELAYS = "two socat relays, 2nd + backend sandboxed";
 const LATENCY_HEADERS = ["path", "calls", "median", "p90", "p99", "ratio to direct"];
 // A ratio of added costs means nothing where the relays added nothing (a difference <= 0: then
 // mcp-lazy's, over the same negative, would read as a ratio); that is noise, and never "met".
@@ -803,12 +818,13 @@ async function fleetFloors(box, n) {
 // its own), then server-memory.
 const BOX_FLOOR = "/usr/local/bin/mcp-lazy-bench-floor";
 
-// A backend in the unit's sandbox without mcp-lazy, for the relays: `mcp-lazy-bench-sandboxed-NAME
-// [systemd-run options] COMMAND...` runs COMMAND on its stdio with `systemd-run --pipe` as a transient
-// service with the [Service] lines of the installed mcp-lazy@.service for backend NAME, all but those
-// that start the shim or route its output. So the relays' backend pays for the sandbox (DynamicUser,
-// the mount namespace, the stacked seccomp filters) what mcp-lazy's does, and their added costs differ
-// only by the hops.
+// The unit's sandbox without mcp-lazy, for the relays: `mcp-lazy-bench-sandboxed-NAME [systemd-run
+// options] COMMAND...` runs COMMAND on its stdio with `systemd-run --pipe` as a transient service with
+// the [Service] lines of the installed mcp-lazy@.service for backend NAME, all but those that start the
+// shim or route its output. COMMAND is the relays' backend, or their second relay, which starts the
+// backend there (boxWarmOne()): then the relays' processes pay for the sandbox (DynamicUser, the mount
+// namespace, the stacked seccomp filters) and land where a service's do, as mcp-lazy's, and their
+// added costs differ only by the hops.
 const BOX_SANDBOXED = "/usr/local/bin/mcp-lazy-bench-sandboxed-";
 async function writeSandboxed(box, name) {
   const unit = await boxOk(box, "cat", ["/etc/systemd/system/mcp-lazy@.service"]);
@@ -869,10 +885,17 @@ async function boxWarmOne(box, name, command, [tool, args], manifest, envPrefix,
   // The same relays, their backend in the unit's sandbox (writeSandboxed()): a service of its own, as mcp-lazy's.
   const sandboxed = [BOX_SANDBOXED + backend, ...(envPrefix ? ["-E", `${envPrefix}relaysb.jsonl`] : []), ...command];
   peers.relaysb = relayPair(`/tmp/mcp-lazy-bench-relaysb-${name}-${epoch}.sock`, sandboxed, { env, prefix: [nsenter, ...prefix], ownSession: true });
+  // And placed as mcp-lazy's hops are: the second relay (socat UNIX-LISTEN ... EXEC) in the transient
+  // service with the unit's [Service] lines, starting its backend there, as the shim runs in its unit
+  // with its backend; its socket in a runtime directory of that service (the unit's /tmp is private,
+  // the rest of the file system read-only), which root's client socat reaches.
+  const dir = `mcp-lazy-bench-relayunit-${name}-${epoch}`;
+  peers.relayunit = relayPair(`/run/${dir}/relay.sock`, withEnv("relayunit"),
+    { env, prefix: [nsenter, ...prefix], wrap: [BOX_SANDBOXED + backend, "-p", `RuntimeDirectory=${dir}`] });
   peers.lazy = new Peer(nsenter, [...prefix, "/usr/local/bin/mcp-lazy", "--manifest", manifest], { env, stderr: true, pipes: true });
   try {
     for (const p of Object.values(peers)) await handshake(p);
-    return await interleavedCalls(peers, tool, args, { rounds: RUNS.warm[name].rounds, warmUp: RUNS.warm[name].warmUp ?? RUNS.warmUp });
+    return await interleavedCalls(peers, tool, args, { rounds: RUNS.warm[name].rounds, warmUp: RUNS.warm[name].warmUp ?? RUNS.warmUp, balanced: true });
   } finally {
     await Promise.all(Object.entries(peers).map(([k, p]) => (k.startsWith("relay") ? closeRelay(p) : p.close())));
   }
@@ -968,20 +991,31 @@ function boxWarmRows(warm) {
   table(LATENCY_HEADERS, [...f.rows, ...x.rows]);
   for (const n of [...(f.notes ?? []), ...(x.notes ?? [])]) console.log(n);
   console.log("  (all started in the box through nsenter, the relays too; 'added' per round, as in section 2; the shims serve these");
-  console.log("   calls alone (the fleet's sessions closed first); mcp-lazy's backends run in the unit's sandbox, and so does the");
-  console.log(`   backend of '${SANDBOXED_RELAYS}' (systemd-run --pipe with the unit's [Service] lines); the others run outside it;`);
-  console.log(`   ${RELAY_STDIO})`);
-  // The target is judged on what mcp-lazy's hops add: against the relays whose backend pays for the
-  // same sandbox. What the sandbox itself costs a call is a figure of its own (README: "What the
-  // sandbox costs a call"), printed here, and the comparison with unsandboxed relays stays beside it.
+  console.log("   calls alone (the fleet's sessions closed first). Where each path's processes run: mcp-lazy's frontend outside the");
+  console.log("   unit's sandbox, its shim and backend in it (mcp-lazy@NAME.service); the relays' first socat (STDIO UNIX-CONNECT)");
+  console.log(`   outside it; '${UNIT_RELAYS}': the second socat (UNIX-LISTEN EXEC) and its backend in a transient`);
+  console.log("   service with the unit's [Service] lines (systemd-run), its socket in that service's RuntimeDirectory=, as mcp-lazy's");
+  console.log(`   are; '${SANDBOXED_RELAYS}': only the backend in such a service (systemd-run --pipe), the second socat`);
+  console.log(`   outside; 'two socat relays': nothing in it; ${RELAY_STDIO})`);
+  // The target is judged on what mcp-lazy's hops add: against the relays whose processes run where
+  // mcp-lazy's do, the second relay and its backend in a service with the unit's [Service] lines as
+  // the shim and its backend run in theirs. Not for the sandbox's system-call filters, which cost a
+  // hop nothing measurable (README: "What the sandbox costs a call"), but for where a service's
+  // processes land: one that the service manager starts can land on the other CPU from the client
+  // that calls it and keep that for life (each call then crosses CPUs: a C backend's round trip 80
+  // instead of 25 µs at a load of 5-9), where one the bench starts shares its client's CPU. The other
+  // two floors stay beside it, with what the unit costs the relays.
+  const judged = x.floors.relayunit && f.floors.relayunit ? "relayunit" : "relaysb";
   const only = (y, k) => ({ ...y, floors: { [k]: y.floors[k] } });
-  const sandboxCost = (r) => us(median(r.relaysb.map((v, i) => v - r.relay[i])));
-  console.log(`  target: mcp-lazy's added cost <= 1.15x the relays', median and p99, judged against the relays whose backend runs in the same sandbox ` +
-    `(the target is about what mcp-lazy's hops add; the sandbox is the unit's, a cost of its own) -> ${warmVerdict("C backend, systemd socket", only(f, "relaysb"))}; ` +
-    `${warmVerdict("memory, systemd socket", only(x, "relaysb"))}`);
-  console.log(`  the sandbox's own cost per call (relays with a sandboxed backend minus without, per round, median): C backend ${sandboxCost(warm.floor)}, ` +
-    `server-memory ${sandboxCost(warm.memory)}; against the relays with an unsandboxed backend (the sandbox counted as mcp-lazy's): ` +
-    `${warmVerdict("C backend", only(f, "relay"))}; ${warmVerdict("memory", only(x, "relay"))}`);
+  const cost = (r, a, b) => (r[a] && r[b] ? us(median(r[a].map((v, i) => v - r[b][i]))) : "-");
+  console.log(`  target: mcp-lazy's added cost <= 1.15x the relays', median and p99, judged against the relays placed as mcp-lazy's processes are ` +
+    `(the target is about what mcp-lazy's hops add; the unit is a cost of its own) -> ${warmVerdict("C backend, systemd socket", only(f, judged))}; ` +
+    `${warmVerdict("memory, systemd socket", only(x, judged))}`);
+  console.log(`  what running in the unit costs the relays per call (per round, median, against the relays with nothing in it; its sandbox and where ` +
+    `its processes land): the backend alone: C backend ${cost(warm.floor, "relaysb", "relay")}, server-memory ${cost(warm.memory, "relaysb", "relay")}; ` +
+    `the second relay and the backend: C backend ${cost(warm.floor, "relayunit", "relay")}, server-memory ${cost(warm.memory, "relayunit", "relay")}`);
+  const others = (y, label) => Object.keys(y.floors).filter((k) => k !== judged).map((k) => warmVerdict(label, only(y, k))).join("; ");
+  console.log(`  against the other floors (the unit, or the second relay's part in it, counted as mcp-lazy's): ${others(f, "C backend")}; ${others(x, "memory")}`);
 }
 
 // 4b alone (`node bench/bench.mjs 4b`, not part of a full run: section 4 runs it): a box with the
