@@ -23,6 +23,27 @@
 #define READ_CHUNK     (64U * 1024U)
 #define OUT_HIGH_WATER CHANNEL_HIGH_WATER
 
+/* Every channel of the process reads into this one buffer and hands its lines out from there: a wakeup
+ * touches it where another channel's last wakeup did (a channel's buffer of its own was a page of its own,
+ * and with it a page walk, on every wakeup of a process woken cache-cold after a slow backend), and an
+ * idle channel holds no read buffer. What must outlive the wakeup moves to the channel's own LineBuffer
+ * (read_view_keep()): the unfinished line's bytes, and lines not handed out because reading was paused. A
+ * tail of up to READ_SHARED_TAIL bytes goes back to the front of this buffer at the next read; a longer
+ * line under way is read on in the channel's own buffer, as it grows. Linked right after the hot statics
+ * (the Makefile's hot-path.ld): a message of up to 1.9 KiB (the shim) or 2.3 KiB (the frontend) lands on
+ * their page, which every wakeup touches anyway (.bss goes after the buffer: what a wakeup reads of it is
+ * linked before the hot statics, _warm_). A handler that reads another channel while lines are handed out
+ * from here (channel_read_all()) reads that one into its own buffer (read_buf_busy). Under
+ * AddressSanitizer the buffer is poisoned outside a read and its handing out: a pointer kept into a line
+ * past its handler is reported. */
+#define READ_SHARED_TAIL (4U * 1024U)
+/* Twice a read's worth, as a channel's own buffer became once it held a tail: a full pipe or socket is
+ * then read whole, not in two reads in one wakeup (the shim then handles more at once, and at 100
+ * sessions with 64 calls in flight each its pool of routes overflows: +75 instructions a call). Zeros
+ * that take no room in the file: .bss by its name, and only .bss after it. */
+static char read_buf[2 * READ_CHUNK] __attribute__((section(".bss.mcp_lazy_read"), aligned(64)));
+static _hot_ bool read_buf_busy;
+
 /* Small messages share a chunk: one allocation and one iovec for a burst of them. */
 #define OUT_CHUNK_SIZE (16U * 1024U)
 
@@ -231,7 +252,8 @@ static void channel_really_free(Channel *c) {
         sd_event_source_disable_unref(c->file_source);
         sd_event_source_disable_unref(c->error_source);
         channel_drop_output(c);
-        line_buffer_done(&c->lines);
+        if (c->lines.data != read_buf) /* never: a read gives its view back before anything frees it */
+                line_buffer_done(&c->lines);
         if (!c->same_fd)
                 safe_close(c->out_fd);
         safe_close(c->in_fd);
@@ -401,6 +423,12 @@ static bool channel_may_read(const Channel *c) {
                (!c->backpressure || c->out_bytes < OUT_HIGH_WATER);
 }
 
+/* A channel's own buffer while its lines are read into read_buf. */
+typedef struct ReadView {
+        char *own;
+        size_t own_alloc;
+} ReadView;
+
 /* Hand every complete line to the handler, until reading is paused. final: no read follows in this
  * batch, so the line that empties the buffer ends the burst (burst_ending()). */
 static bool channel_dispatch_lines(Channel *c, bool final) {
@@ -428,34 +456,124 @@ static bool channel_dispatch_lines(Channel *c, bool final) {
         return true;
 }
 
+/* The channel's lines are read into read_buf and handed out from there: what it held (a tail of at most
+ * READ_SHARED_TAIL) moves to the buffer's front. False: the channel reads into its own buffer this time. */
+static bool read_view_begin(Channel *c, ReadView *v) {
+        LineBuffer *b = &c->lines;
+        size_t held = b->end - b->start;
+
+        if (read_buf_busy || held > READ_SHARED_TAIL)
+                return false;
+        ASAN_UNPOISON_MEMORY_REGION(read_buf, sizeof read_buf);
+        read_buf_busy = true;
+        if (held > 0)
+                memcpy(read_buf, b->data + b->start, held);
+        *v = (ReadView){.own = b->data, .own_alloc = b->alloc};
+        b->data = read_buf;
+        b->alloc = sizeof read_buf;
+        b->start = 0;
+        b->end = held;
+        return true;
+}
+
+/* What the channel still holds of read_buf (an unfinished line, lines a pause held back) moves to its
+ * own buffer; a channel being freed keeps nothing. -ENOMEM: there was no room for it, and it is lost. */
+static __attribute__((cold, noinline)) int read_view_keep(Channel *c, ReadView *v) {
+        LineBuffer *b = &c->lines;
+        size_t held = c->free_pending ? 0 : b->end - b->start;
+        int r = 0;
+
+        if (held > v->own_alloc) {
+                size_t n = held > READ_SHARED_TAIL ? held : READ_SHARED_TAIL;
+                char *p = malloc(n);
+
+                if (p) {
+                        free(v->own);
+                        v->own = p;
+                        v->own_alloc = n;
+                } else {
+                        r = -ENOMEM;
+                        held = 0;
+                }
+        } else if (held == 0 && v->own_alloc > READ_CHUNK) {
+                /* The room a long line took goes with it (what lines a pause held took stays: a channel
+                 * paused and resumed in turn would take and give it back every time). */
+                free(v->own);
+                *v = (ReadView){};
+        }
+        if (held > 0)
+                memcpy(v->own, read_buf + b->start, held);
+        b->data = v->own;
+        b->alloc = v->own_alloc;
+        b->start = 0;
+        b->end = held;
+        if (held == 0)
+                b->scanned = 0;
+        read_buf_busy = false;
+        ASAN_POISON_MEMORY_REGION(read_buf, sizeof read_buf);
+        return r;
+}
+
+/* The end of a read into read_buf: usually every line was handed out, and the channel keeps nothing. */
+static inline int read_view_end(Channel *c, ReadView *v) {
+        LineBuffer *b = &c->lines;
+
+        if (b->start != b->end || v->own_alloc > READ_CHUNK)
+                return read_view_keep(c, v);
+        b->data = v->own;
+        b->alloc = v->own_alloc;
+        b->start = b->end = 0;
+        read_buf_busy = false;
+        ASAN_POISON_MEMORY_REGION(read_buf, sizeof read_buf);
+        return 0;
+}
+
+/* Where a read lands: read_buf (then *shared is set, and read_view_end() must follow), or the channel's
+ * own buffer. */
+static int read_room(Channel *c, ReadView *v, bool *shared, char **ret_p, size_t *ret_avail) {
+        *shared = read_view_begin(c, v);
+        if (!*shared)
+                return line_buffer_reserve(&c->lines, READ_CHUNK, ret_p, ret_avail);
+        *ret_p = read_buf + c->lines.end;
+        *ret_avail = sizeof read_buf - c->lines.end;
+        return 0;
+}
+
+static void channel_read_failed(Channel *c, int error) {
+        c->eof_seen = true;
+        channel_update_reading(c);
+        (void) channel_emit(c, CHANNEL_EOF, NULL, 0, error);
+}
+
 static void channel_read(Channel *c, int max_rounds) {
         /* Lines held back by a pause go first. */
         if (!channel_dispatch_lines(c, false))
                 return;
+        /* Read from inside its own handler (which channel_read_all() forbids) while its lines are handed
+         * out from read_buf: the outer read goes on with them. */
+        if (c->lines.data == read_buf)
+                return;
         for (int rounds = 0; rounds < max_rounds && !c->eof_seen && channel_may_read(c); rounds++) {
+                ReadView v;
                 char *p;
                 size_t avail;
                 ssize_t n;
-                bool last;
-                int r = line_buffer_reserve(&c->lines, READ_CHUNK, &p, &avail);
+                bool last, shared, more;
+                int r = read_room(c, &v, &shared, &p, &avail);
 
-                if (r < 0) {
-                        c->eof_seen = true;
-                        channel_update_reading(c);
-                        (void) channel_emit(c, CHANNEL_EOF, NULL, 0, r);
-                        return;
-                }
+                if (r < 0)
+                        return channel_read_failed(c, r);
                 n = read(c->in_fd, p, avail);
                 if (n < 0) {
-                        if (errno == EINTR)
+                        r = -errno;
+                        if (shared)
+                                (void) read_view_keep(c, &v); /* it held no more than before */
+                        if (r == -EINTR)
                                 continue;
-                        if (errno == EAGAIN)
+                        if (r == -EAGAIN)
                                 return;
                         /* ECONNRESET and friends: as good as EOF, but say why. */
-                        c->eof_seen = true;
-                        channel_update_reading(c);
-                        (void) channel_emit(c, CHANNEL_EOF, NULL, 0, -errno);
-                        return;
+                        return channel_read_failed(c, r);
                 }
                 if (n == 0 && !c->no_last_line && line_buffer_pending(&c->lines) > 0) {
                         /* A last line without its newline is still a line: it goes before the EOF
@@ -463,16 +581,19 @@ static void channel_read(Channel *c, int max_rounds) {
                         *p = '\n';
                         n = 1;
                 } else if (n == 0) {
-                        c->eof_seen = true;
-                        channel_update_reading(c);
-                        (void) channel_emit(c, CHANNEL_EOF, NULL, 0, 0);
-                        return;
+                        if (shared)
+                                (void) read_view_keep(c, &v);
+                        return channel_read_failed(c, 0);
                 }
                 line_buffer_commit(&c->lines, (size_t) n);
                 /* A short read emptied the pipe: no read follows (below). */
                 last = (size_t) n < avail && c->in_pollable && max_rounds <= 16;
-                if (!channel_dispatch_lines(c, last))
+                more = channel_dispatch_lines(c, last);
+                r = shared ? read_view_end(c, &v) : 0;
+                if (!more)
                         return;
+                if (r < 0)
+                        return channel_read_failed(c, r);
                 if (c->read_hook && line_buffer_pending(&c->lines) > 0) {
                         c->dispatching++;
                         c->read_hook(c, c->userdata);
@@ -488,14 +609,11 @@ static void channel_read(Channel *c, int max_rounds) {
 }
 
 /* What a read here touches first (see prefetch.h): this channel's reading lines, its owner's first line,
- * where the read lands in the buffer. */
+ * where the read lands: the front of read_buf, what usually holds no tail, its lines not read yet. */
 static inline void channel_prefetch(const Channel *c) {
         prefetchw_lines(c, offsetof(Channel, out_head));
         __builtin_prefetch(c->userdata, 0, 3);
-        if (c->lines.data && c->lines.end < c->lines.alloc) {
-                size_t room = c->lines.alloc - c->lines.end;
-                prefetchw_lines(c->lines.data + c->lines.end, room < 2 * PREFETCH_LINE ? room : 2 * PREFETCH_LINE);
-        }
+        prefetchw_lines(read_buf, 2 * PREFETCH_LINE);
 }
 
 static int on_in(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
@@ -517,7 +635,7 @@ static int on_in(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
 void channel_read_all(Channel *c) {
         c->dispatching++;
         batch_begin();
-        /* 64 MiB at most: a backend's child that still writes cannot keep us here. */
+        /* 128 MiB at most: a backend's child that still writes cannot keep us here. */
         channel_read(c, 1024);
         c->dispatching--;
         if (c->free_pending && c->dispatching == 0)

@@ -76,6 +76,9 @@ static inline void strv_freep(char ***l) {
  * section of their own (a few 64-byte lines after .data), not each on a line of its own among the cold
  * statics. A process woken cache-cold after a slow backend fetches each such line again. */
 #define _hot_ __attribute__((section("mcp_lazy_hot")))
+/* A static object a wakeup reads a line or two of, too large to be prefetched whole with the hot
+ * statics: linked right before them, on their page (the Makefile's hot-path.ld). */
+#define _warm_ __attribute__((section("mcp_lazy_warm")))
 
 /* Built with AddressSanitizer: gcc says so with __SANITIZE_ADDRESS__, clang (the fuzzers' compiler)
  * only through __has_feature(). The process-wide pools that hand a freed block to the next user (a

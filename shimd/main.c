@@ -426,7 +426,7 @@ static int run(const char *manifest_path, const char *name_arg, size_t max_line)
         _cleanup_(manifest_freep) Manifest *m = NULL;
         _cleanup_(sd_event_unrefp) sd_event *e = NULL;
         _cleanup_free_ char *err = NULL, *name = NULL;
-        static Shim s __attribute__((aligned(64))); /* off the loop's stack page; its head on one line */
+        static Shim s _warm_ __attribute__((aligned(64))); /* off the loop's stack page; its head on one line */
         int n, r;
 
         n = sd_listen_fds(true);
