@@ -446,6 +446,31 @@ static int backend_adopt(ManifestDoc *doc, const char *name, YNode *b, bool owne
         return 1;
 }
 
+/* What secrets_orphan() renamed (file, now to) gets mode 0600, and that is said. A link is renamed,
+ * never followed: only a file of its own gets mode 0600, through a descriptor opened without
+ * following a link (one put in its place after the rename is left as it is) and checked to be a
+ * regular file. */
+static int secrets_orphan_mode(int dfd, const char *dir, const char *file, const char *to) {
+        _cleanup_close_ int fd = openat(dfd, to, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        struct stat st;
+
+        if ((fd < 0 && errno != ELOOP) ||
+            (fd >= 0 && (fstat(fd, &st) < 0 || (S_ISREG(st.st_mode) && fchmod(fd, 0600) < 0)))) {
+                int r = -errno;
+                /* Renamed all the same: said as it is. */
+                fprintf(stderr,
+                        "mcp-lazy: %s/%s belongs to no backend of the manifest that names it in secret_env: renamed "
+                        "%s/%s, but cannot make it mode 0600: %s; nothing else was changed\n",
+                        dir, file, dir, to, strerror(-r));
+                return r;
+        }
+        fprintf(stderr,
+                "mcp-lazy: %s/%s belongs to no backend of the manifest that names it in secret_env, so no unit may "
+                "hand it on: renamed %s/%s (mode 0600)\n",
+                dir, file, dir, to);
+        return 0;
+}
+
 /* Puts the secrets file 'file' of directory dfd (dir, for messages) aside, as
  * NAME.env.orphaned-YYYYmmddTHHMMSS (mode 0600): the unit reads only NAME.env, and nothing is lost. */
 static int secrets_orphan(int dfd, const char *dir, const char *file, bool dry_run, bool quiet) {
@@ -453,15 +478,18 @@ static int secrets_orphan(int dfd, const char *dir, const char *file, bool dry_r
         char stamp[32];
         time_t now = time(NULL);
         struct tm tm;
+        int r = -EEXIST;
 
         if (!gmtime_r(&now, &tm) || strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%S", &tm) == 0)
-                return -EINVAL;
-        for (unsigned k = 1; k < 100; k++) {
+                r = -EINVAL;
+        for (unsigned k = 1; k < 100 && r == -EEXIST; k++) {
                 free(to);
                 to = NULL;
                 if ((k == 1 ? asprintf(&to, "%s.orphaned-%s", file, stamp)
-                            : asprintf(&to, "%s.orphaned-%s-%u", file, stamp, k)) < 0)
-                        return -ENOMEM;
+                            : asprintf(&to, "%s.orphaned-%s-%u", file, stamp, k)) < 0) {
+                        r = -ENOMEM;
+                        break;
+                }
                 if (dry_run) {
                         if (!quiet)
                                 fprintf(stderr,
@@ -472,32 +500,19 @@ static int secrets_orphan(int dfd, const char *dir, const char *file, bool dry_r
                 }
                 /* Through the directory's descriptor, checked once: never by a path that may lead
                  * elsewhere by now. */
-                if (renameat2(dfd, file, dfd, to, RENAME_NOREPLACE) >= 0) {
-                        /* A link is renamed, never followed: only a file of its own gets mode 0600, through
-                         * a descriptor opened without following a link (one put in its place after the
-                         * rename is left as it is) and checked to be a regular file. */
-                        _cleanup_close_ int fd = openat(dfd, to, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-                        struct stat st;
-                        if (fd < 0 && errno != ELOOP)
-                                return -errno;
-                        if (fd >= 0 && (fstat(fd, &st) < 0 || (S_ISREG(st.st_mode) && fchmod(fd, 0600) < 0)))
-                                return -errno;
-                        fprintf(stderr,
-                                "mcp-lazy: %s/%s belongs to no backend of the manifest that names it in "
-                                "secret_env, so no unit may hand it on: renamed %s/%s (mode 0600)\n",
-                                dir, file, dir, to);
-                        return 0;
-                }
-                if (errno != EEXIST)
-                        return -errno;
+                if (renameat2(dfd, file, dfd, to, RENAME_NOREPLACE) < 0)
+                        r = -errno;
+                else
+                        return secrets_orphan_mode(dfd, dir, file, to);
         }
-        return -EEXIST;
+        fprintf(stderr, "mcp-lazy: cannot rename %s/%s aside: %s; nothing else was changed\n", dir, file, strerror(-r));
+        return r;
 }
 
 /* The secrets files (NAME.env) that no backend of doc owns (owned[] per backend, in the order of
- * doc's backends) are put aside (with dry_run, said; with quiet too, only counted): how many. The directory is checked
- * as envfile_write() checks it (root's own, no one else may write to it), through a descriptor that every rename then
- * goes through. */
+ * doc's backends) are put aside (with dry_run, said; with quiet too, only counted): how many. The
+ * directory is checked as envfile_write() checks it (root's own, no one else may write to it),
+ * through a descriptor that every rename then goes through. Errors are said (but for quiet). */
 static int secrets_orphans(const ManifestDoc *doc, const YNode *backends, const bool *owned, bool dry_run, bool quiet) {
         _cleanup_free_ char *copy = strdup(doc->path), *dir = NULL;
         _cleanup_(closedirp) DIR *d = NULL;
@@ -543,11 +558,8 @@ static int secrets_orphans(const ManifestDoc *doc, const YNode *backends, const 
                 if (keep)
                         continue;
                 r = secrets_orphan(dfd, dir, de->d_name, dry_run, quiet);
-                if (r < 0) {
-                        fprintf(stderr, "mcp-lazy: cannot rename %s/%s aside: %s; nothing else was changed\n", dir,
-                                de->d_name, strerror(-r));
+                if (r < 0) /* said */
                         return r;
-                }
                 n_orphans++;
         }
         return errno > 0 ? -errno : n_orphans;

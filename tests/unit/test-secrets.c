@@ -370,6 +370,40 @@ struct dirent *__wrap_readdir(DIR *d) {
         return __real_readdir(d);
 }
 
+/* fchmod() fails once with fchmod_fails (the link takes -Wl,--wrap=fchmod). */
+static int fchmod_fails;
+
+int __real_fchmod(int fd, mode_t mode);
+int __wrap_fchmod(int fd, mode_t mode);
+int __wrap_fchmod(int fd, mode_t mode) {
+        if (fchmod_fails) {
+                errno = fchmod_fails;
+                fchmod_fails = 0;
+                return -1;
+        }
+        return __real_fchmod(fd, mode);
+}
+
+/* A file renamed aside that cannot be made 0600 is said to be renamed (review 10's nit: the message
+ * said it could not be renamed). */
+static void test_orphan_mode_fails(void) {
+        _cleanup_free_ char *text = NULL, *err = NULL, *o = NULL, *p = NULL;
+
+        write_text("secrets/gone.env", "TOKEN=MARKgone\n");
+        fchmod_fails = EIO;
+        CHECK(split("backends: {}\n", &text, &err) == -EIO);
+        CHECK(fchmod_fails == 0);
+        fchmod_fails = 0;
+        CHECK(err && strstr(err, "gone.env belongs") && strstr(err, "secret_env: renamed ") &&
+              strstr(err, "but cannot make it mode 0600") && !strstr(err, "cannot rename") && !strstr(err, "MARK"));
+        if (err && !strstr(err, "cannot make it"))
+                fprintf(stderr, "said: %s\n", err);
+        o = orphan_of("gone.env");
+        CHECK(o);
+        p = o ? path_in(o) : NULL;
+        CHECK(p && unlink(p) >= 0);
+}
+
 static void test_orphans_swapped_dir(void) {
         _cleanup_free_ char *text = NULL, *err = NULL, *secrets = path_in("secrets"), *aside = path_in("aside"),
                             *other = path_in("other"), *theirs = path_in("other/gone.env"), *o = NULL, *p = NULL;
@@ -544,6 +578,7 @@ int main(void) {
         test_owner_runs_the_same();
         test_files_pending();
         test_orphans_swapped_dir();
+        test_orphan_mode_fails();
         test_names_that_stay();
         if (asprintf(&rm, "rm -rf '%s'", dir) >= 0 && system(rm) != 0)
                 fprintf(stderr, "cannot remove %s\n", dir);
