@@ -665,13 +665,18 @@ static int backend_split(ManifestDoc *doc, const char *name, YNode *b, bool owne
                 r = dir ? mkdir_parents(dirname(dir), 0755) : -ENOMEM;
                 if (r >= 0)
                         r = envfile_write(path, secrets);
+                /* Files put aside or written before this one stay: only the manifest is not written. */
                 if (r == -EPERM)
                         fprintf(stderr,
                                 "mcp-lazy: cannot write %s: its directory must be root's own and writable by root "
-                                "alone; nothing was changed\n",
+                                "alone; the manifest was not written (secrets files put aside or written before "
+                                "stay)\n",
                                 path);
                 else if (r < 0)
-                        fprintf(stderr, "mcp-lazy: cannot write %s: %s; nothing was changed\n", path, strerror(-r));
+                        fprintf(stderr,
+                                "mcp-lazy: cannot write %s: %s; the manifest was not written (secrets files put "
+                                "aside or written before stay)\n",
+                                path, strerror(-r));
                 if (r < 0)
                         return r;
                 printf("Wrote %s (%s; mode 0600: root reads it, for mcp-lazy@%s.service)\n", path, shown, name);

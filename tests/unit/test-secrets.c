@@ -370,18 +370,42 @@ struct dirent *__wrap_readdir(DIR *d) {
         return __real_readdir(d);
 }
 
-/* fchmod() fails once with fchmod_fails (the link takes -Wl,--wrap=fchmod). */
+/* The next fchmod() but fchmod_skip fails with fchmod_fails (the link takes -Wl,--wrap=fchmod). */
 static int fchmod_fails;
+static unsigned fchmod_skip;
 
 int __real_fchmod(int fd, mode_t mode);
 int __wrap_fchmod(int fd, mode_t mode);
 int __wrap_fchmod(int fd, mode_t mode) {
-        if (fchmod_fails) {
+        if (fchmod_fails && fchmod_skip == 0) {
                 errno = fchmod_fails;
                 fchmod_fails = 0;
                 return -1;
         }
+        if (fchmod_fails)
+                fchmod_skip--;
         return __real_fchmod(fd, mode);
+}
+
+/* A file that cannot be written after another was put aside: what was done is not said undone. */
+static void test_write_fails_after_orphan(void) {
+        _cleanup_free_ char *text = NULL, *err = NULL, *o = NULL, *p = NULL, *pn = path_in("secrets/new.env");
+
+        write_text("secrets/gone.env", "TOKEN=MARKgone\n");
+        fchmod_fails = EIO, fchmod_skip = 1; /* the orphan's fchmod, then the new file's */
+        CHECK(split("backends:\n" BACKEND("new", "{T: MARKnew}"), &text, &err) == -EIO);
+        CHECK(fchmod_fails == 0);
+        fchmod_fails = 0, fchmod_skip = 0;
+        CHECK(err && strstr(err, "gone.env belongs") && strstr(err, "cannot write") && strstr(err, "new.env") &&
+              strstr(err, "the manifest was not written") && !strstr(err, "nothing was changed") &&
+              !strstr(err, "MARK"));
+        if (err && !strstr(err, "the manifest was not written"))
+                fprintf(stderr, "said: %s\n", err);
+        CHECK(pn && access(pn, F_OK) < 0);
+        o = orphan_of("gone.env");
+        CHECK(o);
+        p = o ? path_in(o) : NULL;
+        CHECK(p && unlink(p) >= 0);
 }
 
 /* A file renamed aside that cannot be made 0600 is said to be renamed (review 10's nit: the message
@@ -579,6 +603,7 @@ int main(void) {
         test_files_pending();
         test_orphans_swapped_dir();
         test_orphan_mode_fails();
+        test_write_fails_after_orphan();
         test_names_that_stay();
         if (asprintf(&rm, "rm -rf '%s'", dir) >= 0 && system(rm) != 0)
                 fprintf(stderr, "cannot remove %s\n", dir);
