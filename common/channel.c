@@ -478,33 +478,32 @@ static bool read_view_begin(Channel *c, ReadView *v) {
 
 /* What the channel still holds of read_buf (an unfinished line, lines a pause held back) moves to its
  * own buffer; a channel being freed keeps nothing. -ENOMEM: there was no room for it, and it is lost. */
-static __attribute__((cold, noinline)) int read_view_keep(Channel *c, ReadView *v) {
+static __attribute__((cold, noinline)) int read_view_keep(Channel *c, ReadView v) {
         LineBuffer *b = &c->lines;
         size_t held = c->free_pending ? 0 : b->end - b->start;
         int r = 0;
 
-        if (held > v->own_alloc) {
+        if (held > v.own_alloc) {
                 size_t n = held > READ_SHARED_TAIL ? held : READ_SHARED_TAIL;
                 char *p = malloc(n);
 
                 if (p) {
-                        free(v->own);
-                        v->own = p;
-                        v->own_alloc = n;
+                        free(v.own);
+                        v = (ReadView){p, n};
                 } else {
                         r = -ENOMEM;
                         held = 0;
                 }
-        } else if (held == 0 && v->own_alloc > READ_CHUNK) {
+        } else if (held == 0 && v.own_alloc > READ_CHUNK) {
                 /* The room a long line took goes with it (what lines a pause held took stays: a channel
                  * paused and resumed in turn would take and give it back every time). */
-                free(v->own);
-                *v = (ReadView){};
+                free(v.own);
+                v = (ReadView){};
         }
         if (held > 0)
-                memcpy(v->own, read_buf + b->start, held);
-        b->data = v->own;
-        b->alloc = v->own_alloc;
+                memcpy(v.own, read_buf + b->start, held);
+        b->data = v.own;
+        b->alloc = v.own_alloc;
         b->start = 0;
         b->end = held;
         if (held == 0)
@@ -515,13 +514,13 @@ static __attribute__((cold, noinline)) int read_view_keep(Channel *c, ReadView *
 }
 
 /* The end of a read into read_buf: usually every line was handed out, and the channel keeps nothing. */
-static inline int read_view_end(Channel *c, ReadView *v) {
+static inline int read_view_end(Channel *c, ReadView v) {
         LineBuffer *b = &c->lines;
 
-        if (b->start != b->end || v->own_alloc > READ_CHUNK)
+        if (b->start != b->end || v.own_alloc > READ_CHUNK)
                 return read_view_keep(c, v);
-        b->data = v->own;
-        b->alloc = v->own_alloc;
+        b->data = v.own;
+        b->alloc = v.own_alloc;
         b->start = b->end = 0;
         read_buf_busy = false;
         ASAN_POISON_MEMORY_REGION(read_buf, sizeof read_buf);
@@ -567,7 +566,7 @@ static void channel_read(Channel *c, int max_rounds) {
                 if (n < 0) {
                         r = -errno;
                         if (shared)
-                                (void) read_view_keep(c, &v); /* it held no more than before */
+                                (void) read_view_keep(c, v); /* it held no more than before */
                         if (r == -EINTR)
                                 continue;
                         if (r == -EAGAIN)
@@ -582,14 +581,14 @@ static void channel_read(Channel *c, int max_rounds) {
                         n = 1;
                 } else if (n == 0) {
                         if (shared)
-                                (void) read_view_keep(c, &v);
+                                (void) read_view_keep(c, v);
                         return channel_read_failed(c, 0);
                 }
                 line_buffer_commit(&c->lines, (size_t) n);
                 /* A short read emptied the pipe: no read follows (below). */
                 last = (size_t) n < avail && c->in_pollable && max_rounds <= 16;
                 more = channel_dispatch_lines(c, last);
-                r = shared ? read_view_end(c, &v) : 0;
+                r = shared ? read_view_end(c, v) : 0;
                 if (!more)
                         return;
                 if (r < 0)
