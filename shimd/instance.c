@@ -243,49 +243,86 @@ void route_set_sent(Route *r, char *text, size_t len) {
         r->sent_len = len;
 }
 
-/* The uri of a resources/subscribe or unsubscribe route, as it went to the backend (NULL: none, or out
- * of memory). */
-static char *route_uri(const Route *r) {
-        _cleanup_json_ cJSON *sent = r->sent ? cJSON_ParseWithLength(r->sent, r->sent_len) : NULL;
-        const char *uri = cJSON_GetStringValue(
-                cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(sent, "params"), "uri"));
+/* A session's resources/subscribe requests in flight at a handshake-era backend for one URI (Client.subscribes,
+ * keyed by it). A subscribe counts its URI as the session's when it is sent (forward_request()); one that ends
+ * without a grant (the backend's error, ours, or a cancellation) takes away what it added, as when a
+ * 2026-07-28 backend's stream does not take it (subscribe.c): no update of it reaches the session. One held
+ * before the request stays held; while another subscribe of the session to that URI is in flight, that one
+ * answers for it instead, and a grant of one sent after what added the URI holds it. Kept here, from the
+ * request as parsed, so that the end of one is a look-up: a session may have CLIENT_MAX_PENDING of them. */
+struct SubscribeFlight {
+        char *uri;      /* the key */
+        unsigned n;     /* in flight */
+        uint64_t sent;  /* numbers the subscribes sent for it while it is here (Route.sub_seq) */
+        uint64_t added; /* the number of the last that added the URI, until a later one is granted; 0: none */
+};
 
-        return uri ? strdup(uri) : NULL;
+static SubscribeFlight *subscribe_flight_free(SubscribeFlight *f) {
+        if (f)
+                free(f->uri);
+        free(f);
+        return NULL;
 }
 
-/* A resources/subscribe that added its URI to the session's subscriptions ends without a grant (the
- * backend's error, ours, or a cancellation): the session holds no subscription to it (no update of it
- * reaches the session), as when a 2026-07-28 backend's stream does not take it (subscribe.c). One it
- * held before the request stays held. While another subscribe of the session to that URI is in flight,
- * that one answers for it instead. */
-static __attribute__((noinline, cold)) void route_subscribe_failed(Route *r) {
-        _cleanup_free_ char *uri = route_uri(r);
-        bool another = false;
+/* r, a resources/subscribe of uri that added it to the session's subscriptions (added) or found it held,
+ * is in flight. */
+static int subscribe_flight_start(Client *c, Route *r, const char *uri, bool added) {
+        SubscribeFlight *f;
+
+        if (!c->subscribes && !(c->subscribes = hashmap_new_borrowed()))
+                return -ENOMEM;
+        f = hashmap_get(c->subscribes, uri);
+        if (!f) {
+                f = calloc(1, sizeof *f);
+                if (!f || !(f->uri = strdup(uri)) || hashmap_put(c->subscribes, f->uri, f) < 0) {
+                        subscribe_flight_free(f);
+                        return -ENOMEM;
+                }
+        }
+        f->n++;
+        r->sub = f;
+        r->sub_seq = ++f->sent;
+        if (added)
+                f->added = r->sub_seq;
+        return 0;
+}
+
+/* The backend granted r: the URI is held, unless a subscribe sent later (after an unsubscribe) added it. */
+static void route_subscribe_granted(Route *r) {
+        if (r->sub_seq >= r->sub->added)
+                r->sub->added = 0;
+}
+
+/* r has ended (answered, refused or cancelled): the last of its URI's in flight lets go of what one of them
+ * added and none was granted. */
+static __attribute__((noinline, cold)) void route_subscribe_ended(Route *r) {
+        SubscribeFlight *f = TAKE_PTR(r->sub);
+
+        if (--f->n > 0)
+                return;
+        if (f->added)
+                (void) subscribe_track(r->client, f->uri, false);
+        hashmap_remove(r->client->subscribes, f->uri);
+        subscribe_flight_free(f);
+}
+
+/* The session goes, its subscriptions with it: its subscribes in flight have nothing to undo. */
+static void subscribe_flights_drop(Client *c) {
         size_t state = 0;
         void *v;
 
-        if (!uri) {
-                log_oom();
-                return;
-        }
-        while (hashmap_iterate(&r->client->pending, &state, NULL, &v)) {
-                Route *o = v;
-                _cleanup_free_ char *other = NULL;
-
-                if (o == r || !method_is(o->method, "resources/subscribe"))
-                        continue;
-                other = route_uri(o);
-                if (other && streq(other, uri))
-                        another = o->sub_added = true;
-        }
-        if (!another)
-                (void) subscribe_track(r->client, uri, false);
+        while (hashmap_iterate(&c->pending, &state, NULL, &v))
+                ((Route *) v)->sub = NULL;
+        state = 0;
+        while (c->subscribes && hashmap_iterate(c->subscribes, &state, NULL, &v))
+                subscribe_flight_free(v);
+        c->subscribes = hashmap_free(c->subscribes);
 }
 
 /* Takes the route out of every map. */
 static void route_remove(Instance *i, Route *r) {
-        if (r->sub_added && r->client)
-                route_subscribe_failed(r);
+        if (r->sub)
+                route_subscribe_ended(r);
         mrtr_route_gone(i, r);
         bridge_route_gone(i, r);
         idmap_remove(&i->routes, r->backend_id);
@@ -529,14 +566,26 @@ const char *route_send_strerror(int k) {
         }
 }
 
-static int track_subscription(Client *c, const Message *m) {
+/* A resources/subscribe or unsubscribe as it goes to a handshake-era backend: the session's subscriptions
+ * change as it is sent, and a subscribe's route (r) counts among the session's in flight for its URI. 1: the
+ * subscribe added the URI. */
+static int track_subscription(Client *c, Route *r, const Message *m) {
         bool sub = method_is(m->method, "resources/subscribe");
         const cJSON *uri;
+        int k, e;
 
         if ((!sub && !method_is(m->method, "resources/unsubscribe")) || !message_json(m))
                 return 0;
         uri = cJSON_GetObjectItemCaseSensitive(m->params, "uri");
-        return cJSON_IsString(uri) ? subscribe_track(c, uri->valuestring, sub) : 0;
+        if (!cJSON_IsString(uri))
+                return 0;
+        k = subscribe_track(c, uri->valuestring, sub);
+        if (k < 0 || !sub || !r)
+                return k;
+        e = subscribe_flight_start(c, r, uri->valuestring, k > 0);
+        if (e < 0 && k > 0)
+                (void) subscribe_track(c, uri->valuestring, false);
+        return e < 0 ? e : k;
 }
 
 static bool client_subscribed(const Client *c, const char *uri) {
@@ -691,8 +740,7 @@ static void forward_request(Instance *i, Client *c, const Message *m) {
                 route_free(r);
                 return client_fail_request(c, m, "out of memory");
         }
-        k = track_subscription(c, m);
-        r->sub_added = k > 0 && method_is(m->method, "resources/subscribe");
+        k = track_subscription(c, r, m);
         if (k < 0) {
                 /* Not sent untracked: the backend would grant what no update of reaches the session. */
                 client_fail_request(c, m,
@@ -737,7 +785,7 @@ static bool unsubscribe_shared(Instance *i, Client *c, const Message *m) {
                 shared = o != c && o->instance == i && client_subscribed(o, uri);
         if (!shared)
                 return false;
-        (void) track_subscription(c, m);
+        (void) track_subscription(c, NULL, m);
         r = jsonrpc_result_new(message_id_json(m), cJSON_CreateObject());
         if (r)
                 client_send(c, r);
@@ -1090,8 +1138,8 @@ static void handle_backend_response(Instance *i, const Message *m) {
         i->answered = true;
         i->shim->calls_served++;
         c = r->client;
-        if (r->sub_added && message_route(m, ROUTE_PATH_RESULT).len > 0)
-                r->sub_added = false; /* granted: held */
+        if (r->sub && message_route(m, ROUTE_PATH_RESULT).len > 0)
+                route_subscribe_granted(r);
         route_remove(i, r);
         shim_calls_changed(i->shim, c);
 }
@@ -1721,6 +1769,7 @@ void instance_forget_client(Instance *i, Client *c) {
 
         instance_forget_tasks(i, c);
         subscribe_forget_client(i, c);
+        subscribe_flights_drop(c);
 
         while (hashmap_iterate(&c->pending, &state, NULL, &v)) {
                 Route *r = v;

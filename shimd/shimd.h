@@ -79,6 +79,7 @@ typedef struct ProgressMemo ProgressMemo;
 typedef struct Mrtr Mrtr;
 typedef struct HeldItem HeldItem;
 typedef struct SubscribeWaiter SubscribeWaiter;
+typedef struct SubscribeFlight SubscribeFlight;
 
 /* The era of MCP a backend process speaks (manifest `protocol`, or found out when it starts). */
 typedef enum BackendEra {
@@ -118,13 +119,16 @@ typedef struct Route {
         bool is_tool_call, is_tasks_list;
         bool block;  /* a block of ROUTE_BLOCK bytes (instance.c): to the free list when it goes */
         bool resend; /* the backend died before reading it: it goes to the next one */
-        bool sub_added; /* a resources/subscribe that added its URI to the session's (handshake era) */
         Instance *instance; /* where it is in flight (a session whose roots changed has moved on) */
         const char *method; /* in the route's own allocation */
         size_t sent_len;
         uint64_t sent_end; /* its end in the backend's stdin (channel_sent_bytes()) */
         size_t request_len;
         unsigned awaiting, rounds;
+        /* A resources/subscribe at a handshake-era backend: the session's count of those in flight for
+         * its URI (instance.c). On the line the client's id (read by every answer) begins. */
+        SubscribeFlight *sub;
+        uint64_t sub_seq; /* its number among them */
 } Route;
 
 /* Instance, Client and the head of a Route are laid out by 64-byte cache line (calloc_lines()): what a
@@ -199,6 +203,8 @@ struct Client {
         uint64_t serial;
         pid_t pid;
         cJSON *subscriptions; /* resource URIs this connection subscribed to (array of strings) */
+        Hashmap *subscribes;  /* URI -> SubscribeFlight: its resources/subscribe requests in flight at a
+                               * handshake-era backend (instance.c); NULL until the first */
         char *log_level;      /* logging/setLevel's, at a modern backend (subscribe.c) */
         char *refused;        /* why initialize found no backend for it, told to each later call */
         size_t partial_seen;  /* its unfinished line's length when last weighed (client.c) */
