@@ -80,20 +80,19 @@ $(S)/%.o: %.c
 # with the scan. mcp_lazy_hot_path_start/_end mark the section: each wakeup prefetches a line of each of
 # its pages (common/prefetch.c).
 HOT_PATH_ESCAPED := scan_string_slow
-HOT_PATH := on_in channel_dispatch_lines line_buffer_next channel_read line_buffer_reserve \
+HOT_PATH := on_in prefetch_wakeup message_prefetch channel_dispatch_lines line_buffer_next channel_read \
 	line_buffer_commit channel_emit on_upconn upconn_handle_line message_parse_envelope scan_text scan_value \
-	$(HOT_PATH_ESCAPED) ids_rules_of check_id_lengths session_complete hashmap_remove_hashed \
-	upconn_release pending_recycle message_unref session_send_text channel_send channel_sendv chunk_new \
-	channel_backed_up channel_flush chunk_free channel_update_reading on_client session_handle_line \
-	message_is_batch ids_method_kind_mismatch handle_message message_has_envelope handle_tools_call route_to \
-	routable hashmap_size hashmap_get modern_request hashmap_hash_len hashmap_put_hashed session_upstream \
-	upstream_name upstream_forward client_handle_line client_handle_message mrtr_request_refused \
-	era_envelope_parse instance_submit channel_write_closed deliver idmap_put front_place track_subscription \
-	ids_translate_buf ids_splices map_to_backend id_integer_format message_splice_buf route_send \
-	channel_sent_bytes shim_calls_changed instance_in_flight idmap_size idle_update status_arm \
+	$(HOT_PATH_ESCAPED) ids_rules_of check_id_lengths session_complete hashmap_remove_hashed upconn_release \
+	pending_recycle message_unref session_send_text channel_send channel_sendv channel_backed_up on_client \
+	session_handle_line message_is_batch ids_method_kind_mismatch handle_message message_has_envelope \
+	handle_tools_call route_to routable hashmap_size modern_request hashmap_hash_len hashmap_put_hashed \
+	session_upstream upstream_name upstream_forward client_handle_line client_handle_message \
+	mrtr_request_refused era_envelope_parse instance_submit channel_write_closed deliver idmap_put front_place \
+	track_subscription ids_translate_buf ids_splices map_to_backend id_integer_format message_splice_buf \
+	route_send channel_sent_bytes shim_calls_changed instance_in_flight idmap_size idle_update status_arm \
 	line_buffer_pending on_backend instance_handle_backend_line idmap_get ids_translate_send map_to_client \
 	client_sendv_pieces client_sendv client_overflowed channel_queued client_check_peer_queued route_remove \
-	idmap_remove route_free hashmap_remove_if hash_string pending_on prefetch_wakeup message_prefetch
+	idmap_remove route_free
 # HOT_PATH_ALIGNED start a 64-byte line wherever the functions before them end: scan_value, the scan's
 # loop, runs ~50 of its lines every wakeup, and which of them depends on where it starts (lackey, per
 # wakeup, server-memory read_graph: 4-8 lines more at 48 bytes past a line than at one; a change to any
