@@ -109,8 +109,11 @@ int import_write_manifest(ManifestDoc *doc, bool dry_run) {
                         err ?: strerror(-r));
                 return r;
         }
-        /* Checked first: the secrets files are written only for a manifest that will be written too. */
-        if (secrets_wanted(doc->path)) {
+        /* Checked first: the secrets files are written only for a manifest that will be written too
+         * (secrets_split() checks the manifest it makes before it changes any file, and the manifest
+         * is written last). */
+        bool split = secrets_wanted(doc->path);
+        if (split) {
                 free(text);
                 text = NULL;
                 r = secrets_split(doc, dry_run);
@@ -148,7 +151,8 @@ int import_write_manifest(ManifestDoc *doc, bool dry_run) {
                 r = write_file_atomic_owned(doc->path, text, len, mode, true, group_reads ? 0 : (uid_t) -1,
                                             group_reads ? gid : (gid_t) -1);
         if (r < 0)
-                fprintf(stderr, "mcp-lazy: cannot write the manifest %s: %s; nothing was changed\n", doc->path,
-                        strerror(-r));
+                fprintf(stderr, "mcp-lazy: cannot write the manifest %s: %s; %s\n", doc->path, strerror(-r),
+                        split ? "the secrets files said above were changed: run it again once it can be"
+                              : "nothing was changed");
         return r;
 }

@@ -149,24 +149,136 @@ int secrets_path(const char *manifest_path, const char *backend, char **ret) {
         return 0;
 }
 
-int secrets_read(const char *manifest_path, const char *backend, char ***ret_env, char **ret_error) {
-        _cleanup_free_ char *path = NULL, *text = NULL;
+/* The secrets directory of a manifest, checked once by envfile_dir_open() (root's own, no one else
+ * may write to it) and then read and changed only through its descriptor: fd is -EBADF when there is
+ * none. */
+typedef struct {
+        int fd;
+        char *path;
+} SecretsDir;
+
+static void secrets_dir_done(SecretsDir *sd) {
+        sd->fd = safe_close(sd->fd);
+        free(sd->path);
+        sd->path = NULL;
+}
+
+/* Opens the secrets directory beside manifest_path into *sd (none there: fd -EBADF, 0). One that
+ * would be refused is said (unless quiet), and refuses everything: nothing in it is read. */
+static int secrets_dir_open(const char *manifest_path, bool quiet, SecretsDir *sd) {
+        _cleanup_free_ char *copy = strdup(manifest_path);
+        int r;
+
+        sd->fd = -EBADF;
+        sd->path = NULL;
+        if (!copy || asprintf(&sd->path, "%s/secrets", dirname(copy)) < 0) {
+                sd->path = NULL;
+                return -ENOMEM;
+        }
+        r = envfile_dir_open(sd->path, false, &sd->fd);
+        if (r == -ENOENT)
+                return 0;
+        if (r < 0 && !quiet) {
+                if (r == -EPERM)
+                        fprintf(stderr,
+                                "mcp-lazy: %s must be root's own and writable by root alone (mode 0700, as "
+                                "installed); nothing was changed\n",
+                                sd->path);
+                else
+                        fprintf(stderr, "mcp-lazy: cannot open the directory %s: %s; nothing was changed\n", sd->path,
+                                strerror(-r));
+        }
+        return r;
+}
+
+/* The text of file name in directory dfd, opened without following a link, a regular file of at most
+ * max bytes. */
+static int read_at(int dfd, const char *name, size_t max, char **ret, size_t *ret_len) {
+        _cleanup_close_ int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        _cleanup_free_ char *buf = NULL;
+        struct stat st;
+        size_t len = 0;
+
+        if (fd < 0)
+                return errno == ELOOP ? -EBADF : -errno;
+        if (fstat(fd, &st) < 0)
+                return -errno;
+        if (!S_ISREG(st.st_mode))
+                return -EBADF;
+        if ((uintmax_t) st.st_size > max)
+                return -EFBIG;
+        buf = malloc(max + 1);
+        if (!buf)
+                return -ENOMEM;
+        for (;;) {
+                ssize_t n = read(fd, buf + len, max + 1 - len);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return -errno;
+                if (n == 0)
+                        break;
+                len += (size_t) n;
+                if (len > max)
+                        return -EFBIG;
+        }
+        buf[len] = 0;
+        *ret = TAKE_PTR(buf);
+        *ret_len = len;
+        return 0;
+}
+
+/* backend's secrets file in sd, read through its descriptor (review 12 LOW-1), as systemd reads it:
+ * -EBADMSG for a line it cannot read or a value it refuses (it would ignore the whole file), -EBADF
+ * for a link or anything but a regular file. *ret_error says which file and why, never a value. */
+static int secrets_read_at(const SecretsDir *sd, const char *backend, char ***ret_env, char **ret_error) {
+        _cleanup_free_ char *file = NULL, *text = NULL;
+        _cleanup_strv_free_ char **env = NULL;
+        const char *reason = "not a line of an environment file", *bad = NULL;
         unsigned line = 0;
-        size_t len;
+        size_t len = 0;
         int r;
 
         *ret_error = NULL;
-        r = secrets_path(manifest_path, backend, &path);
+        if (asprintf(&file, "%s.env", backend) < 0)
+                return -ENOMEM;
+        r = sd->fd < 0 ? -ENOENT : read_at(sd->fd, file, 1024U * 1024U, &text, &len);
         if (r >= 0)
-                r = read_file_full(path, 1024U * 1024U, &text, &len);
-        if (r >= 0)
-                r = envfile_parse(text, len, ret_env, &line);
-        if (r == -EBADMSG) {
-                if (asprintf(ret_error, "%s:%u: not a line of an environment file", path, line) < 0)
+                r = envfile_parse(text, len, &env, &line);
+        for (char **v = env; r >= 0 && v && *v; v++)
+                if (envfile_assignment_check(*v, &reason) < 0) {
+                        bad = *v;
+                        r = -EBADMSG;
+                }
+        if (r == -EBADMSG && bad) {
+                if (asprintf(ret_error, "%s/%s: %.*s: %s", sd->path, file, (int) strcspn(bad, "="), bad, reason) < 0)
                         *ret_error = NULL;
-        } else if (r < 0 && path && asprintf(ret_error, "%s: %s", path, strerror(-r)) < 0)
+        } else if (r == -EBADMSG) {
+                if (asprintf(ret_error, "%s/%s:%u: %s", sd->path, file, line, reason) < 0)
+                        *ret_error = NULL;
+        } else if (r == -EBADF) {
+                if (asprintf(ret_error, "%s/%s: not a regular file (a link?)", sd->path, file) < 0)
+                        *ret_error = NULL;
+        } else if (r < 0 && asprintf(ret_error, "%s/%s: %s", sd->path, file, strerror(-r)) < 0)
                 *ret_error = NULL;
+        if (r >= 0)
+                *ret_env = TAKE_PTR(env);
         return r;
+}
+
+int secrets_read(const char *manifest_path, const char *backend, char ***ret_env, char **ret_error) {
+        _cleanup_(secrets_dir_done) SecretsDir sd = {.fd = -EBADF};
+        int r;
+
+        *ret_error = NULL;
+        r = secrets_dir_open(manifest_path, true, &sd);
+        if (r == -EPERM && asprintf(ret_error, "%s: must be root's own and writable by root alone", sd.path) < 0)
+                *ret_error = NULL;
+        else if (r < 0 && r != -ENOMEM && sd.path && asprintf(ret_error, "%s: %s", sd.path, strerror(-r)) < 0)
+                *ret_error = NULL;
+        if (r < 0)
+                return r;
+        return secrets_read_at(&sd, backend, ret_env, ret_error);
 }
 
 /* The names of env as a YAML sequence. */
@@ -314,9 +426,9 @@ static bool ynode_same(const YNode *a, const YNode *b) {
         return true;
 }
 
-/* Whether every pair of env a (a mapping, or absent) that stays in the manifest is in b with the same
- * value. */
-static bool env_stays_within(const YNode *a, const YNode *b) {
+/* The key of a pair of env a (a mapping, or absent) that stays in the manifest and is not in b with
+ * the same value, or NULL. */
+static const YNode *env_stays_differs(const YNode *a, const YNode *b) {
         for (size_t i = 0; a && i + 1 < a->n_items; i += 2) {
                 const YNode *value = NULL;
 
@@ -326,86 +438,123 @@ static bool env_stays_within(const YNode *a, const YNode *b) {
                         if (!env_pair_moves(b, j) && ynode_same(a->items[i], b->items[j]))
                                 value = b->items[j + 1];
                 if (!value || !ynode_same(a->items[i + 1], value))
-                        return false;
+                        return a->items[i];
         }
-        return true;
+        return NULL;
 }
 
-/* Whether name is among the names of env (a mapping, or absent), of seq (secret_env) or of file. */
-static bool env_name_known(const YNode *key, const YNode *env, const YNode *seq, char *const *file) {
+/* The value of key in env (a mapping, or absent), or NULL. */
+static const YNode *env_value(const YNode *env, const YNode *key) {
         for (size_t i = 0; env && i + 1 < env->n_items; i += 2)
                 if (ynode_same(key, env->items[i]))
-                        return true;
-        for (size_t i = 0; seq && seq->kind == YNODE_SEQUENCE && i < seq->n_items; i++)
-                if (ynode_same(key, seq->items[i]))
-                        return true;
-        for (char *const *v = file; v && *v; v++)
-                if (strncmp(*v, key->value, key->length) == 0 && (*v)[key->length] == '=')
-                        return true;
-        return false;
+                        return env->items[i + 1];
+        return NULL;
 }
 
-/* Whether b runs what old (the backend of that name on disk) runs, so that it may keep old's
- * secrets: the same command (its arguments included), cwd and env that stays in the manifest
- * (LD_PRELOAD, PATH...), and no variable that moves which old did not have (NODE_OPTIONS or
- * PYTHONPATH change what runs as well); the values of the variables old had may differ (a token
- * imported anew). */
-static bool backend_runs_same(const ManifestDoc *on_disk, const char *name, const YNode *old, const YNode *b) {
-        const YNode *e_old = ynode_get(old, "env"), *e_new = ynode_get(b, "env");
-        _cleanup_strv_free_ char **file = NULL;
-        _cleanup_free_ char *err = NULL;
-
-        if (!ynode_same(ynode_get(old, "command"), ynode_get(b, "command")) ||
-            !ynode_same(ynode_get(old, "cwd"), ynode_get(b, "cwd")))
-                return false;
-        if ((e_old && e_old->kind != YNODE_MAPPING) || (e_new && e_new->kind != YNODE_MAPPING))
-                return ynode_same(e_old, e_new);
-        if (!env_stays_within(e_old, e_new) || !env_stays_within(e_new, e_old))
-                return false;
-        for (size_t i = 0; e_new && i + 1 < e_new->n_items; i += 2) {
-                if (!env_pair_moves(e_new, i))
-                        continue;
-                /* The file's names only when a name is new to the manifest (a file written by hand). One
-                 * that cannot be read is left to backend_split(), which merges nothing into it: it leaves
-                 * the backend as it is, or changes nothing when new values would stay in the manifest. */
-                if (!file && !env_name_known(e_new->items[i], e_old, ynode_get(old, "secret_env"), NULL)) {
-                        int r = secrets_read(on_disk->path, name, &file, &err);
-                        if (r == -ENOENT)
-                                return false;
-                        if (r < 0)
-                                return true;
-                }
-                if (!env_name_known(e_new->items[i], e_old, ynode_get(old, "secret_env"), file))
-                        return false;
+/* *ret: format with what: 1. */
+static int change_said(char **ret, const char *format, const char *what) {
+        if (asprintf(ret, format, what) < 0) {
+                *ret = NULL;
+                return -ENOMEM;
         }
-        return true;
+        return 1;
 }
 
 #define SECRETS_SKIP 2 /* backend_split(): its file cannot be read, leave the backend as it is */
 
-/* Whether backend name of doc (b) owns the secrets file of its name: the manifest on disk has a
- * backend of that name that runs the same (backend_runs_same()), be it one that names its file in
- * secret_env or one from before secret_env, whose file an admin wrote by hand as the README said
- * then. A backend gone from the manifest, new under the name of a file left behind, or whose
- * definition changed (another cwd, LD_PRELOAD, NODE_OPTIONS...), does not: it gets only the values
- * its own config gives it. */
-static bool backend_owns_file(const YNode *b, const ManifestDoc *on_disk, const char *name) {
-        const YNode *old = on_disk ? manifest_doc_backend(on_disk, name) : NULL;
+/* Whether b runs what old (the backend name on disk) runs, so that it may keep old's secrets file:
+ * 0; else 1, and *ret_what says what changed (names, never a value). What runs is the command (its
+ * arguments included), cwd and socket, and every variable with its value: the env that stays in the
+ * manifest (LD_PRELOAD, PATH...) and each value that moves, compared with old's (in its env, else in
+ * its file). Any new value is a new definition (review 12 MEDIUM-1: NODE_OPTIONS, PYTHONPATH, a
+ * registry's URL and a token alike: no list of names could say which steer what runs), which gets
+ * only the values of its own config; a variable b leaves out keeps old's value (a refresh, a config
+ * without its secrets). A backend on another host (host:) owns no file here (review 12 MEDIUM-2).
+ * A file that cannot be read is left to backend_split(): it leaves the backend as it is, or changes
+ * nothing when new values would stay in the manifest. */
+static int backend_change(const SecretsDir *sd, const char *name, const YNode *old, const YNode *b, char **ret_what) {
+        static const char *const keys[] = {"command", "cwd", "socket", NULL};
+        const YNode *e_old = ynode_get(old, "env"), *e_new = ynode_get(b, "env"), *k;
+        _cleanup_strv_free_ char **file = NULL;
+        _cleanup_free_ char *err = NULL;
+        bool read = false;
 
-        return old && backend_runs_same(on_disk, name, old, b);
+        *ret_what = NULL;
+        if (ynode_get(old, "host") || ynode_get(b, "host"))
+                return change_said(ret_what, "lives on another host (%s)", "host:");
+        for (const char *const *key = keys; *key; key++)
+                if (!ynode_same(ynode_get(old, *key), ynode_get(b, *key)))
+                        return change_said(ret_what, "no longer runs what it ran (its %s changed)", *key);
+        if ((e_old && e_old->kind != YNODE_MAPPING) || (e_new && e_new->kind != YNODE_MAPPING))
+                return ynode_same(e_old, e_new)
+                               ? 0
+                               : change_said(ret_what, "no longer runs what it ran (its %s changed)", "env");
+        if ((k = env_stays_differs(e_old, e_new)) || (k = env_stays_differs(e_new, e_old)))
+                return change_said(ret_what, "no longer runs what it ran (env %s changed)", k->value);
+        for (size_t i = 0; e_new && i + 1 < e_new->n_items; i += 2) {
+                const YNode *key = e_new->items[i], *v = e_new->items[i + 1], *was;
+                const char *in_file;
+
+                if (!env_pair_moves(e_new, i))
+                        continue;
+                was = env_value(e_old, key);
+                if (was) {
+                        if (!ynode_same(was, v))
+                                return change_said(ret_what, "no longer runs what it ran (env %s has another value)",
+                                                   key->value);
+                        continue;
+                }
+                if (!read) {
+                        int r = secrets_read_at(sd, name, &file, &err);
+                        if (r == -ENOMEM)
+                                return r;
+                        if (r < 0 && r != -ENOENT)
+                                return 0;
+                        read = true;
+                }
+                in_file = strv_env_get(file, key->value);
+                if (!in_file)
+                        return change_said(ret_what, "no longer runs what it ran (env %s is new)", key->value);
+                if (strlen(in_file) != v->length || memcmp(in_file, v->value, v->length) != 0)
+                        return change_said(ret_what, "no longer runs what it ran (env %s has another value)",
+                                           key->value);
+        }
+        return 0;
+}
+
+/* Whether backend name of doc (b) owns the secrets file of its name (*ret_owned): the manifest on
+ * disk has a backend of that name that runs the same (backend_change()), be it one that names its
+ * file in secret_env or one from before secret_env, whose file an admin wrote by hand as the README
+ * said then. A backend gone from the manifest, new under the name of a file left behind, or whose
+ * definition changed (*ret_what says how, else NULL), does not: it gets only the values its own
+ * config gives it. */
+static int backend_owns_file(const SecretsDir *sd, const YNode *b, const ManifestDoc *on_disk, const char *name,
+                             bool *ret_owned, char **ret_what) {
+        const YNode *old = on_disk ? manifest_doc_backend(on_disk, name) : NULL;
+        int r;
+
+        *ret_what = NULL;
+        *ret_owned = false;
+        if (!old || b->kind != YNODE_MAPPING)
+                return 0;
+        r = backend_change(sd, name, old, b, ret_what);
+        if (r < 0)
+                return r;
+        *ret_owned = r == 0;
+        return 0;
 }
 
 /* Whether backend b (name) owns a file that it lists none of in secret_env (written by hand before
  * secret_env existed), and what the file holds (*ret_secrets, at least one variable): 1; 0: none;
  * SECRETS_SKIP: the file cannot be read (*ret_error says why). */
-static int backend_adoptable(const ManifestDoc *doc, const char *name, const YNode *b, bool owned, char ***ret_secrets,
+static int backend_adoptable(const SecretsDir *sd, const char *name, const YNode *b, bool owned, char ***ret_secrets,
                              char **ret_error) {
         _cleanup_strv_free_ char **secrets = NULL;
         int r;
 
         if (!owned || ynode_get(b, "secret_env"))
                 return 0;
-        r = secrets_read(doc->path, name, &secrets, ret_error);
+        r = secrets_read_at(sd, name, &secrets, ret_error);
         if (r == -ENOENT || (r >= 0 && !secrets[0]))
                 return 0;
         if (r == -ENOMEM)
@@ -419,13 +568,13 @@ static int backend_adoptable(const ManifestDoc *doc, const char *name, const YNo
 /* A backend that owns its file but lists none of it in secret_env (its file written by hand before
  * secret_env existed): secret_env now names what the file holds, so that the manifest says what
  * the unit hands on. */
-static int backend_adopt(ManifestDoc *doc, const char *name, YNode *b, bool owned) {
+static int backend_adopt(const SecretsDir *sd, ManifestDoc *doc, const char *name, YNode *b, bool owned) {
         _cleanup_strv_free_ char **secrets = NULL;
         _cleanup_free_ char *err = NULL, *path = NULL, *shown = NULL;
         _cleanup_(ynode_freep) YNode *names = NULL;
         int r;
 
-        r = backend_adoptable(doc, name, b, owned, &secrets, &err);
+        r = backend_adoptable(sd, name, b, owned, &secrets, &err);
         if (r == SECRETS_SKIP)
                 fprintf(stderr, "mcp-lazy: cannot read %s; backend '%s' is left as it is\n", err ?: name, name);
         if (r != 1)
@@ -509,35 +658,38 @@ static int secrets_orphan(int dfd, const char *dir, const char *file, bool dry_r
         return r;
 }
 
-/* The secrets files (NAME.env) that no backend of doc owns (owned[] per backend, in the order of
- * doc's backends) are put aside (with dry_run, said; with quiet too, only counted): how many. The
- * directory is checked as envfile_write() checks it (root's own, no one else may write to it),
- * through a descriptor that every rename then goes through. Errors are said (but for quiet). */
-static int secrets_orphans(const ManifestDoc *doc, const YNode *backends, const bool *owned, bool dry_run, bool quiet) {
-        _cleanup_free_ char *copy = strdup(doc->path), *dir = NULL;
+/* Whether name is a temporary file of envfile_write() (NAME.env.mcp-lazy-XXXXXXXX, 8 hex digits)
+ * that an interrupted write left in dfd: ours (root's), a regular file, an hour old (a write under way
+ * takes milliseconds). */
+static bool stale_temp(int dfd, const char *name) {
+        const char *t = strstr(name, ".env.mcp-lazy-");
+        struct stat st;
+
+        if (!t || t == name || strlen(t + 14) != 8 || strspn(t + 14, "0123456789abcdef") != 8)
+                return false;
+        return fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) >= 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+               st.st_mtime < time(NULL) - 3600;
+}
+
+/* The secrets files (NAME.env) of sd that no backend of doc owns (owned[] per backend, in the order
+ * of doc's backends) are put aside (with dry_run, said; with quiet too, only counted): how many;
+ * every rename goes through sd's descriptor. Without dry_run, the directory is made mode 0700 if
+ * others may read or enter it, and the temporary files an interrupted write left are removed. Errors
+ * are said (but for quiet). */
+static int secrets_orphans(const SecretsDir *sd, const YNode *backends, const bool *owned, bool dry_run, bool quiet) {
         _cleanup_(closedirp) DIR *d = NULL;
-        _cleanup_close_ int dfd = -EBADF;
+        struct stat st;
         int r, fd, n_orphans = 0;
 
-        if (!copy || asprintf(&dir, "%s/secrets", dirname(copy)) < 0)
-                return -ENOMEM;
-        r = envfile_dir_open(dir, !dry_run, &dfd);
-        if (r == -ENOENT)
+        if (sd->fd < 0)
                 return 0;
-        if (r < 0 && quiet)
-                return r;
-        if (r == -EPERM) {
-                fprintf(stderr,
-                        "mcp-lazy: %s must be root's own and writable by root alone (mode 0700, as installed); "
-                        "nothing was changed\n",
-                        dir);
+        if (!dry_run && (fstat(sd->fd, &st) < 0 || ((st.st_mode & 07777) != 0700 && fchmod(sd->fd, 0700) < 0))) {
+                r = -errno;
+                fprintf(stderr, "mcp-lazy: cannot make %s mode 0700: %s; nothing was changed\n", sd->path,
+                        strerror(-r));
                 return r;
         }
-        if (r < 0) {
-                fprintf(stderr, "mcp-lazy: cannot open the directory %s: %s; nothing was changed\n", dir, strerror(-r));
-                return r;
-        }
-        fd = fcntl(dfd, F_DUPFD_CLOEXEC, 3);
+        fd = fcntl(sd->fd, F_DUPFD_CLOEXEC, 3);
         if (fd < 0)
                 return -errno;
         d = fdopendir(fd);
@@ -550,6 +702,10 @@ static int secrets_orphans(const ManifestDoc *doc, const YNode *backends, const 
                 size_t n = strlen(de->d_name);
                 bool keep = false;
 
+                if (!dry_run && stale_temp(sd->fd, de->d_name)) {
+                        (void) unlinkat(sd->fd, de->d_name, 0);
+                        continue;
+                }
                 if (n <= 4 || !streq(de->d_name + n - 4, ".env") || de->d_name[0] == '.')
                         continue;
                 for (size_t i = 0; backends && i + 1 < backends->n_items && !keep; i += 2)
@@ -557,7 +713,7 @@ static int secrets_orphans(const ManifestDoc *doc, const YNode *backends, const 
                                strncmp(backends->items[i]->value, de->d_name, n - 4) == 0;
                 if (keep)
                         continue;
-                r = secrets_orphan(dfd, dir, de->d_name, dry_run, quiet);
+                r = secrets_orphan(sd->fd, sd->path, de->d_name, dry_run, quiet);
                 if (r < 0) /* said */
                         return r;
                 n_orphans++;
@@ -565,13 +721,50 @@ static int secrets_orphans(const ManifestDoc *doc, const YNode *backends, const 
         return errno > 0 ? -errno : n_orphans;
 }
 
-/* One backend: its env values that may move into its file, merged over what the file holds. 0:
- * nothing to move. With check_only, only whether they can be written (nothing printed but why not,
- * nothing changed). */
-static int backend_split(ManifestDoc *doc, const char *name, YNode *b, bool owned, bool env_on_disk, bool dry_run,
-                         bool check_only) {
+/* The secrets files secrets_split() writes, once the manifest they go with is built and checked. */
+typedef struct {
+        char *name; /* the backend's */
+        char *path;
+        char **env;
+} SecretsWrite;
+
+typedef struct {
+        SecretsWrite *writes;
+        size_t n;
+} SecretsPlan;
+
+static void secrets_plan_done(SecretsPlan *plan) {
+        for (size_t i = 0; i < plan->n; i++) {
+                free(plan->writes[i].name);
+                free(plan->writes[i].path);
+                strv_free(plan->writes[i].env);
+        }
+        free(plan->writes);
+        *plan = (SecretsPlan){};
+}
+
+/* Takes *path and *env when it returns 0. */
+static int secrets_plan_add(SecretsPlan *plan, const char *name, char **path, char ***env) {
+        SecretsWrite *l = realloc(plan->writes, (plan->n + 1) * sizeof(SecretsWrite));
+        char *copy = strdup(name);
+
+        if (l)
+                plan->writes = l;
+        if (!l || !copy) {
+                free(copy);
+                return -ENOMEM;
+        }
+        plan->writes[plan->n++] = (SecretsWrite){.name = copy, .path = TAKE_PTR(*path), .env = TAKE_PTR(*env)};
+        return 0;
+}
+
+/* One backend: its env values that may move into its file, merged over what the file holds, and the
+ * file to write added to plan (nothing on disk changes here). 0: nothing to move. With check_only,
+ * only whether they can be written (nothing printed but why not, nothing planned). */
+static int backend_split(const SecretsDir *sd, ManifestDoc *doc, const char *name, YNode *b, bool owned,
+                         bool env_on_disk, SecretsPlan *plan, bool check_only) {
         _cleanup_strv_free_ char **secrets = NULL;
-        _cleanup_free_ char *path = NULL, *err = NULL, *shown = NULL;
+        _cleanup_free_ char *path = NULL, *err = NULL;
         _cleanup_(ynode_freep) YNode *names = NULL;
         YNode *env = NULL;
         size_t at = 0, n = 0, moved = 0;
@@ -580,15 +773,19 @@ static int backend_split(ManifestDoc *doc, const char *name, YNode *b, bool owne
         for (size_t i = 0; i + 1 < b->n_items; i += 2)
                 if (streq(b->items[i]->value, "env"))
                         env = b->items[i + 1], at = i;
+        /* One on another host has no file here: its env, if any, the loader refuses when the plan is
+         * checked. */
+        if (ynode_get(b, "host"))
+                return 0;
         if (!env || env->kind != YNODE_MAPPING || env->n_items == 0)
-                return check_only ? 0 : backend_adopt(doc, name, b, owned);
+                return check_only ? 0 : backend_adopt(sd, doc, name, b, owned);
         r = secrets_path(doc->path, name, &path);
         if (r < 0)
                 return r;
         /* Values the file has already (an earlier import's, or written by hand) stay, unless the
          * manifest's env sets them anew: nothing is lost. A file the backend does not own is put
          * aside (secrets_orphan()), never merged. */
-        r = owned ? secrets_read(doc->path, name, &secrets, &err) : -ENOENT;
+        r = owned ? secrets_read_at(sd, name, &secrets, &err) : -ENOENT;
         if (r == -ENOENT)
                 r = 0;
         if (r == -ENOMEM)
@@ -648,91 +845,118 @@ static int backend_split(ManifestDoc *doc, const char *name, YNode *b, bool owne
                 secrets[n] = NULL;
         }
         if (moved == 0)
-                return check_only ? 0 : backend_adopt(doc, name, b, owned);
+                return check_only ? 0 : backend_adopt(sd, doc, name, b, owned);
         r = secrets_check(name, secrets);
         if (r < 0 || check_only)
                 return r;
         r = names_node(secrets, &names);
+        if (r >= 0)
+                r = secrets_plan_add(plan, name, &path, &secrets);
         if (r < 0)
                 return r;
-        shown = assignment_names(secrets);
-        if (!shown)
-                return -ENOMEM;
-        if (dry_run)
-                printf("--- %s (would be written, mode 0600, for root alone: %s; values not shown)\n", path, shown);
-        else {
-                _cleanup_free_ char *dir = strdup(doc->path);
-                r = dir ? mkdir_parents(dirname(dir), 0755) : -ENOMEM;
+        env_drop_moved(env);
+        r = backend_put_secret_env(b, at, env->n_items > 0, TAKE_PTR(names));
+        return r < 0 ? r : 1;
+}
+
+/* Writes (or, with dry_run, says) the files of plan. */
+static int secrets_plan_write(const ManifestDoc *doc, const SecretsPlan *plan, bool dry_run) {
+        for (size_t i = 0; i < plan->n; i++) {
+                const SecretsWrite *w = &plan->writes[i];
+                _cleanup_free_ char *shown = assignment_names(w->env), *dir = strdup(doc->path);
+                int r;
+
+                if (!shown || !dir)
+                        return -ENOMEM;
+                if (dry_run) {
+                        printf("--- %s (would be written, mode 0600, for root alone: %s; values not shown)\n", w->path,
+                               shown);
+                        continue;
+                }
+                r = mkdir_parents(dirname(dir), 0755);
                 if (r >= 0)
-                        r = envfile_write(path, secrets);
+                        r = envfile_write(w->path, w->env);
                 /* Files put aside or written before this one stay: only the manifest is not written. */
                 if (r == -EPERM)
                         fprintf(stderr,
                                 "mcp-lazy: cannot write %s: its directory must be root's own and writable by root "
                                 "alone; the manifest was not written (secrets files put aside or written before "
                                 "stay)\n",
-                                path);
+                                w->path);
                 else if (r < 0)
                         fprintf(stderr,
                                 "mcp-lazy: cannot write %s: %s; the manifest was not written (secrets files put "
                                 "aside or written before stay)\n",
-                                path, strerror(-r));
+                                w->path, strerror(-r));
                 if (r < 0)
                         return r;
-                printf("Wrote %s (%s; mode 0600: root reads it, for mcp-lazy@%s.service)\n", path, shown, name);
+                printf("Wrote %s (%s; mode 0600: root reads it, for mcp-lazy@%s.service)\n", w->path, shown, w->name);
         }
-        env_drop_moved(env);
-        r = backend_put_secret_env(b, at, env->n_items > 0, TAKE_PTR(names));
-        return r < 0 ? r : 1;
+        return 0;
+}
+
+/* Which backends (of doc) own the secrets file of their name (owned[]), and which do not though the
+ * manifest on disk had them with a file or secret_env (changed[], if not NULL; why[] says how). */
+static int secrets_owners(const SecretsDir *sd, const ManifestDoc *on_disk, const YNode *backends, bool *owned,
+                          bool *changed, char **why) {
+        size_t n = backends ? backends->n_items / 2 : 0;
+        int r;
+
+        for (size_t i = 0; i < n; i++) {
+                const char *name = backends->items[2 * i]->value;
+                const YNode *old = on_disk ? manifest_doc_backend(on_disk, name) : NULL;
+                _cleanup_free_ char *file = NULL;
+
+                r = backend_owns_file(sd, backends->items[2 * i + 1], on_disk, name, &owned[i], &why[i]);
+                if (r < 0)
+                        return r;
+                if (owned[i] || !old || !changed)
+                        continue;
+                if (asprintf(&file, "%s.env", name) < 0)
+                        return -ENOMEM;
+                changed[i] = (sd->fd >= 0 && faccessat(sd->fd, file, F_OK, AT_SYMLINK_NOFOLLOW) >= 0) ||
+                             ynode_get(old, "secret_env");
+        }
+        return 0;
 }
 
 int secrets_split(ManifestDoc *doc, bool dry_run) {
         YNode *backends = (YNode *) ynode_get(doc->root, "backends");
+        _cleanup_(secrets_dir_done) SecretsDir sd = {.fd = -EBADF};
+        _cleanup_(secrets_plan_done) SecretsPlan plan = {};
         _cleanup_(manifest_doc_freep) ManifestDoc *on_disk = NULL;
-        _cleanup_free_ char *err = NULL;
         _cleanup_free_ bool *owned = NULL, *skip = NULL, *changed = NULL;
-        size_t n = 0;
+        _cleanup_free_ char **why = NULL, *text = NULL, *err = NULL;
+        size_t n = 0, len;
         int r;
 
         if (backends && backends->kind != YNODE_MAPPING)
                 return 0;
-        /* Which files the backends own is decided before any moves (the new ones get secret_env). */
-        r = manifest_doc_load(doc->path, &on_disk, &err);
-        if (r == -ENOMEM)
-                return r;
         n = backends ? backends->n_items / 2 : 0;
         owned = calloc(n + 1, sizeof(bool));
         skip = calloc(n + 1, sizeof(bool));
-        if (!owned || !skip)
-                return -ENOMEM;
-        for (size_t i = 0; i < n; i++)
-                owned[i] = backends->items[2 * i + 1]->kind == YNODE_MAPPING &&
-                           backend_owns_file(backends->items[2 * i + 1], on_disk, backends->items[2 * i]->value);
         changed = calloc(n + 1, sizeof(bool));
-        if (!changed)
+        why = calloc(n + 1, sizeof(char *));
+        if (!owned || !skip || !changed || !why)
                 return -ENOMEM;
-        for (size_t i = 0; i < n; i++) {
-                const char *name = backends->items[2 * i]->value;
-                _cleanup_free_ char *path = NULL;
-                if (owned[i] || !on_disk || !manifest_doc_backend(on_disk, name))
-                        continue;
-                if (secrets_path(doc->path, name, &path) < 0)
-                        return -ENOMEM;
-                changed[i] = access(path, F_OK) >= 0 || ynode_get(manifest_doc_backend(on_disk, name), "secret_env");
-        }
-        /* Every backend's file checked before any is written: a value that cannot go in changes
-         * nothing; a file that cannot be read leaves its own backend as it is. */
-        for (int pass = 0; pass < 2; pass++) {
-                if (pass == 1) {
-                        r = secrets_orphans(doc, backends, owned, dry_run, false);
-                        if (r < 0)
-                                return r;
-                }
-                for (size_t i = 0; i < n; i++) {
+        /* The directory is checked before any file in it is read, and read through its descriptor. */
+        r = secrets_dir_open(doc->path, false, &sd);
+        if (r >= 0 && manifest_doc_load(doc->path, &on_disk, &err) == -ENOMEM)
+                r = -ENOMEM;
+        free(err);
+        err = NULL;
+        if (r >= 0)
+                /* Which files the backends own is decided before any moves (the new ones get secret_env). */
+                r = secrets_owners(&sd, on_disk, backends, owned, changed, why);
+        /* First the plan: every backend's file checked (a value that cannot go in changes nothing; a
+         * file that cannot be read leaves its own backend as it is), then doc changed, and the manifest
+         * it makes checked, before anything on disk changes (review 12 MEDIUM-2). */
+        for (int pass = 0; r >= 0 && pass < 2; pass++)
+                for (size_t i = 0; r >= 0 && i < n; i++) {
                         if (backends->items[2 * i + 1]->kind != YNODE_MAPPING || skip[i])
                                 continue;
                         const char *name = backends->items[2 * i]->value;
-                        const YNode *old = on_disk ? ynode_get(ynode_get(on_disk->root, "backends"), name) : NULL;
+                        const YNode *old = on_disk ? manifest_doc_backend(on_disk, name) : NULL;
                         YNode *b = backends->items[2 * i + 1];
                         bool env_on_disk = old && ynode_same(ynode_get(old, "env"), ynode_get(b, "env"));
 
@@ -740,24 +964,39 @@ int secrets_split(ManifestDoc *doc, bool dry_run) {
                          * what its secret_env named is in the file put aside. */
                         if (pass == 1 && changed[i]) {
                                 fprintf(stderr,
-                                        "mcp-lazy: backend '%s' no longer runs what it ran (its command, cwd or env "
-                                        "changed), so it gets none of the values its secrets file had, only those "
-                                        "of its own config\n",
-                                        name);
+                                        "mcp-lazy: backend '%s' %s, so it gets none of the values its secrets file "
+                                        "had, only those of its own config\n",
+                                        name, why[i] ?: "no longer runs what it ran");
                                 r = manifest_doc_set_backend_key(doc, name, "secret_env", NULL);
                                 if (r < 0)
-                                        return r;
+                                        break;
                         }
-
-                        r = backend_split(doc, name, b, owned[i], env_on_disk, dry_run, pass == 0);
-                        if (r == -ENOMEM)
-                                fprintf(stderr, "mcp-lazy: out of memory\n");
-                        if (r < 0)
-                                return r;
+                        r = backend_split(&sd, doc, name, b, owned[i], env_on_disk, &plan, pass == 0);
                         skip[i] = r == SECRETS_SKIP;
                 }
+        for (size_t i = 0; i < n; i++)
+                free(why[i]);
+        if (r >= 0) {
+                r = manifest_doc_emit(doc, &text, &len, &err);
+                if (r < 0 && err)
+                        fprintf(stderr, "mcp-lazy: the manifest would not be valid, so nothing was changed:\n%s\n",
+                                err);
         }
-        return 0;
+        if (r == -ENOMEM)
+                fprintf(stderr, "mcp-lazy: out of memory\n");
+        if (r < 0)
+                return r;
+        /* Then the disk, in the order that leaves a consistent state wherever this stops (or the
+         * process dies): the files no backend owns any more are put aside first (a unit that starts
+         * meanwhile gets fewer values, never another definition's), then the new files are written
+         * (until the manifest is, the units run what they ran, with the values of the config that
+         * replaces them at most: never a value the new definition must not get, for a changed backend
+         * no longer has its old file), and the caller writes the manifest last. Running import or
+         * refresh again finishes the work. */
+        r = secrets_orphans(&sd, backends, owned, dry_run, false);
+        if (r >= 0)
+                r = secrets_plan_write(doc, &plan, dry_run);
+        return r < 0 ? r : 0;
 }
 
 bool secrets_pending(const ManifestDoc *doc) {
@@ -784,34 +1023,61 @@ static bool backend_env_moves(const YNode *b) {
 
 int secrets_files_pending(const ManifestDoc *doc, bool say) {
         const YNode *backends = ynode_get(doc->root, "backends");
+        _cleanup_(secrets_dir_done) SecretsDir sd = {.fd = -EBADF};
         _cleanup_(manifest_doc_freep) ManifestDoc *on_disk = NULL;
-        _cleanup_free_ char *err = NULL;
+        _cleanup_free_ char *err = NULL, **why = NULL;
         _cleanup_free_ bool *owned = NULL;
         size_t n;
         int r, count = 0;
 
         if (backends && backends->kind != YNODE_MAPPING)
                 return 0;
+        /* The directory is checked before any file in it is read (review 12 LOW-1). */
+        r = secrets_dir_open(doc->path, !say, &sd);
+        if (r < 0)
+                return r;
         r = manifest_doc_load(doc->path, &on_disk, &err);
         if (r == -ENOMEM)
                 return r;
         n = backends ? backends->n_items / 2 : 0;
         owned = calloc(n + 1, sizeof(bool));
-        if (!owned)
+        why = calloc(n + 1, sizeof(char *));
+        if (!owned || !why)
                 return -ENOMEM;
+        r = secrets_owners(&sd, on_disk, backends, owned, NULL, why);
+        for (size_t i = 0; i < n; i++)
+                free(why[i]);
+        if (r < 0)
+                return r;
         for (size_t i = 0; i < n; i++) {
                 const char *name = backends->items[2 * i]->value;
                 const YNode *b = backends->items[2 * i + 1];
                 _cleanup_strv_free_ char **secrets = NULL;
                 _cleanup_free_ char *e = NULL, *path = NULL, *shown = NULL;
 
-                if (b->kind != YNODE_MAPPING)
+                if (b->kind != YNODE_MAPPING || !owned[i])
                         continue;
-                owned[i] = backend_owns_file(b, on_disk, name);
+                /* A file systemd would ignore whole: its unit starts without any of it (review 12 LOW-2). */
+                r = secrets_read_at(&sd, name, &secrets, &e);
+                if (r == -ENOMEM)
+                        return r;
+                if (r < 0 && r != -ENOENT) {
+                        count++;
+                        if (say)
+                                fprintf(stderr,
+                                        "mcp-lazy: cannot read %s: systemd ignores the whole file, so "
+                                        "mcp-lazy@%s.service starts without any of its values: fix or remove it\n",
+                                        e ?: name, name);
+                        continue;
+                }
+                strv_free(secrets);
+                secrets = NULL;
+                free(e);
+                e = NULL;
                 /* One with values to move merges its file's (secrets_pending() counts it). */
                 if (backend_env_moves(b))
                         continue;
-                r = backend_adoptable(doc, name, b, owned[i], &secrets, &e);
+                r = backend_adoptable(&sd, name, b, owned[i], &secrets, &e);
                 if (r < 0)
                         return r;
                 if (r != 1)
@@ -826,6 +1092,6 @@ int secrets_files_pending(const ManifestDoc *doc, bool say) {
                        "secret_env\n",
                        name, path, shown);
         }
-        r = secrets_orphans(doc, backends, owned, true, !say);
+        r = secrets_orphans(&sd, backends, owned, true, !say);
         return r < 0 ? r : count + r;
 }

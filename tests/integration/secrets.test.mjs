@@ -349,12 +349,74 @@ test("a server with a backend's command but another env that stays, or cwd, repl
   const env = await backendEnv("/root/db.json", "db");
   assert.equal(env.TOKEN, undefined);
   assert.equal(env.LD_BIND_NOW, "1");
-  assert.match(r.stderr, /^mcp-lazy: backend 'db' no longer runs what it ran \(its command, cwd or env changed\), so it gets none of the values its secrets file had, only those of its own config$/m);
+  assert.match(r.stderr, /^mcp-lazy: backend 'db' no longer runs what it ran \(env LD_BIND_NOW changed\), so it gets none of the values its secrets file had, only those of its own config$/m);
   assert.match(r.stderr, /secrets\/db\.env belongs to no backend .*: renamed /);
   assert.match(await orphans("db"), new RegExp(`^600 root\nTOKEN="${MARK}db"\n$`));
   assert.doesNotMatch(await sh("cat /etc/mcp-lazy/manifest.yaml"), /secret_env/);
   assert.ok(!(r.stdout + r.stderr).includes(MARK), r.stdout + r.stderr);
   await sh(`${AS_ROOT} ${MCP_LAZY} import --undo >/dev/null; rm -f /etc/mcp-lazy/secrets/db.env.orphaned-*`);
+});
+
+test("the same command with another value of a variable that moves (NODE_OPTIONS) replaces it without its secrets", async () => {
+  // Review 12 MEDIUM-1: a new value of any variable is another definition, not only a new name: the
+  // config that sets NODE_OPTIONS anew gets none of the old file's values (the token).
+  await resetManifest();
+  let r = await importAs("db.json", { db: everything({ TOKEN: `${MARK}db`, NODE_OPTIONS: "--max-old-space-size=512" }) });
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  await sh(`${AS_ROOT} ${MCP_LAZY} import --undo >/dev/null; systemctl stop mcp-lazy@db.service
+    rm -f /etc/mcp-lazy/secrets/*.orphaned-*`);
+  r = await importAs("db.json", { db: everything({ NODE_OPTIONS: "--max-old-space-size=256" }) });
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  assert.match(r.stderr, /^mcp-lazy: backend 'db' no longer runs what it ran \(env NODE_OPTIONS has another value\), so it gets none of the values its secrets file had, only those of its own config$/m);
+  const env = await backendEnv("/root/db.json", "db");
+  assert.equal(env.TOKEN, undefined);
+  assert.equal(env.NODE_OPTIONS, "--max-old-space-size=256");
+  assert.equal(await sh("cat /etc/mcp-lazy/secrets/db.env"), `NODE_OPTIONS="--max-old-space-size=256"\n`);
+  assert.match(await orphans("db"), new RegExp(`^600 root\nNODE_OPTIONS="--max-old-space-size=512"\nTOKEN="${MARK}db"\n$|^600 root\nTOKEN="${MARK}db"\nNODE_OPTIONS="--max-old-space-size=512"\n$`));
+  assert.match(await sh("cat /etc/mcp-lazy/manifest.yaml"), /^ {4}secret_env: \[NODE_OPTIONS\]$/m);
+  assert.ok(!(r.stdout + r.stderr).includes(MARK), r.stdout + r.stderr);
+  await sh(`${AS_ROOT} ${MCP_LAZY} import --undo >/dev/null; rm -f /etc/mcp-lazy/secrets/db.env.orphaned-*`);
+});
+
+test("a backend moved to another host: refresh puts its file aside, writes a valid manifest, and refresh --check says a file systemd would ignore", async () => {
+  // Review 12 MEDIUM-2: a leftover db.env was adopted into secret_env of a backend with host:,
+  // which the loader refuses, after other files were renamed; every later refresh failed.
+  await resetManifest();
+  await sh(`install -m 0600 /dev/stdin /etc/mcp-lazy/secrets/db.env <<<'PGPASSWORD=${MARK}db'
+    install -m 0600 /dev/stdin /etc/mcp-lazy/secrets/gone.env <<<'TOKEN=${MARK}gone'
+    cat > /etc/mcp-lazy/manifest.yaml <<'Y'
+backends:
+  db:
+    host: ssh://db.example
+  ev:
+    command: [${JSON.stringify(process.execPath)}, ${JSON.stringify(SERVER_SCRIPTS.everything)}, stdio]
+Y`);
+  let r = await tryIn(`${MCP_LAZY} refresh --check ev`);
+  assert.match(r.stderr, /secrets\/db\.env belongs to no backend .*: it would be renamed /);
+  r = await tryIn(`${MCP_LAZY} refresh ev`);
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  assert.match(r.stderr, /^mcp-lazy: backend 'db' lives on another host \(host:\), so it gets none of the values its secrets file had, only those of its own config$/m);
+  assert.doesNotMatch(r.stderr, /would not be valid/);
+  assert.match(await orphans("db"), new RegExp(`^600 root\nPGPASSWORD=${MARK}db\n$`));
+  assert.match(await orphans("gone"), new RegExp(`^600 root\nTOKEN=${MARK}gone\n$`));
+  assert.doesNotMatch(await sh("cat /etc/mcp-lazy/manifest.yaml"), /secret_env/);
+  assert.equal((await tryIn(`${MCP_LAZY} check /etc/mcp-lazy/manifest.yaml`)).code, 0);
+  await sh("rm -f /etc/mcp-lazy/secrets/*.orphaned-*");
+  // Review 12 LOW-2: a file whose line systemd cannot read (it ignores the whole file) is said and counted.
+  await resetManifest();
+  await sh(`install -m 0600 /dev/stdin /etc/mcp-lazy/secrets/db.env <<<'API_TOKEN=${MARK}db
+no equals sign'
+    cat > /etc/mcp-lazy/manifest.yaml <<'Y'
+backends:
+  db:
+    command: [${JSON.stringify(process.execPath)}, ${JSON.stringify(SERVER_SCRIPTS.everything)}, stdio]
+    secret_env: [API_TOKEN]
+Y`);
+  r = await tryIn(`${MCP_LAZY} refresh --check db`);
+  assert.equal(r.code, 1, r.stdout + r.stderr);
+  assert.match(r.stderr, /^mcp-lazy: cannot read \/etc\/mcp-lazy\/secrets\/db\.env:2: not a line of an environment file: systemd ignores the whole file, so mcp-lazy@db\.service starts without any of its values: fix or remove it$/m);
+  assert.ok(!(r.stdout + r.stderr).includes(MARK), r.stdout + r.stderr);
+  await sh("rm -f /etc/mcp-lazy/secrets/db.env");
 });
 
 test("refresh --check counts what refresh would do to the secrets files: a file to adopt, one to put aside", async () => {

@@ -224,7 +224,8 @@ static void test_orphan_link(void) {
 /* Review 10 LOW-1: a backend keeps the secrets file of its name only while it runs what it ran: the
  * same command, cwd and env that stays in the manifest, and no variable that moves which it did not
  * have. Else the file is put aside and the backend gets only its own config's values. */
-static void check_owner(const char *on_disk, const char *file, const char *backend, bool owns, const char *want_file) {
+static void check_owner_said(const char *on_disk, const char *file, const char *backend, bool owns,
+                             const char *want_file, const char *want_names, const char *want_said) {
         _cleanup_free_ char *manifest = NULL, *text = NULL, *err = NULL, *now = NULL, *o = NULL, *p = NULL;
 
         write_text("secrets/db.env", file);
@@ -241,9 +242,10 @@ static void check_owner(const char *on_disk, const char *file, const char *backe
         CHECK(owns ? !strstr(err ?: "", "no longer runs what it ran")
                    : strstr(err ?: "", "backend 'db' no longer runs what it ran") != NULL);
         if (!owns)
-                CHECK(text &&
-                      (want_file ? strstr(text, "secret_env: [NODE_OPTIONS]") != NULL : !strstr(text, "secret_env")));
-        if ((owns ? o != NULL : o == NULL) || !text)
+                CHECK(text && (want_file ? strstr(text, want_names) != NULL : !strstr(text, "secret_env")));
+        if (want_said)
+                CHECK(err && strstr(err, want_said));
+        if ((owns ? o != NULL : o == NULL) || !text || (want_said && !strstr(err ?: "", want_said)))
                 fprintf(stderr, "on disk:\n%snow:\n%s\nsaid: %s\n", on_disk, text ?: manifest, err ?: "");
         p = o ? path_in(o) : NULL;
         if (p)
@@ -254,15 +256,22 @@ static void check_owner(const char *on_disk, const char *file, const char *backe
                 unlink(p);
 }
 
+static void check_owner(const char *on_disk, const char *file, const char *backend, bool owns, const char *want_file) {
+        check_owner_said(on_disk, file, backend, owns, want_file, "secret_env: [NODE_OPTIONS]", NULL);
+}
+
 static void test_owner_runs_the_same(void) {
         static const char *const disk = "backends:\n  db:\n    command: [/bin/true]\n    env: {LD_LIBRARY_PATH: /x}\n"
                                         "    secret_env: [TOKEN]\n";
         static const char *const hand = "backends:\n  db:\n    command: [/bin/true]\n";
 #define DB(rest) "    command: [/bin/true]\n" rest "    secret_env: [TOKEN]\n"
 
-        /* The same, a token imported anew: kept, merged. */
-        check_owner(disk, "TOKEN=MARKold\nOLD=MARKo\n", DB("    env: {LD_LIBRARY_PATH: /x, TOKEN: MARKnew}\n"), true,
-                    "TOKEN=\"MARKnew\"\nOLD=\"MARKo\"\n");
+        /* The same, the same token imported again: kept, merged; the token imported anew: another
+         * definition (review 12 MEDIUM-1: every value counts), its own file of its own values. */
+        check_owner(disk, "TOKEN=MARKold\nOLD=MARKo\n", DB("    env: {LD_LIBRARY_PATH: /x, TOKEN: MARKold}\n"), true,
+                    "TOKEN=\"MARKold\"\nOLD=\"MARKo\"\n");
+        check_owner_said(disk, "TOKEN=MARKold\nOLD=MARKo\n", DB("    env: {LD_LIBRARY_PATH: /x, TOKEN: MARKnew}\n"),
+                         false, "TOKEN=\"MARKnew\"\n", "secret_env: [TOKEN]", "env TOKEN has another value");
         /* Another cwd, LD_PRELOAD, another LD_LIBRARY_PATH, none, another command. */
         check_owner(disk, "TOKEN=MARKold\n", DB("    env: {LD_LIBRARY_PATH: /x}\n    cwd: /tmp\n"), false, NULL);
         check_owner(disk, "TOKEN=MARKold\n", DB("    env: {LD_LIBRARY_PATH: /x, LD_PRELOAD: /tmp/x.so}\n"), false,
@@ -276,9 +285,27 @@ static void test_owner_runs_the_same(void) {
         /* A variable that moves but changes what runs: its own file, without the old values. */
         check_owner(disk, "TOKEN=MARKold\n", DB("    env: {LD_LIBRARY_PATH: /x, NODE_OPTIONS: --require /tmp/x.js}\n"),
                     false, "NODE_OPTIONS=\"--require /tmp/x.js\"\n");
+        /* Review 12 MEDIUM-1: a new value of a variable the old backend had changes what runs, whatever
+         * its name (not a list of names): NODE_OPTIONS from the file, or any other; its own file. */
+        static const char *const opts = "backends:\n  db:\n    command: [/bin/true]\n"
+                                        "    secret_env: [GITHUB_TOKEN, NODE_OPTIONS]\n";
+        check_owner_said(opts, "GITHUB_TOKEN=MARKold\nNODE_OPTIONS=--max-old-space-size=512\n",
+                         "    command: [/bin/true]\n    env: {NODE_OPTIONS: \"--import=data:text/javascript,x\"}\n",
+                         false, "NODE_OPTIONS=\"--import=data:text/javascript,x\"\n", "secret_env: [NODE_OPTIONS]",
+                         "backend 'db' no longer runs what it ran (env NODE_OPTIONS has another value)");
+        check_owner_said(opts, "GITHUB_TOKEN=MARKold\nNODE_OPTIONS=--max-old-space-size=512\nSOME_URL=https://a\n",
+                         "    command: [/bin/true]\n    env: {SOME_URL: \"https://b\"}\n", false,
+                         "SOME_URL=\"https://b\"\n", "secret_env: [SOME_URL]", "env SOME_URL has another value");
+        /* Its arguments, and the same definition with a value left out: it keeps the file's. */
+        check_owner_said(opts, "GITHUB_TOKEN=MARKold\n",
+                         "    command: [/bin/true, -x]\n    env: {GITHUB_TOKEN: MARKold}\n", false,
+                         "GITHUB_TOKEN=\"MARKold\"\n", "secret_env: [GITHUB_TOKEN]", "(its command changed)");
+        check_owner(opts, "GITHUB_TOKEN=MARKold\nNODE_OPTIONS=--max-old-space-size=512\n",
+                    "    command: [/bin/true]\n    env: {NODE_OPTIONS: --max-old-space-size=512}\n", true,
+                    "GITHUB_TOKEN=\"MARKold\"\nNODE_OPTIONS=\"--max-old-space-size=512\"\n");
         /* A file written by hand before secret_env: its names count as the backend's. */
-        check_owner(hand, "TOKEN=MARKhand\n", "    command: [/bin/true]\n    env: {TOKEN: MARKnew}\n", true,
-                    "TOKEN=\"MARKnew\"\n");
+        check_owner(hand, "TOKEN=MARKhand\n", "    command: [/bin/true]\n    env: {TOKEN: MARKhand}\n", true,
+                    "TOKEN=\"MARKhand\"\n");
         check_owner(hand, "TOKEN=MARKhand\n",
                     "    command: [/bin/true]\n    env: {NODE_OPTIONS: --require /tmp/x.js}\n", false,
                     "NODE_OPTIONS=\"--require /tmp/x.js\"\n");
@@ -485,6 +512,101 @@ static void test_unreadable_file_new_values(void) {
         CHECK(err && strstr(err, "broken.env:2") && strstr(err, "nothing was changed") && !strstr(err, "MARK"));
 }
 
+/* Review 12 MEDIUM-2: a backend moved to another host (host:) owns no secrets file here: its leftover
+ * file is put aside, not adopted into a manifest the loader refuses (secret_env on a remote backend),
+ * which failed every import and refresh after renaming files. */
+static void test_remote_owns_no_file(void) {
+        _cleanup_free_ char *text = NULL, *err = NULL, *o = NULL, *p = NULL, *g = NULL;
+
+        write_text("secrets/db.env", "PGPASSWORD=MARKdb\n");
+        write_text("secrets/gone.env", "TOKEN=MARKgone\n");
+        /* refresh: the manifest on disk is the one the admin edited (db now on another host). */
+        CHECK(split("backends:\n  db:\n    host: ssh://db.example\n", &text, &err) == 0);
+        CHECK(text && !strstr(text, "secret_env"));
+        CHECK(err && strstr(err, "backend 'db' lives on another host") && !strstr(err, "MARK"));
+        if (!text || !err || !strstr(err, "lives on another host"))
+                fprintf(stderr, "now:\n%s\nsaid: %s\n", text ?: "(none)", err ?: "");
+        o = orphan_of("db.env");
+        CHECK(o);
+        p = o ? path_in(o) : NULL;
+        CHECK(p && unlink(p) >= 0);
+        free(o);
+        o = orphan_of("gone.env");
+        CHECK(o);
+        g = o ? path_in(o) : NULL;
+        CHECK(g && unlink(g) >= 0);
+}
+
+/* Review 12 MEDIUM-2: the manifest is built and checked before anything on disk changes: one the
+ * loader refuses (env on a backend of another host) renames and writes nothing. */
+static void test_invalid_changes_nothing(void) {
+        _cleanup_free_ char *text = NULL, *err = NULL, *gone = NULL, *pr = path_in("secrets/r.env"),
+                            *pl = path_in("secrets/l.env"), *pg = path_in("secrets/gone.env");
+
+        write_text("secrets/gone.env", "TOKEN=MARKgone\n");
+        CHECK(split("backends:\n" BACKEND("l",
+                                          "{T: MARKl}") "  r:\n    host: ssh://r.example\n    env: {TOKEN: MARKr}\n",
+                    &text, &err) < 0);
+        gone = read_text("secrets/gone.env");
+        CHECK_STREQ(gone, "TOKEN=MARKgone\n");
+        CHECK(!orphan_of("gone.env"));
+        CHECK(pr && access(pr, F_OK) < 0 && pl && access(pl, F_OK) < 0);
+        CHECK(err && strstr(err, "lives on ssh://r.example") && strstr(err, "nothing was changed") &&
+              !strstr(err, "renamed") && !strstr(err, "MARK"));
+        if (!err || !strstr(err, "nothing was changed") || strstr(err, "renamed"))
+                fprintf(stderr, "said: %s\n", err ?: "");
+        CHECK(pg && unlink(pg) >= 0);
+}
+
+/* Review 12 LOW-1: a secrets file is read through the checked directory, never through a link. */
+static void test_read_no_link(void) {
+        _cleanup_free_ char *text = NULL, *err = NULL, *target = path_in("elsewhere.env"),
+                            *link = path_in("secrets/db.env");
+
+        write_text("elsewhere.env", "AWS_SECRET_ACCESS_KEY=MARKroot\n");
+        CHECK(target && link && symlink(target, link) >= 0);
+        /* db from before secret_env (the same on disk): a file of its own would be adopted. */
+        CHECK(split("backends:\n" BARE("db"), &text, &err) == 0);
+        CHECK(text && !strstr(text, "secret_env"));
+        CHECK(err && strstr(err, "db.env") && strstr(err, "left as it is") && !strstr(err, "MARK"));
+        if (!text || strstr(text, "secret_env"))
+                fprintf(stderr, "now:\n%s\nsaid: %s\n", text ?: "(none)", err ?: "");
+        CHECK(link && unlink(link) >= 0 && target && unlink(target) >= 0);
+}
+
+/* Review 12 LOW-2: refresh --check says a secrets file that systemd would ignore (a line it cannot
+ * read, a value it refuses) and counts it; names and line numbers, never a value. */
+static void test_pending_unreadable(void) {
+        _cleanup_free_ char *err = NULL, *ph = path_in("secrets/hand.env"), *pn = path_in("secrets/named.env");
+
+        write_text("secrets/hand.env", "TOKEN=MARKhand\nno equals sign\n");
+        write_text("secrets/named.env", "TOKEN=\"MARK\xef\xb7\x90\"\n");
+        CHECK(files_pending("backends:\n" BARE("hand") NAMED("named"), true, &err) == 2);
+        CHECK(err && strstr(err, "hand.env:2") && strstr(err, "named.env") && strstr(err, "TOKEN") &&
+              strstr(err, "ignores") && !strstr(err, "MARK"));
+        if (!err || !strstr(err, "hand.env:2") || !strstr(err, "named.env"))
+                fprintf(stderr, "said: %s\n", err ?: "");
+        CHECK(ph && unlink(ph) >= 0 && pn && unlink(pn) >= 0);
+}
+
+/* Review 12 INFO: a temporary file of ours that an interrupted write left behind goes when the
+ * directory is next written; a fresh one (a write under way) and others' files stay. */
+static void test_stale_temp(void) {
+        _cleanup_free_ char *text = NULL, *err = NULL, *stale = path_in("secrets/a.env.mcp-lazy-0123abcd"),
+                            *fresh = path_in("secrets/a.env.mcp-lazy-89abcdef"),
+                            *other = path_in("secrets/a.env.keep-me");
+        struct timespec old[2] = {{.tv_sec = 1000000000}, {.tv_sec = 1000000000}};
+
+        write_text("secrets/a.env.mcp-lazy-0123abcd", "T=MARKstale\n");
+        write_text("secrets/a.env.mcp-lazy-89abcdef", "T=MARKfresh\n");
+        write_text("secrets/a.env.keep-me", "T=MARKother\n");
+        CHECK(stale && utimensat(AT_FDCWD, stale, old, 0) >= 0);
+        CHECK(other && utimensat(AT_FDCWD, other, old, 0) >= 0);
+        CHECK(split("backends:\n" BACKEND("a", "{T: MARKa}"), &text, &err) == 0);
+        CHECK(stale && access(stale, F_OK) < 0);
+        CHECK(fresh && unlink(fresh) >= 0 && other && unlink(other) >= 0);
+}
+
 static void test_names_that_stay(void) {
         static const char *const stay[] = {
                 "JOURNAL_STREAM",
@@ -604,6 +726,11 @@ int main(void) {
         test_orphans_swapped_dir();
         test_orphan_mode_fails();
         test_write_fails_after_orphan();
+        test_remote_owns_no_file();
+        test_invalid_changes_nothing();
+        test_read_no_link();
+        test_pending_unreadable();
+        test_stale_temp();
         test_names_that_stay();
         if (asprintf(&rm, "rm -rf '%s'", dir) >= 0 && system(rm) != 0)
                 fprintf(stderr, "cannot remove %s\n", dir);
