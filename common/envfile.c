@@ -335,15 +335,7 @@ static int write_at(int dfd, const char *name, const char *text, size_t len) {
         /* Root's from the start, and 0600 whatever the umask (before anything is written). */
         if ((geteuid() == 0 && fchown(fd, 0, 0) < 0) || fchmod(fd, 0600) < 0)
                 goto fail;
-        for (size_t done = 0; done < len;) {
-                ssize_t n = write(fd, text + done, len - done);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0)
-                        goto fail;
-                done += (size_t) n;
-        }
-        if (fsync(fd) < 0)
+        if (write_all_sync(fd, text, len) < 0)
                 goto fail;
         fd = safe_close(fd);
         if (renameat(dfd, tmp, dfd, name) < 0)

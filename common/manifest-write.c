@@ -487,6 +487,18 @@ int mkdir_parents(const char *dir, mode_t mode) {
         return 0;
 }
 
+int write_all_sync(int fd, const void *data, size_t len) {
+        for (size_t done = 0; done < len;) {
+                ssize_t n = write(fd, (const char *) data + done, len - done);
+                if (n < 0 && errno == EINTR)
+                        continue;
+                if (n < 0)
+                        return -1;
+                done += (size_t) n;
+        }
+        return fsync(fd);
+}
+
 int write_file_atomic(const char *path, const char *data, size_t len, mode_t mode, bool keep_owner) {
         return write_file_atomic_owned(path, data, len, mode, keep_owner, (uid_t) -1, (gid_t) -1);
 }
@@ -523,15 +535,7 @@ int write_file_atomic_owned(const char *path, const char *data, size_t len, mode
                 goto fail;
         if (fchmod(fd, mode) < 0) /* fchown clears the setgid bit */
                 goto fail;
-        for (size_t done = 0; done < len;) {
-                ssize_t n = write(fd, data + done, len - done);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0)
-                        goto fail;
-                done += (size_t) n;
-        }
-        if (fsync(fd) < 0)
+        if (write_all_sync(fd, data, len) < 0)
                 goto fail;
         fd = safe_close(fd);
         if (rename(tmp, target) < 0)

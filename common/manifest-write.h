@@ -51,6 +51,9 @@ bool manifest_doc_has_env(const ManifestDoc *d);
  * with the reader's errors if it does not pass). */
 int manifest_doc_emit(const ManifestDoc *d, char **ret_text, size_t *ret_len, char **ret_error);
 
+/* Writes all of data to fd (again after EINTR), then fsyncs it: 0, or -1 with errno set. What both
+ * atomic writers (this file's and envfile_write()) do between creating the temporary file and renaming it. */
+int write_all_sync(int fd, const void *data, size_t len);
 /* Write data to path through a temporary file in the same directory: write, fsync, rename, fsync the
  * directory. mode (e.g. 0600) is applied to the new file; with keep_owner the new file gets the old
  * one's owner. A symlink at path is followed: its target is replaced. */
