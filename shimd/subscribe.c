@@ -19,6 +19,11 @@
 #ifndef SUBSCRIBE_MAX_PER_CLIENT
 #define SUBSCRIBE_MAX_PER_CLIENT 1024U
 #endif
+/* fuzz-shim counts the URIs that array_has() compares, to see that no line costs more than the URIs
+ * the sessions hold (each session's once). */
+#ifndef SUBSCRIBE_URI_COMPARED
+#define SUBSCRIBE_URI_COMPARED() ((void) 0)
+#endif
 
 /* A resources/subscribe answered once the stream that carries its URI is acknowledged. */
 struct SubscribeWaiter {
@@ -56,28 +61,65 @@ static void reply_empty(Client *c, const char *id_text) {
         reply(c, id_text, cJSON_CreateObject(), NULL);
 }
 
+/* Linear: for one session's URIs (at most SUBSCRIBE_MAX_PER_CLIENT), once per line; a set of all
+ * sessions' URIs, or of what a backend took, is a hashed set (uri_set_new()). */
 static bool array_has(const cJSON *a, const char *s) {
         const cJSON *it;
-        cJSON_ArrayForEach (it, a)
+        cJSON_ArrayForEach (it, a) {
+                SUBSCRIBE_URI_COMPARED();
                 if (cJSON_IsString(it) && streq(it->valuestring, s))
                         return true;
+        }
         return false;
 }
 
-/* The URIs the sessions of i (but except) subscribed to, each once. */
-static cJSON *union_new(Instance *i, const Client *except) {
-        _cleanup_json_ cJSON *a = cJSON_CreateArray();
+static void hashmap_freep(Hashmap **h) {
+        hashmap_free(*h);
+}
+
+/* Adds uri (its string stays the caller's, unchanged while the set is there): 1, or 0 if the set has it
+ * already; hashed once, compared only with a URI of the same hash. */
+static int uri_set_add(Hashmap *set, const char *uri) {
+        int r = hashmap_put(set, uri, (void *) uri);
+
+        return r == -EEXIST ? 0 : r < 0 ? r : 1;
+}
+
+/* The strings of a, which must outlive the set. NULL: out of memory. */
+static Hashmap *uri_set_new(const cJSON *a) {
+        _cleanup_(hashmap_freep) Hashmap *set = hashmap_new_borrowed();
         const cJSON *it;
 
-        if (!a)
+        if (!set)
+                return NULL;
+        cJSON_ArrayForEach (it, a)
+                if (cJSON_IsString(it) && uri_set_add(set, it->valuestring) < 0)
+                        return NULL;
+        return TAKE_PTR(set);
+}
+
+static bool uri_set_has(const Hashmap *set, const char *uri) {
+        return set && hashmap_get(set, uri);
+}
+
+/* The URIs the sessions of i (but except) subscribed to, each once, in the order the sessions and their
+ * subscriptions come (the stream's request is compared as printed with the last one's). */
+static cJSON *union_new(Instance *i, const Client *except) {
+        _cleanup_json_ cJSON *a = cJSON_CreateArray();
+        _cleanup_(hashmap_freep) Hashmap *seen = hashmap_new_borrowed();
+        const cJSON *it;
+        int r;
+
+        if (!a || !seen)
                 return NULL;
         for (Client *c = i->shim->clients; c; c = c->next) {
                 if (c->instance != i || c == except)
                         continue;
-                cJSON_ArrayForEach (it, c->subscriptions)
-                        if (!array_has(a, it->valuestring) &&
-                            !cJSON_AddItemToArray(a, cJSON_CreateString(it->valuestring)))
+                cJSON_ArrayForEach (it, c->subscriptions) {
+                        r = uri_set_add(seen, it->valuestring);
+                        if (r < 0 || (r > 0 && !cJSON_AddItemToArray(a, cJSON_CreateString(it->valuestring))))
                                 return NULL;
+                }
         }
         return TAKE_PTR(a);
 }
@@ -219,7 +261,7 @@ static void handle_subscribe(Instance *i, Client *c, const Message *m, bool sub)
         }
         if (r < 0 || subscribe_refresh(i, NULL) < 0)
                 return refuse_subscribe(i, c, m->id_text, uri, r > 0, "out of memory");
-        if (!sub || (i->listen_acked && !i->listen_old && array_has(i->listen_honoured, uri)))
+        if (!sub || (i->listen_acked && !i->listen_old && uri_set_has(i->listen_honoured_set, uri)))
                 return reply_empty(c, m->id_text);
         /* Nothing new was asked of an acknowledged stream that did not take the URI: no acknowledgement
          * is coming for it. */
@@ -311,6 +353,11 @@ bool subscribe_intercept(Instance *i, Client *c, const Message *m) {
         return false;
 }
 
+static void honoured_forget(Instance *i) {
+        i->listen_honoured_set = hashmap_free(i->listen_honoured_set);
+        i->listen_honoured = (cJSON_Delete(i->listen_honoured), NULL);
+}
+
 static bool subscription_id(const Message *m, int64_t *ret) {
         const cJSON *meta = cJSON_GetObjectItemCaseSensitive(m->params, "_meta");
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(meta, META_SUBSCRIPTION_ID);
@@ -334,17 +381,20 @@ static void handle_acknowledged(Instance *i, const Message *m) {
         i->listen_acked = true;
         send_cancel(i, i->listen_old);
         i->listen_old = 0;
-        cJSON_Delete(i->listen_honoured);
+        honoured_forget(i);
         i->listen_honoured = era_resource_uris_new(m, path, honoured, &n_nul); /* NULL: out of memory */
-        if (!i->listen_honoured)
+        i->listen_honoured_set = i->listen_honoured ? uri_set_new(i->listen_honoured) : NULL;
+        if (!i->listen_honoured_set) {
+                honoured_forget(i);
                 log_oom();
+        }
         if (n_nul > 0)
                 log_warning("Backend '%s' acknowledged %zu resource URI%s with a NUL character (\\u0000), which no "
                             "session subscribed to, ignoring.",
                             shim_backend_name(i->shim), n_nul, n_nul == 1 ? "" : "s");
         while (i->waiters) {
                 SubscribeWaiter *w = i->waiters;
-                if (array_has(i->listen_honoured, w->uri))
+                if (uri_set_has(i->listen_honoured_set, w->uri))
                         reply_empty(w->client, w->id_text);
                 else if (i->listen_honoured) {
                         /* Not taken: the session holds no subscription to it, even one it held before. */
@@ -371,7 +421,7 @@ static void handle_acknowledged(Instance *i, const Message *m) {
                 return;
         }
         for (int k = cJSON_GetArraySize(held) - 1; k >= 0; k--)
-                if (!array_has(i->listen_honoured, cJSON_GetArrayItem(held, k)->valuestring))
+                if (!uri_set_has(i->listen_honoured_set, cJSON_GetArrayItem(held, k)->valuestring))
                         cJSON_DeleteItemFromArray(held, k);
         free(i->listen_uris);
         i->listen_uris = cJSON_PrintUnformatted(held);
@@ -476,5 +526,5 @@ void subscribe_reset(Instance *i, const char *text) {
         i->listen_acked = false;
         free(i->listen_uris);
         i->listen_uris = NULL;
-        i->listen_honoured = (cJSON_Delete(i->listen_honoured), NULL);
+        honoured_forget(i);
 }

@@ -1,7 +1,7 @@
 /* Included ahead of shimd/subscribe.c as fuzz-shim builds it (Makefile): limits that an input of a few
  * lines reaches (a subscribe refused because too many wait for the backend's stream, or because its
  * session holds too many), and its allocations through the harness, which fails one when an input line
- * "O" says so (fuzz-shim.c, alloc_fails()). fuzz-shim.c includes it for the prototypes alone. */
+ * "O" says so (fuzz-shim.c, alloc_fails()). fuzz-shim.c includes it for the prototypes and limits alone. */
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,14 +18,19 @@ char *fuzz_shim_cJSON_PrintUnformatted(const cJSON *item);
 cJSON *fuzz_shim_era_resource_uris_new(const struct Message *m, const char *const *path, const cJSON *tree,
                                        size_t *ret_n_nul);
 
-#ifndef FUZZ_SHIM_HARNESS
 #define SUBSCRIBE_MAX_WAITERS    2U
 #define SUBSCRIBE_MAX_PER_CLIENT 4U
 
-#define calloc                   fuzz_shim_calloc
-#define strdup                   fuzz_shim_strdup
-#define cJSON_CreateArray        fuzz_shim_cJSON_CreateArray
-#define cJSON_CreateString       fuzz_shim_cJSON_CreateString
-#define cJSON_PrintUnformatted   fuzz_shim_cJSON_PrintUnformatted
-#define era_resource_uris_new    fuzz_shim_era_resource_uris_new
+/* Each URI array_has() compares is counted (fuzz-shim.c checks what a line costs). */
+void fuzz_shim_uri_compared(void);
+
+#ifndef FUZZ_SHIM_HARNESS
+#define SUBSCRIBE_URI_COMPARED() fuzz_shim_uri_compared()
+
+#define calloc                 fuzz_shim_calloc
+#define strdup                 fuzz_shim_strdup
+#define cJSON_CreateArray      fuzz_shim_cJSON_CreateArray
+#define cJSON_CreateString     fuzz_shim_cJSON_CreateString
+#define cJSON_PrintUnformatted fuzz_shim_cJSON_PrintUnformatted
+#define era_resource_uris_new  fuzz_shim_era_resource_uris_new
 #endif

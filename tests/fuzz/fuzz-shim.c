@@ -110,6 +110,18 @@ cJSON *cJSON_ParseWithLength(const char *value, size_t len) {
         return cJSON_ParseWithLengthOpts(value, len, NULL, false);
 }
 
+/* The URIs shimd/subscribe.c compares one by one (array_has(), counted through fuzz-shim-subscribe.h): on
+ * a line, at most those the two sessions hold, each session's once (an update goes to the sessions that
+ * hold its URI). The union of what the sessions hold, and what a 2026-07-28 backend's stream took, are
+ * hashed sets: rebuilt by comparing each URI with the others, at every subscribe or unsubscribe and
+ * acknowledgement, they cost the URIs' number squared (one session holding 1024 long URIs stalled
+ * the shared shim 0.3 s per line it sent). */
+static size_t uri_compares, fed_lines;
+
+void fuzz_shim_uri_compared(void) {
+        uri_compares++;
+}
+
 /* main.c's part, which the target leaves out, but for what on_update() does with connections: the
  * harness runs shim_on_update() after the loop has run, when something asked for it. */
 static bool update_wanted;
@@ -534,6 +546,7 @@ static void note_sent_read(Peer *p, const char *line, size_t len) {
 
 static void note_sent(Peer *p, const char *line, size_t len) {
         fed_bytes += len;
+        fed_lines++;
         harness_reading = true;
         note_sent_read(p, line, len);
         harness_reading = false;
@@ -1094,6 +1107,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         alloc_fail_in = 0;
         alloc_failed = false;
         parsed_bytes = fed_bytes = 0;
+        uri_compares = fed_lines = 0;
         states_reset();
         partial_reset();
         for (Peer *p = &a; p; p = p == &a ? &b : p == &b ? &k : NULL)
@@ -1310,6 +1324,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (parsed_bytes > 4 * fed_bytes + 65536)
                 fprintf(stderr, "the shim parsed %zu bytes of JSON text, having read %zu\n", parsed_bytes, fed_bytes);
         FUZZ_ASSERT(parsed_bytes <= 4 * fed_bytes + 65536);
+        if (uri_compares > 2 * SUBSCRIBE_MAX_PER_CLIENT * fed_lines)
+                fprintf(stderr, "the shim compared %zu URIs on %zu lines\n", uri_compares, fed_lines);
+        FUZZ_ASSERT(uri_compares <= 2 * SUBSCRIBE_MAX_PER_CLIENT * fed_lines);
         for (Instance *j = s.instances; j; j = j->next)
                 j->pid = 0; /* its process is left to waiters_end_input() */
         while (s.instances)
