@@ -238,6 +238,27 @@ static void refuse_subscribe(Instance *i, Client *c, const char *id_text, const 
         reply(c, id_text, NULL, text);
 }
 
+/* A session that unsubscribes from a URI no longer wants what it asked for before: a subscribe of its to
+ * that URI still waiting for the stream is answered first, as failed, and waits no longer (else the
+ * stream's acknowledgement would grant it after the unsubscribe was answered, a subscription the
+ * shim does not hold). A waiter exists only while its session holds its URI. */
+static void end_waiters(Instance *i, Client *c, const char *uri) {
+        char text[512];
+
+        for (SubscribeWaiter **w = &i->waiters; *w;) {
+                if ((*w)->client != c || !streq((*w)->uri, uri)) {
+                        w = &(*w)->next;
+                        continue;
+                }
+                snprintf(text, sizeof text,
+                         "resources/subscribe of '%.200s' ended by a later resources/unsubscribe of it on this "
+                         "connection: not subscribed",
+                         uri);
+                reply(c, (*w)->id_text, NULL, text);
+                *w = waiter_free(*w);
+        }
+}
+
 static void handle_subscribe(Instance *i, Client *c, const Message *m, bool sub) {
         const char *uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "uri"));
         char text[160];
@@ -252,6 +273,8 @@ static void handle_subscribe(Instance *i, Client *c, const Message *m, bool sub)
                         client_send(c, e);
                 return;
         }
+        if (!sub)
+                end_waiters(i, c, uri);
         r = subscribe_track(c, uri, sub);
         if (r == -ENOBUFS) {
                 snprintf(text, sizeof text,

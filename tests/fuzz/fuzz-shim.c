@@ -351,6 +351,8 @@ typedef struct Peer {
         char *sub_ids[MAX_SUBS];
         size_t sub_of[MAX_SUBS];
         bool sub_is_sub[MAX_SUBS];
+        unsigned long sub_seq[MAX_SUBS], n_sub_sent; /* the order the session sent them in */
+        bool sub_ended[MAX_SUBS]; /* a subscribe an unsubscribe of its URI, sent after it, was granted before */
         size_t n_sub_ids;
         size_t n_ids;
         size_t n_seen;
@@ -457,6 +459,8 @@ static void note_subscribe(Peer *p, const Message *m) {
         p->sub_ids[p->n_sub_ids] = strdup(m->id_text);
         FUZZ_ASSERT(p->sub_ids[p->n_sub_ids]);
         p->sub_of[p->n_sub_ids] = k;
+        p->sub_seq[p->n_sub_ids] = p->n_sub_sent++;
+        p->sub_ended[p->n_sub_ids] = false;
         p->sub_is_sub[p->n_sub_ids++] = sub;
         p->sub_open[k]++;
 }
@@ -464,6 +468,9 @@ static void note_subscribe(Peer *p, const Message *m) {
 /* The shim's answer to one of them: a subscribe that succeeded holds the URI, an unsubscribe that did
  * lets it go; an error leaves a URI not held as it was (one held, unknown: it may have been refused
  * before anything changed). */
+/* "V": the backend is a 2026-07-28 one from the start, and the shim answers subscribes itself. */
+static bool subs_by_shim;
+
 static void note_subscribe_answer(Peer *p, const Message *m) {
         for (size_t j = 0; j < p->n_sub_ids; j++) {
                 size_t k = p->sub_of[j];
@@ -484,6 +491,19 @@ static void note_subscribe_answer(Peer *p, const Message *m) {
                 /* Gone: an unsubscribe granted, or a subscribe refused of a URI not held before, alone
                  * in flight (in either era: a handshake-era backend's error included). */
                 p->sub_gone[k] = alone && (p->sub_is_sub[j] ? error && !p->sub_held[k] : !error);
+                /* An unsubscribe granted ends the subscribes of its URI sent before it: at a 2026-07-28
+                 * backend (the shim answers them, one process so far), none of them is granted after it
+                 * (the session would be told it holds what the shim let go). */
+                if (!error && !p->sub_is_sub[j] && !p->sub_unknown[k])
+                        for (size_t o = 0; o < p->n_sub_ids; o++)
+                                if (p->sub_of[o] == k && p->sub_is_sub[o] && p->sub_seq[o] < p->sub_seq[j])
+                                        p->sub_ended[o] = true;
+                if (!error && p->sub_is_sub[j] && p->sub_ended[j] && !p->sub_unknown[k] && subs_by_shim &&
+                    n_starts <= 1) {
+                        fprintf(stderr, "subscribe %s of %s granted after a later unsubscribe of it\n", m->id_text,
+                                p->sub_uris[k]);
+                        FUZZ_ASSERT(!"a subscribe granted after its URI's unsubscribe");
+                }
                 if (cJSON_GetObjectItemCaseSensitive(message_json(m), "result"))
                         p->sub_held[k] = p->sub_is_sub[j];
                 else if (p->sub_held[k])
@@ -493,6 +513,8 @@ static void note_subscribe_answer(Peer *p, const Message *m) {
                 p->sub_ids[j] = p->sub_ids[--p->n_sub_ids];
                 p->sub_of[j] = p->sub_of[p->n_sub_ids];
                 p->sub_is_sub[j] = p->sub_is_sub[p->n_sub_ids];
+                p->sub_seq[j] = p->sub_seq[p->n_sub_ids];
+                p->sub_ended[j] = p->sub_ended[p->n_sub_ids];
                 return;
         }
 }
@@ -1119,6 +1141,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_ASSERT(s.upcalls);
         /* "S" (and "U"): an earlier start learned a handshake-era backend, so initialize goes first. */
         s.learned_era = mode == 'S' || mode == 'U' ? BACKEND_ERA_LEGACY : BACKEND_ERA_UNKNOWN;
+        subs_by_shim = mode == 'V';
         if (mode == 'U' || mode == 'V')
                 backend_up(&s, &k, e, mode == 'V');
         ca = connect_client(&s, &a, false);
