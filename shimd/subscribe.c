@@ -19,8 +19,8 @@
 #ifndef SUBSCRIBE_MAX_PER_CLIENT
 #define SUBSCRIBE_MAX_PER_CLIENT 1024U
 #endif
-/* fuzz-shim counts the URIs that array_has() compares, to see that no line costs more than the URIs
- * the sessions hold (each session's once). */
+/* fuzz-shim counts the URIs that array_has() compares (and the steps along an array's list), to see
+ * that no line costs more than the URIs the sessions hold (each session's once). */
 #ifndef SUBSCRIBE_URI_COMPARED
 #define SUBSCRIBE_URI_COMPARED() ((void) 0)
 #endif
@@ -443,9 +443,13 @@ static void handle_acknowledged(Instance *i, const Message *m) {
                         log_oom();
                 return;
         }
-        for (int k = cJSON_GetArraySize(held) - 1; k >= 0; k--)
-                if (!uri_set_has(i->listen_honoured_set, cJSON_GetArrayItem(held, k)->valuestring))
-                        cJSON_DeleteItemFromArray(held, k);
+        /* One walk along the list: by index, each step would walk it again from its head. */
+        for (cJSON *it = held->child, *next; it; it = next) {
+                next = it->next;
+                SUBSCRIBE_URI_COMPARED();
+                if (!uri_set_has(i->listen_honoured_set, it->valuestring))
+                        cJSON_Delete(cJSON_DetachItemViaPointer(held, it));
+        }
         free(i->listen_uris);
         i->listen_uris = cJSON_PrintUnformatted(held);
 }

@@ -21,8 +21,11 @@ cJSON *fuzz_shim_era_resource_uris_new(const struct Message *m, const char *cons
 #define SUBSCRIBE_MAX_WAITERS    2U
 #define SUBSCRIBE_MAX_PER_CLIENT 4U
 
-/* Each URI array_has() compares is counted (fuzz-shim.c checks what a line costs). */
+/* Each URI array_has() compares is counted (fuzz-shim.c checks what a line costs), and so is each step
+ * along a cJSON array's list: reaching an item by index walks the list from its head. */
 void fuzz_shim_uri_compared(void);
+cJSON *fuzz_shim_cJSON_GetArrayItem(const cJSON *array, int index);
+void fuzz_shim_cJSON_DeleteItemFromArray(cJSON *array, int which);
 
 #ifndef FUZZ_SHIM_HARNESS
 #define SUBSCRIBE_URI_COMPARED() fuzz_shim_uri_compared()
@@ -33,4 +36,6 @@ void fuzz_shim_uri_compared(void);
 #define cJSON_CreateString     fuzz_shim_cJSON_CreateString
 #define cJSON_PrintUnformatted fuzz_shim_cJSON_PrintUnformatted
 #define era_resource_uris_new  fuzz_shim_era_resource_uris_new
+#define cJSON_GetArrayItem        fuzz_shim_cJSON_GetArrayItem
+#define cJSON_DeleteItemFromArray fuzz_shim_cJSON_DeleteItemFromArray
 #endif

@@ -122,6 +122,18 @@ void fuzz_shim_uri_compared(void) {
         uri_compares++;
 }
 
+/* Through an index, cJSON walks its list from the head: index + 1 steps, each counted as a compare (a
+ * loop over all the sessions' URIs by index cost their number squared at each acknowledgement). */
+cJSON *fuzz_shim_cJSON_GetArrayItem(const cJSON *array, int index) {
+        uri_compares += index >= 0 ? (size_t) index + 1 : 0;
+        return cJSON_GetArrayItem(array, index);
+}
+
+void fuzz_shim_cJSON_DeleteItemFromArray(cJSON *array, int which) {
+        uri_compares += which >= 0 ? (size_t) which + 1 : 0;
+        cJSON_DeleteItemFromArray(array, which);
+}
+
 /* main.c's part, which the target leaves out, but for what on_update() does with connections: the
  * harness runs shim_on_update() after the loop has run, when something asked for it. */
 static bool update_wanted;
