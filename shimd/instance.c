@@ -801,8 +801,8 @@ static void deliver(Instance *i, Client *c, const Message *m) {
                 reply_initialize(i, c, m);
         else if (m->kind == JSONRPC_REQUEST &&
                  (method_is(m->method, "resources/subscribe") || method_is(m->method, "resources/unsubscribe")) &&
-                 subscribe_refuse_nul_uri(c, m))
-                return; /* cut at its NUL it would be another session's URI */
+                 subscribe_refuse_bad_uri(c, m))
+                return; /* cut at its NUL it would be another session's URI; a long one is held for long */
         else if (m->kind == JSONRPC_REQUEST && i->era == BACKEND_ERA_MODERN && subscribe_intercept(i, c, m))
                 return; /* gone in 2026-07-28: mapped onto what replaced it */
         else if (m->kind == JSONRPC_REQUEST && unsubscribe_shared(i, c, m))

@@ -387,11 +387,13 @@ int subscribe_refresh(Instance *i, const Client *except);
 int subscribe_track(Client *c, const char *uri, bool sub);
 /* Whether m's params.uri decodes with a NUL: the tree's string ends there, the backend reads all of it,
  * so it names no URI a session holds (or may hold: a resources/subscribe or unsubscribe with one is
- * refused, with its error sent, by subscribe_refuse_nul_uri(), true when it was one). 1 or 0, or
+ * refused, with its error sent, by subscribe_refuse_bad_uri(), true when it was one). 1 or 0, or
  * -ENOMEM (logged) when that cannot be said: then the URI names nobody either (an update reaches no
  * session, a subscribe is answered "out of memory"). */
 int subscribe_uri_has_nul(const Message *m);
-bool subscribe_refuse_nul_uri(Client *c, const Message *m);
+/* A resources/subscribe or unsubscribe whose uri has a NUL, or is longer than a session may hold
+ * (SUBSCRIBE_MAX_URI_BYTES), is refused with -32602 (its error sent): true when it was one. */
+bool subscribe_refuse_bad_uri(Client *c, const Message *m);
 /* The backend's notification or response concerns the stream (or is a log message): true if handled. */
 bool subscribe_handle_notification(Instance *i, const Message *m);
 bool subscribe_handle_response_internal(Instance *i, int64_t id, const Message *m);

@@ -19,6 +19,9 @@
 #ifndef SUBSCRIBE_MAX_PER_CLIENT
 #define SUBSCRIBE_MAX_PER_CLIENT 1024U
 #endif
+/* A subscription's URI, decoded: a session keeps each one it holds for its life (and a 2026-07-28
+ * backend's stream asks for all of them), so without it 1024 URIs of a line's length each would do. */
+#define SUBSCRIBE_MAX_URI_BYTES 8192U
 /* fuzz-shim counts the URIs that array_has() compares (and the steps along an array's list), to see
  * that no line costs more than the URIs the sessions hold (each session's once). */
 #ifndef SUBSCRIBE_URI_COMPARED
@@ -319,16 +322,48 @@ int subscribe_uri_has_nul(const Message *m) {
         return r;
 }
 
-bool subscribe_refuse_nul_uri(Client *c, const Message *m) {
-        _cleanup_json_ cJSON *e = NULL;
-        int r = subscribe_uri_has_nul(m);
+/* 1 if m's params.uri decodes to more than SUBSCRIBE_MAX_URI_BYTES, 0 if not (or no string is there). */
+static int subscribe_uri_too_long(const Message *m) {
+        _cleanup_free_ char *buf = NULL;
+        size_t len;
+        Span s;
+        int r = message_find(m, (const char *const[]){"params", "uri", NULL}, &s);
 
-        if (r == 0)
+        if (r == -ENOENT)
+                return 0;
+        if (r < 0)
+                return r;
+        if (s.len <= SUBSCRIBE_MAX_URI_BYTES + 2) /* its text, quotes included: never shorter decoded */
+                return 0;
+        buf = malloc(s.len - 1); /* decoded, it is no longer than its text: a moment's copy of the line's */
+        if (!buf)
+                return -ENOMEM;
+        if (message_string(m, s, buf, s.len - 1, &len) < 0)
+                return 0; /* not a string: the backend says what it makes of it */
+        return len > SUBSCRIBE_MAX_URI_BYTES;
+}
+
+bool subscribe_refuse_bad_uri(Client *c, const Message *m) {
+        _cleanup_json_ cJSON *e = NULL;
+        int r = subscribe_uri_has_nul(m), long_uri = 0;
+
+        if (r == 0 && (long_uri = subscribe_uri_too_long(m)) == 0)
                 return false;
-        e = r < 0 ? jsonrpc_error_new(message_id_json(m), JSONRPC_INTERNAL_ERROR, "out of memory")
-                  : jsonrpc_error_new(message_id_json(m), JSONRPC_INVALID_PARAMS,
+        if (r == 0 && long_uri < 0)
+                r = long_uri;
+        if (r < 0)
+                e = jsonrpc_error_new(message_id_json(m), JSONRPC_INTERNAL_ERROR, "out of memory");
+        else if (r > 0)
+                e = jsonrpc_error_new(message_id_json(m), JSONRPC_INVALID_PARAMS,
                                       "Invalid params: the uri holds a NUL character (\\u0000), which no resource "
                                       "URI has (write it as %00)");
+        else {
+                char text[128];
+                (void) snprintf(text, sizeof text,
+                                "Invalid params: the uri is longer than %u bytes, the longest one a subscription takes",
+                                SUBSCRIBE_MAX_URI_BYTES);
+                e = jsonrpc_error_new(message_id_json(m), JSONRPC_INVALID_PARAMS, text);
+        }
         if (e)
                 client_send(c, e);
         return true;

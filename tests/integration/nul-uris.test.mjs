@@ -24,6 +24,7 @@ writeFileSync(
   partial:
     command: [node, ${join(TESTS, "servers/partial-listen-modern.mjs")}]
     resources: [{uri: "nul:z", name: z}, {uri: "ok:y", name: y}]
+    resource_templates: [{uriTemplate: "ok:long/{x}", name: long}]
 tools:
   - {name: echo, backend: partial, input_schema: {type: object}}
 `,
@@ -44,6 +45,32 @@ test("at a 2026-07-28 backend, an acknowledgement of \"nul:z\\u0000x\" does not 
   assert.match(again.error?.message ?? "", refused, JSON.stringify(again));
   await p.close();
   assert.match(p.stderr, /Backend 'partial' acknowledged 1 resource URI with a NUL character \(\\u0000\), which no session subscribed to, ignoring\./);
+  assert.doesNotMatch(p.stderr, /AddressSanitizer|runtime error/);
+});
+
+test("a resources/subscribe or unsubscribe whose uri is longer than 8192 bytes is refused, one of 8192 held", async () => {
+  // A session keeps each URI it holds for its life: before the limit, 1024 of a line's length each.
+  const p = direct(partial);
+  assert.ok((await p.request(INIT("2025-11-25"))).result.capabilities.resources.subscribe);
+  p.send({ jsonrpc: "2.0", method: "notifications/initialized" });
+  const longest = "ok:long/" + "x".repeat(8192 - 8);
+  const over = longest + "x";
+  const tooLong = /^Invalid params: the uri is longer than 8192 bytes, the longest one a subscription takes$/;
+  // Before the limit: {} (held), and the unsubscribe forwarded.
+  const refused = await p.request({ jsonrpc: "2.0", id: 2, method: "resources/subscribe", params: { uri: over } }, 20000);
+  assert.equal(refused.error?.code, -32602, JSON.stringify(refused).slice(0, 300));
+  assert.match(refused.error.message, tooLong);
+  // Escapes count as what they decode to: 8192 bytes written with \u escapes are not too long.
+  const escaped = await p.request(
+    JSON.stringify({ jsonrpc: "2.0", id: 3, method: "resources/subscribe", params: { uri: longest } }).replace(/x/g, "\\u0078"),
+    20000,
+  );
+  assert.deepEqual(escaped.result, {}, JSON.stringify(escaped).slice(0, 300));
+  const unsub = await p.request({ jsonrpc: "2.0", id: 4, method: "resources/unsubscribe", params: { uri: over } }, 20000);
+  assert.equal(unsub.error?.code, -32602, JSON.stringify(unsub).slice(0, 300));
+  assert.match(unsub.error.message, tooLong);
+  assert.deepEqual((await p.request({ jsonrpc: "2.0", id: 5, method: "resources/unsubscribe", params: { uri: longest } }, 20000)).result, {});
+  await p.close();
   assert.doesNotMatch(p.stderr, /AddressSanitizer|runtime error/);
 });
 
