@@ -499,6 +499,16 @@ static __attribute__((cold, noinline)) int read_view_keep(Channel *c, ReadView v
                  * paused and resumed in turn would take and give it back every time). */
                 free(v.own);
                 v = (ReadView){};
+        } else if (held <= READ_SHARED_TAIL && v.own_alloc > READ_CHUNK) {
+                /* So does it when a short unfinished line follows: what a peer's unfinished input is
+                 * weighed by (channel_pending_in()) is then what the channel holds. Out of memory, the
+                 * room stays. */
+                char *p = malloc(READ_SHARED_TAIL);
+
+                if (p) {
+                        free(v.own);
+                        v = (ReadView){p, READ_SHARED_TAIL};
+                }
         }
         if (held > 0)
                 memcpy(v.own, read_buf + b->start, held);
@@ -1067,6 +1077,10 @@ uint64_t channel_delivered_bytes(const Channel *c) {
 
 size_t channel_pending_in(const Channel *c) {
         return line_buffer_pending(&c->lines);
+}
+
+size_t channel_pending_capacity(const Channel *c) {
+        return c->lines.alloc;
 }
 
 void channel_set_read_hook(Channel *c, channel_read_hook_t hook) {

@@ -102,6 +102,8 @@ int channel_set_connecting(Channel *c);
 bool channel_connecting(const Channel *c);
 /* Bytes of an unfinished line held now (up to the line limit). */
 size_t channel_pending_in(const Channel *c);
+/* The size of the channel's own input buffer now (what it holds for its input between reads). */
+size_t channel_pending_capacity(const Channel *c);
 /* Called after a read that leaves part of a line held; the hook may pause or free the channel. */
 typedef void (*channel_read_hook_t)(Channel *c, void *userdata);
 void channel_set_read_hook(Channel *c, channel_read_hook_t hook);

@@ -177,6 +177,47 @@ static void test_long_line(void) {
         sd_event_unref(e);
 }
 
+/* After a long line, a short unfinished one does not keep the room the long one took: the channel
+ * holds about what channel_pending_in() says its peer left unfinished (what the per-peer limit weighs). */
+static void test_long_line_room_goes(void) {
+        enum { LONG = 300000 };
+        sd_event *e = NULL;
+        Channel *c = NULL;
+        Seen s = {};
+        char *big = malloc(LONG + 3);
+        int p;
+
+        CHECK(big != NULL);
+        memset(big, 'x', LONG);
+        memcpy(big + LONG, "\n{", 3);
+        CHECK(sd_event_new(&e) >= 0);
+        pair(e, 1024 * 1024, &s, &c, &p);
+        (void) fcntl(p, F_SETFL, O_NONBLOCK);
+        for (size_t done = 0; done < LONG + 3;) {
+                ssize_t k = write(p, big + done, LONG + 3 - done);
+                if (k > 0)
+                        done += (size_t) k;
+                run_for(e, 1);
+        }
+        run_for(e, 5);
+        CHECK(s.n == 1 && s.lines[0] && strlen(s.lines[0]) == LONG && channel_pending_in(c) > 0);
+        /* From here the peer always ends its writes mid-line. */
+        for (int i = 0; i < 3; i++) {
+                write_all(p, "}\n{", 3);
+                run_for(e, 5);
+        }
+        CHECK(s.n == 4 && seen_is(&s, 3, "{}") && channel_pending_in(c) == 1);
+        /* Before: 300,003 bytes or more, kept while the 1-byte tail was. */
+        if (channel_pending_capacity(c) > 64 * 1024)
+                printf("test-channel-read: a 1-byte tail kept a buffer of %zu bytes\n", channel_pending_capacity(c));
+        CHECK(channel_pending_capacity(c) <= 64 * 1024);
+        channel_free(c);
+        close(p);
+        free(big);
+        seen_done(&s);
+        sd_event_unref(e);
+}
+
 /* Paused with lines read and a tail: they wait in the channel's own buffer while other channels read,
  * and come out whole and in order when reading resumes, before what the peer sends after. */
 static void test_pause_keeps_lines(void) {
@@ -411,6 +452,7 @@ static void test_kept_line_poisoned(void) {
 int main(void) {
         test_partial_lines();
         test_long_line();
+        test_long_line_room_goes();
         test_pause_keeps_lines();
         test_free_mid_burst();
         test_read_other_mid_burst();
