@@ -429,12 +429,17 @@ int read_file_full(const char *path, size_t max, char **ret, size_t *ret_len) {
 
 int read_file_stat(const char *path, size_t max, char **ret, size_t *ret_len, struct stat *ret_st) {
         _cleanup_close_ int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+        if (fd < 0)
+                return -errno;
+        return read_fd_full(fd, max, ret, ret_len, ret_st);
+}
+
+int read_fd_full(int fd, size_t max, char **ret, size_t *ret_len, struct stat *ret_st) {
         _cleanup_free_ char *buf = NULL;
         size_t len = 0, alloc = 0;
         struct stat st;
 
-        if (fd < 0)
-                return -errno;
         if (fstat(fd, &st) < 0)
                 return -errno;
         if (!S_ISREG(st.st_mode))

@@ -66,5 +66,7 @@ int write_file_atomic_owned(const char *path, const char *data, size_t len, mode
 int read_file_full(const char *path, size_t max, char **ret, size_t *ret_len);
 /* The same, and the identity and mode of the file that was read (fstat of the descriptor read from). */
 int read_file_stat(const char *path, size_t max, char **ret, size_t *ret_len, struct stat *ret_st);
+/* The same from an open descriptor (read from where it stands; not closed). */
+int read_fd_full(int fd, size_t max, char **ret, size_t *ret_len, struct stat *ret_st);
 /* mkdir -p with mode for the directories it creates. */
 int mkdir_parents(const char *dir, mode_t mode);

@@ -195,37 +195,10 @@ static int secrets_dir_open(const char *manifest_path, bool quiet, SecretsDir *s
  * max bytes. */
 static int read_at(int dfd, const char *name, size_t max, char **ret, size_t *ret_len) {
         _cleanup_close_ int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-        _cleanup_free_ char *buf = NULL;
-        struct stat st;
-        size_t len = 0;
 
         if (fd < 0)
                 return errno == ELOOP ? -EBADF : -errno;
-        if (fstat(fd, &st) < 0)
-                return -errno;
-        if (!S_ISREG(st.st_mode))
-                return -EBADF;
-        if ((uintmax_t) st.st_size > max)
-                return -EFBIG;
-        buf = malloc(max + 1);
-        if (!buf)
-                return -ENOMEM;
-        for (;;) {
-                ssize_t n = read(fd, buf + len, max + 1 - len);
-                if (n < 0 && errno == EINTR)
-                        continue;
-                if (n < 0)
-                        return -errno;
-                if (n == 0)
-                        break;
-                len += (size_t) n;
-                if (len > max)
-                        return -EFBIG;
-        }
-        buf[len] = 0;
-        *ret = TAKE_PTR(buf);
-        *ret_len = len;
-        return 0;
+        return read_fd_full(fd, max, ret, ret_len, NULL);
 }
 
 /* backend's secrets file in sd, read through its descriptor (review 12 LOW-1), as systemd reads it:
