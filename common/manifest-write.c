@@ -4,6 +4,7 @@
 #include <libgen.h>
 #include <limits.h>
 #include <pwd.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -444,10 +445,16 @@ int read_fd_full(int fd, size_t max, char **ret, size_t *ret_len, struct stat *r
                 return -errno;
         if (!S_ISREG(st.st_mode))
                 return -EBADF;
+        /* Refused from its size before anything is allocated for it; a file that grows while it is read
+         * is refused once max + 1 bytes came (the room never grows past that). */
+        if ((uintmax_t) st.st_size > max)
+                return -EFBIG;
         for (;;) {
                 ssize_t n;
                 if (len + 1 >= alloc) {
                         size_t k = alloc ? alloc * 2 : (size_t) st.st_size + 4096;
+                        if (max < SIZE_MAX - 2 && k > max + 2)
+                                k = max + 2;
                         char *p = realloc(buf, k);
                         if (!p)
                                 return -ENOMEM;

@@ -2,6 +2,7 @@
  * systemd reads them, and the file is root's alone from the start. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -268,6 +269,29 @@ static void test_write_swapped_dir(void) {
         CHECK(rmdir(aside) == 0 && rmdir(other) == 0 && rmdir(base) == 0);
 }
 
+/* A file larger than the limit is refused from its size, before anything is allocated or read for it:
+ * a sparse 1 TiB file gave -ENOMEM (or, under ASan, an allocation-size abort) before, not -EFBIG. */
+static void test_read_bounded(void) {
+        char path[] = "/tmp/test-envfile-big-XXXXXX";
+        _cleanup_close_ int fd = mkstemp(path);
+        char *text = NULL;
+        size_t len = 0;
+
+        CHECK(fd >= 0);
+        if (fd < 0)
+                return;
+        CHECK(ftruncate(fd, (off_t) 1 << 40) == 0);
+        CHECK(read_fd_full(fd, 4096, &text, &len, NULL) == -EFBIG);
+        CHECK(read_file_full(path, 4096, &text, &len) == -EFBIG);
+        CHECK(!text);
+        CHECK(ftruncate(fd, 5000) == 0);
+        CHECK(read_file_full(path, 4096, &text, &len) == -EFBIG);
+        CHECK(ftruncate(fd, 4096) == 0);
+        CHECK(read_file_full(path, 4096, &text, &len) == 0 && len == 4096);
+        free(text);
+        (void) unlink(path);
+}
+
 int main(void) {
         test_round_trip();
         test_format_refuses();
@@ -275,5 +299,6 @@ int main(void) {
         test_hand_written();
         test_write();
         test_write_swapped_dir();
+        test_read_bounded();
         return tests_finish("test-envfile");
 }
