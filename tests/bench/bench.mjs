@@ -46,7 +46,7 @@ import { sectionCold } from "./cold.mjs";
 import { SESSIONS as SESSIONS_SCRIPT, recorderBox } from "../integration/lib/recorder-box.mjs";
 import {
   CLIENT_INFO, Peer, alive, cmdline, descendants, honest, leftovers, demoTools, generateManifest, heading, initialize, initialized, killAllTracked, median,
-  mib, ms, now, p90, p99, procCpuMs, quantile, procPss, procStatus, processesMatching, qcell, ratio, reapTree, table, toolsCall, toolsList,
+  mib, ms, now, p90, p99, procCpuMs, quantile, procPss, procState, procStatus, processesMatching, qcell, ratio, reapTree, table, toolsCall, toolsList,
   trackPid, untrackPid, us,
 } from "./lib.mjs";
 
@@ -892,14 +892,7 @@ async function boxWarmEpochs(box, name, command, call, manifest, backend, envPre
   return { ...joinEpochs(epochs), epochs: epochs.length, placements, seconds: (now() - t0) / 1000 };
 }
 
-function statOf(pid) {
-  try {
-    const s = readFileSync(`/proc/${pid}/stat`, "utf8");
-    return s.slice(s.lastIndexOf(")") + 2).split(" "); // from field 3 (state) on
-  } catch {
-    return [];
-  }
-}
+const statOf = (pid) => procState(pid) ?? [];
 const cpuOf = (pid) => {
   const cpu = statOf(pid)[36];
   return cpu === undefined ? undefined : Number(cpu);

@@ -44,7 +44,8 @@ export function procPss(pid) {
   }
 }
 
-function procState(pid) {
+// /proc/PID/stat from field 3 (state) on (the command, which may hold spaces, cut off), or undefined.
+export function procState(pid) {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
     return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
