@@ -476,6 +476,16 @@ static bool read_view_begin(Channel *c, ReadView *v) {
         return true;
 }
 
+/* The channel's own buffer back in place, holding held bytes at its front; read_buf free again. */
+static inline void read_view_close(LineBuffer *b, ReadView v, size_t held) {
+        b->data = v.own;
+        b->alloc = v.own_alloc;
+        b->start = 0;
+        b->end = held;
+        read_buf_busy = false;
+        ASAN_POISON_MEMORY_REGION(read_buf, sizeof read_buf);
+}
+
 /* What the channel still holds of read_buf (an unfinished line, lines a pause held back) moves to its
  * own buffer; a channel being freed keeps nothing. -ENOMEM: there was no room for it, and it is lost. */
 static __attribute__((cold, noinline)) int read_view_keep(Channel *c, ReadView v) {
@@ -512,14 +522,9 @@ static __attribute__((cold, noinline)) int read_view_keep(Channel *c, ReadView v
         }
         if (held > 0)
                 memcpy(v.own, read_buf + b->start, held);
-        b->data = v.own;
-        b->alloc = v.own_alloc;
-        b->start = 0;
-        b->end = held;
-        if (held == 0)
+        else
                 b->scanned = 0;
-        read_buf_busy = false;
-        ASAN_POISON_MEMORY_REGION(read_buf, sizeof read_buf);
+        read_view_close(b, v, held);
         return r;
 }
 
@@ -529,11 +534,7 @@ static inline int read_view_end(Channel *c, ReadView v) {
 
         if (b->start != b->end || v.own_alloc > READ_CHUNK)
                 return read_view_keep(c, v);
-        b->data = v.own;
-        b->alloc = v.own_alloc;
-        b->start = b->end = 0;
-        read_buf_busy = false;
-        ASAN_POISON_MEMORY_REGION(read_buf, sizeof read_buf);
+        read_view_close(b, v, 0);
         return 0;
 }
 
