@@ -868,59 +868,84 @@ static int secrets_plan_write(const ManifestDoc *doc, const SecretsPlan *plan, b
         return 0;
 }
 
-/* Which backends (of doc) own the secrets file of their name (owned[]), and which do not though the
- * manifest on disk had them with a file or secret_env (changed[], if not NULL; why[] says how). */
-static int secrets_owners(const SecretsDir *sd, const ManifestDoc *on_disk, const YNode *backends, bool *owned,
-                          bool *changed, char **why) {
-        size_t n = backends ? backends->n_items / 2 : 0;
+/* Who owns which secrets file, decided before anything moves: the secrets directory (checked once,
+ * then used through its descriptor), the manifest on disk (NULL if none), and per backend of doc, in
+ * its order, whether it owns the file of its name (owned[]), and whether it does not though the
+ * manifest on disk had it with a file or secret_env (changed[]; why[] says how). What secrets_split()
+ * plans from and secrets_files_pending() counts from. */
+typedef struct {
+        SecretsDir sd;
+        ManifestDoc *on_disk;
+        size_t n;
+        bool *owned, *changed;
+        char **why;
+} SecretsOwners;
+
+static void secrets_owners_done(SecretsOwners *o) {
+        secrets_dir_done(&o->sd);
+        o->on_disk = manifest_doc_free(o->on_disk);
+        for (size_t i = 0; o->why && i < o->n; i++)
+                free(o->why[i]);
+        free(o->why);
+        free(o->owned);
+        free(o->changed);
+        *o = (SecretsOwners){.sd.fd = -EBADF};
+}
+
+/* Fills o for backends (a mapping, or absent) of doc. A secrets directory that would be refused is
+ * said (unless quiet) and fails it. */
+static int secrets_owners_load(const ManifestDoc *doc, const YNode *backends, bool quiet, SecretsOwners *o) {
+        _cleanup_free_ char *err = NULL;
         int r;
 
-        for (size_t i = 0; i < n; i++) {
+        o->n = backends ? backends->n_items / 2 : 0;
+        o->owned = calloc(o->n + 1, sizeof(bool));
+        o->changed = calloc(o->n + 1, sizeof(bool));
+        o->why = calloc(o->n + 1, sizeof(char *));
+        if (!o->owned || !o->changed || !o->why)
+                return -ENOMEM;
+        /* The directory is checked before any file in it is read, and read through its descriptor
+         * (review 12 LOW-1). */
+        r = secrets_dir_open(doc->path, quiet, &o->sd);
+        if (r < 0)
+                return r;
+        if (manifest_doc_load(doc->path, &o->on_disk, &err) == -ENOMEM)
+                return -ENOMEM;
+        for (size_t i = 0; i < o->n; i++) {
                 const char *name = backends->items[2 * i]->value;
-                const YNode *old = on_disk ? manifest_doc_backend(on_disk, name) : NULL;
+                const YNode *old = o->on_disk ? manifest_doc_backend(o->on_disk, name) : NULL;
                 _cleanup_free_ char *file = NULL;
 
-                r = backend_owns_file(sd, backends->items[2 * i + 1], on_disk, name, &owned[i], &why[i]);
+                r = backend_owns_file(&o->sd, backends->items[2 * i + 1], o->on_disk, name, &o->owned[i], &o->why[i]);
                 if (r < 0)
                         return r;
-                if (owned[i] || !old || !changed)
+                if (o->owned[i] || !old)
                         continue;
                 if (asprintf(&file, "%s.env", name) < 0)
                         return -ENOMEM;
-                changed[i] = (sd->fd >= 0 && faccessat(sd->fd, file, F_OK, AT_SYMLINK_NOFOLLOW) >= 0) ||
-                             ynode_get(old, "secret_env");
+                o->changed[i] = (o->sd.fd >= 0 && faccessat(o->sd.fd, file, F_OK, AT_SYMLINK_NOFOLLOW) >= 0) ||
+                                ynode_get(old, "secret_env");
         }
         return 0;
 }
 
 int secrets_split(ManifestDoc *doc, bool dry_run) {
         YNode *backends = (YNode *) ynode_get(doc->root, "backends");
-        _cleanup_(secrets_dir_done) SecretsDir sd = {.fd = -EBADF};
+        _cleanup_(secrets_owners_done) SecretsOwners o = {.sd.fd = -EBADF};
         _cleanup_(secrets_plan_done) SecretsPlan plan = {};
-        _cleanup_(manifest_doc_freep) ManifestDoc *on_disk = NULL;
-        _cleanup_free_ bool *owned = NULL, *skip = NULL, *changed = NULL;
-        _cleanup_free_ char **why = NULL, *text = NULL, *err = NULL;
+        _cleanup_free_ bool *skip = NULL;
+        _cleanup_free_ char *text = NULL, *err = NULL;
         size_t n = 0, len;
         int r;
 
         if (backends && backends->kind != YNODE_MAPPING)
                 return 0;
         n = backends ? backends->n_items / 2 : 0;
-        owned = calloc(n + 1, sizeof(bool));
         skip = calloc(n + 1, sizeof(bool));
-        changed = calloc(n + 1, sizeof(bool));
-        why = calloc(n + 1, sizeof(char *));
-        if (!owned || !skip || !changed || !why)
+        if (!skip)
                 return -ENOMEM;
-        /* The directory is checked before any file in it is read, and read through its descriptor. */
-        r = secrets_dir_open(doc->path, false, &sd);
-        if (r >= 0 && manifest_doc_load(doc->path, &on_disk, &err) == -ENOMEM)
-                r = -ENOMEM;
-        free(err);
-        err = NULL;
-        if (r >= 0)
-                /* Which files the backends own is decided before any moves (the new ones get secret_env). */
-                r = secrets_owners(&sd, on_disk, backends, owned, changed, why);
+        /* Which files the backends own is decided before any moves (the new ones get secret_env). */
+        r = secrets_owners_load(doc, backends, false, &o);
         /* First the plan: every backend's file checked (a value that cannot go in changes nothing; a
          * file that cannot be read leaves its own backend as it is), then doc changed, and the manifest
          * it makes checked, before anything on disk changes (review 12 MEDIUM-2). */
@@ -929,26 +954,24 @@ int secrets_split(ManifestDoc *doc, bool dry_run) {
                         if (backends->items[2 * i + 1]->kind != YNODE_MAPPING || skip[i])
                                 continue;
                         const char *name = backends->items[2 * i]->value;
-                        const YNode *old = on_disk ? manifest_doc_backend(on_disk, name) : NULL;
+                        const YNode *old = o.on_disk ? manifest_doc_backend(o.on_disk, name) : NULL;
                         YNode *b = backends->items[2 * i + 1];
                         bool env_on_disk = old && ynode_same(ynode_get(old, "env"), ynode_get(b, "env"));
 
                         /* A backend that runs something else than before keeps none of its secrets:
                          * what its secret_env named is in the file put aside. */
-                        if (pass == 1 && changed[i]) {
+                        if (pass == 1 && o.changed[i]) {
                                 fprintf(stderr,
                                         "mcp-lazy: backend '%s' %s, so it gets none of the values its secrets file "
                                         "had, only those of its own config\n",
-                                        name, why[i] ?: "no longer runs what it ran");
+                                        name, o.why[i] ?: "no longer runs what it ran");
                                 r = manifest_doc_set_backend_key(doc, name, "secret_env", NULL);
                                 if (r < 0)
                                         break;
                         }
-                        r = backend_split(&sd, doc, name, b, owned[i], env_on_disk, &plan, pass == 0);
+                        r = backend_split(&o.sd, doc, name, b, o.owned[i], env_on_disk, &plan, pass == 0);
                         skip[i] = r == SECRETS_SKIP;
                 }
-        for (size_t i = 0; i < n; i++)
-                free(why[i]);
         if (r >= 0) {
                 r = manifest_doc_emit(doc, &text, &len, &err);
                 if (r < 0 && err)
@@ -966,7 +989,7 @@ int secrets_split(ManifestDoc *doc, bool dry_run) {
          * replaces them at most: never a value the new definition must not get, for a changed backend
          * no longer has its old file), and the caller writes the manifest last. Running import or
          * refresh again finishes the work. */
-        r = secrets_orphans(&sd, backends, owned, dry_run, false);
+        r = secrets_orphans(&o.sd, backends, o.owned, dry_run, false);
         if (r >= 0)
                 r = secrets_plan_write(doc, &plan, dry_run);
         return r < 0 ? r : 0;
@@ -996,42 +1019,24 @@ static bool backend_env_moves(const YNode *b) {
 
 int secrets_files_pending(const ManifestDoc *doc, bool say) {
         const YNode *backends = ynode_get(doc->root, "backends");
-        _cleanup_(secrets_dir_done) SecretsDir sd = {.fd = -EBADF};
-        _cleanup_(manifest_doc_freep) ManifestDoc *on_disk = NULL;
-        _cleanup_free_ char *err = NULL, **why = NULL;
-        _cleanup_free_ bool *owned = NULL;
-        size_t n;
+        _cleanup_(secrets_owners_done) SecretsOwners o = {.sd.fd = -EBADF};
         int r, count = 0;
 
         if (backends && backends->kind != YNODE_MAPPING)
                 return 0;
-        /* The directory is checked before any file in it is read (review 12 LOW-1). */
-        r = secrets_dir_open(doc->path, !say, &sd);
+        r = secrets_owners_load(doc, backends, !say, &o);
         if (r < 0)
                 return r;
-        r = manifest_doc_load(doc->path, &on_disk, &err);
-        if (r == -ENOMEM)
-                return r;
-        n = backends ? backends->n_items / 2 : 0;
-        owned = calloc(n + 1, sizeof(bool));
-        why = calloc(n + 1, sizeof(char *));
-        if (!owned || !why)
-                return -ENOMEM;
-        r = secrets_owners(&sd, on_disk, backends, owned, NULL, why);
-        for (size_t i = 0; i < n; i++)
-                free(why[i]);
-        if (r < 0)
-                return r;
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < o.n; i++) {
                 const char *name = backends->items[2 * i]->value;
                 const YNode *b = backends->items[2 * i + 1];
                 _cleanup_strv_free_ char **secrets = NULL;
                 _cleanup_free_ char *e = NULL, *path = NULL, *shown = NULL;
 
-                if (b->kind != YNODE_MAPPING || !owned[i])
+                if (b->kind != YNODE_MAPPING || !o.owned[i])
                         continue;
                 /* A file systemd would ignore whole: its unit starts without any of it (review 12 LOW-2). */
-                r = secrets_read_at(&sd, name, &secrets, &e);
+                r = secrets_read_at(&o.sd, name, &secrets, &e);
                 if (r == -ENOMEM)
                         return r;
                 if (r < 0 && r != -ENOENT) {
@@ -1050,7 +1055,7 @@ int secrets_files_pending(const ManifestDoc *doc, bool say) {
                 /* One with values to move merges its file's (secrets_pending() counts it). */
                 if (backend_env_moves(b))
                         continue;
-                r = backend_adoptable(&sd, name, b, owned[i], &secrets, &e);
+                r = backend_adoptable(&o.sd, name, b, o.owned[i], &secrets, &e);
                 if (r < 0)
                         return r;
                 if (r != 1)
@@ -1065,6 +1070,6 @@ int secrets_files_pending(const ManifestDoc *doc, bool say) {
                        "secret_env\n",
                        name, path, shown);
         }
-        r = secrets_orphans(&sd, backends, owned, true, !say);
+        r = secrets_orphans(&o.sd, backends, o.owned, true, !say);
         return r < 0 ? r : count + r;
 }
