@@ -995,24 +995,21 @@ int secrets_split(ManifestDoc *doc, bool dry_run) {
         return r < 0 ? r : 0;
 }
 
-bool secrets_pending(const ManifestDoc *doc) {
-        const YNode *backends = ynode_get(doc->root, "backends");
-
-        for (size_t i = 0; backends && backends->kind == YNODE_MAPPING && i + 1 < backends->n_items; i += 2) {
-                const YNode *env = ynode_get(backends->items[i + 1], "env");
-                for (size_t k = 0; env && env->kind == YNODE_MAPPING && k + 1 < env->n_items; k += 2)
-                        if (!secrets_env_name_stays(env->items[k]->value, env->items[k]->length))
-                                return true;
-        }
-        return false;
-}
-
 /* Whether backend b has env values that secrets_split() would move. */
 static bool backend_env_moves(const YNode *b) {
         const YNode *env = ynode_get(b, "env");
 
         for (size_t k = 0; env && env->kind == YNODE_MAPPING && k + 1 < env->n_items; k += 2)
                 if (env_pair_moves(env, k))
+                        return true;
+        return false;
+}
+
+bool secrets_pending(const ManifestDoc *doc) {
+        const YNode *backends = ynode_get(doc->root, "backends");
+
+        for (size_t i = 0; backends && backends->kind == YNODE_MAPPING && i + 1 < backends->n_items; i += 2)
+                if (backend_env_moves(backends->items[i + 1]))
                         return true;
         return false;
 }
