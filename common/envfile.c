@@ -348,6 +348,12 @@ fail:
         return r;
 }
 
+bool envfile_is_temp_name(const char *name) {
+        const char *t = strstr(name, ".env.mcp-lazy-");
+
+        return t && t != name && strlen(t + 14) == 8 && strspn(t + 14, "0123456789abcdef") == 8;
+}
+
 int envfile_write(const char *path, char *const *env) {
         _cleanup_free_ char *text = NULL, *copy = strdup(path), *copy2 = strdup(path);
         _cleanup_close_ int dfd = -EBADF;

@@ -39,5 +39,8 @@ int envfile_dir_open(const char *path, bool make_private, int *ret_fd);
  * written, synced and renamed through that descriptor. A path that is not a regular file (a link) is
  * refused (-EPERM). */
 int envfile_write(const char *path, char *const *env);
+/* Whether name is one of the temporary files envfile_write() makes for a file NAME.env
+ * (NAME.env.mcp-lazy-XXXXXXXX, 8 hex digits), which an interrupted write leaves behind. */
+bool envfile_is_temp_name(const char *name);
 /* env's value of name (a "KEY=VALUE" list), or NULL. */
 const char *strv_env_get(char *const *env, const char *name);

@@ -631,14 +631,13 @@ static int secrets_orphan(int dfd, const char *dir, const char *file, bool dry_r
         return r;
 }
 
-/* Whether name is a temporary file of envfile_write() (NAME.env.mcp-lazy-XXXXXXXX, 8 hex digits)
- * that an interrupted write left in dfd: ours (root's), a regular file, an hour old (a write under way
- * takes milliseconds). */
+/* Whether name is a temporary file of envfile_write() (NAME.env.mcp-lazy-XXXXXXXX) that an
+ * interrupted write left in dfd: ours (root's), a regular file, an hour old (a write under way takes
+ * milliseconds). */
 static bool stale_temp(int dfd, const char *name) {
-        const char *t = strstr(name, ".env.mcp-lazy-");
         struct stat st;
 
-        if (!t || t == name || strlen(t + 14) != 8 || strspn(t + 14, "0123456789abcdef") != 8)
+        if (!envfile_is_temp_name(name))
                 return false;
         return fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) >= 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
                st.st_mtime < time(NULL) - 3600;
