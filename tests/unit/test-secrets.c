@@ -41,29 +41,43 @@ static char *read_text(const char *name) {
         return p && read_file_full(p, 1 << 20, &text, &len) >= 0 ? text : NULL;
 }
 
-/* secrets_split() on the manifest text: its result, the emitted manifest, and what it said on stderr. */
-static int split_over(const char *manifest, const char *on_disk, char **ret_text, char **ret_stderr) {
-        _cleanup_(manifest_doc_freep) ManifestDoc *doc = NULL;
-        _cleanup_free_ char *p = path_in("manifest.yaml"), *err = NULL, *errpath = path_in("stderr");
-        size_t len;
-        int r, saved = dup(STDERR_FILENO), fd;
+/* Sends stderr to the file "stderr" of the test directory until stderr_restore(saved): the stderr saved. */
+static int stderr_to_file(void) {
+        _cleanup_free_ char *errpath = path_in("stderr");
+        int saved = dup(STDERR_FILENO), fd;
 
-        write_text("manifest.yaml", manifest);
         fflush(stderr);
         fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         CHECK(fd >= 0 && saved >= 0);
         dup2(fd, STDERR_FILENO);
         close(fd);
+        return saved;
+}
+
+/* Puts back the stderr stderr_to_file() saved: what was written to stderr meanwhile. */
+static char *stderr_restore(int saved) {
+        fflush(stderr);
+        dup2(saved, STDERR_FILENO);
+        close(saved);
+        return read_text("stderr");
+}
+
+/* secrets_split() on the manifest text: its result, the emitted manifest, and what it said on stderr. */
+static int split_over(const char *manifest, const char *on_disk, char **ret_text, char **ret_stderr) {
+        _cleanup_(manifest_doc_freep) ManifestDoc *doc = NULL;
+        _cleanup_free_ char *p = path_in("manifest.yaml"), *err = NULL;
+        size_t len;
+        int r, saved;
+
+        write_text("manifest.yaml", manifest);
+        saved = stderr_to_file();
         r = manifest_doc_load(p, &doc, &err);
         CHECK(r >= 0);
         if (on_disk) /* the manifest as it was before this import changed it */
                 write_text("manifest.yaml", on_disk);
         if (r >= 0)
                 r = secrets_split(doc, false);
-        fflush(stderr);
-        dup2(saved, STDERR_FILENO);
-        close(saved);
-        *ret_stderr = read_text("stderr");
+        *ret_stderr = stderr_restore(saved);
         *ret_text = NULL;
         if (r >= 0 && manifest_doc_emit(doc, ret_text, &len, &err) < 0)
                 fprintf(stderr, "emit: %s\n", err ?: "?");
@@ -315,23 +329,16 @@ static void test_owner_runs_the_same(void) {
 /* secrets_files_pending() on the manifest text (also the manifest on disk): its result, and its stderr. */
 static int files_pending(const char *manifest, bool say, char **ret_stderr) {
         _cleanup_(manifest_doc_freep) ManifestDoc *doc = NULL;
-        _cleanup_free_ char *p = path_in("manifest.yaml"), *err = NULL, *errpath = path_in("stderr");
-        int r, saved = dup(STDERR_FILENO), fd;
+        _cleanup_free_ char *p = path_in("manifest.yaml"), *err = NULL;
+        int r, saved;
 
         write_text("manifest.yaml", manifest);
-        fflush(stderr);
-        fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        CHECK(fd >= 0 && saved >= 0);
-        dup2(fd, STDERR_FILENO);
-        close(fd);
+        saved = stderr_to_file();
         r = manifest_doc_load(p, &doc, &err);
         CHECK(r >= 0);
         if (r >= 0)
                 r = secrets_files_pending(doc, say);
-        fflush(stderr);
-        dup2(saved, STDERR_FILENO);
-        close(saved);
-        *ret_stderr = read_text("stderr");
+        *ret_stderr = stderr_restore(saved);
         return r;
 }
 
