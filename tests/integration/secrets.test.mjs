@@ -212,6 +212,14 @@ async function resetManifest() {
   await sh(`${AS_ROOT} ${MCP_LAZY} import --undo >/dev/null; systemctl stop 'mcp-lazy@*.socket' 'mcp-lazy@*.service'
     mkdir -p -m 0700 /etc/mcp-lazy/secrets && printf 'backends: {}\\n' > /etc/mcp-lazy/manifest.yaml`);
 }
+// The README's recipe before secret_env (a shell script): db's secret written by hand into
+// secrets/db.env, db in the manifest with neither env nor secret_env.
+const handWrittenDb = `install -m 0600 /dev/stdin /etc/mcp-lazy/secrets/db.env <<<'API_TOKEN=${MARK}db'
+    cat > /etc/mcp-lazy/manifest.yaml <<'Y'
+backends:
+  db:
+    command: [${JSON.stringify(process.execPath)}, ${JSON.stringify(SERVER_SCRIPTS.everything)}, stdio]
+Y`;
 const orphans = (name) => sh(`cd /etc/mcp-lazy/secrets && for f in ${name}.env.orphaned-*; do [ -e "$f" ] && stat -c '%a %U' "$f" && cat "$f"; done; true`);
 
 test("a value systemd refuses (a Unicode noncharacter): import names the variable, not the value; that server alone fails", async () => {
@@ -315,12 +323,7 @@ test("a secrets file written by hand as the README said before secret_env: refre
   // secrets/db.env by hand, a drop-in reading it (no '-').
   await sh("mkdir -p -m 0700 /etc/mcp-lazy/secrets");
   await resetManifest();
-  await sh(`install -m 0600 /dev/stdin /etc/mcp-lazy/secrets/db.env <<<'API_TOKEN=${MARK}db'
-    cat > /etc/mcp-lazy/manifest.yaml <<'Y'
-backends:
-  db:
-    command: [${JSON.stringify(process.execPath)}, ${JSON.stringify(SERVER_SCRIPTS.everything)}, stdio]
-Y
+  await sh(`${handWrittenDb}
     mkdir -p /etc/systemd/system/mcp-lazy@db.service.d
     printf '[Service]\\nEnvironmentFile=/etc/mcp-lazy/secrets/db.env\\n' > /etc/systemd/system/mcp-lazy@db.service.d/secret.conf
     systemctl daemon-reload && systemctl start mcp-lazy@db.socket`);
@@ -421,12 +424,7 @@ Y`);
 
 test("refresh --check counts what refresh would do to the secrets files: a file to adopt, one to put aside", async () => {
   await resetManifest();
-  await sh(`install -m 0600 /dev/stdin /etc/mcp-lazy/secrets/db.env <<<'API_TOKEN=${MARK}db'
-    cat > /etc/mcp-lazy/manifest.yaml <<'Y'
-backends:
-  db:
-    command: [${JSON.stringify(process.execPath)}, ${JSON.stringify(SERVER_SCRIPTS.everything)}, stdio]
-Y`);
+  await sh(handWrittenDb);
   let r = await tryIn(`cd /root && ${AS_ROOT} ${MCP_LAZY} refresh db`);
   assert.equal(r.code, 0, r.stdout + r.stderr);
   // Its lists recorded; secret_env taken out again by hand: only the adoption differs.
