@@ -142,9 +142,9 @@ $(S)/tests/%: tests/unit/%.c $(call objs,$(S),$(COMMON_SRC))
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(SAN) -Itests/unit -o $@ $(filter %.c %.o,$^) $(TEST_LDFLAGS) $(DEP_LIBS)
 
-# test-secrets drives frontend/secrets.c, which needs nothing else of the frontend.
-$(B)/tests/test-secrets: $(B)/frontend/secrets.o
-$(S)/tests/test-secrets: $(S)/frontend/secrets.o
+# test-secrets drives frontend/secrets.c and secrets-dir.c, which need nothing else of the frontend.
+$(B)/tests/test-secrets: $(B)/frontend/secrets.o $(B)/frontend/secrets-dir.o
+$(S)/tests/test-secrets: $(S)/frontend/secrets.o $(S)/frontend/secrets-dir.o
 # test-secrets swaps the secrets directory under secrets_split() from readdir(), and fails fchmod().
 $(B)/tests/test-secrets $(S)/tests/test-secrets: TEST_LDFLAGS := -Wl,--wrap=readdir,--wrap=fchmod
 

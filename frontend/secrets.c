@@ -2,7 +2,6 @@
  * import and refresh write them into a file of that backend that only root reads
  * (/etc/mcp-lazy/secrets/NAME.env), which only its unit reads (EnvironmentFile=); the manifest keeps
  * their names (secret_env). */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -11,13 +10,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 #include <systemd/sd-daemon.h>
 
 #include "envfile.h"
 #include "import.h"
 #include "macros.h"
+#include "secrets-dir.h"
 
 /* Variables that change the shim itself (and the libraries it runs on) if the unit's environment
  * file sets them, since systemd puts that file over what it sets: they stay in the manifest's env,
@@ -149,111 +148,6 @@ int secrets_path(const char *manifest_path, const char *backend, char **ret) {
         return 0;
 }
 
-/* The secrets directory of a manifest, checked once by envfile_dir_open() (root's own, no one else
- * may write to it) and then read and changed only through its descriptor: fd is -EBADF when there is
- * none. */
-typedef struct {
-        int fd;
-        char *path;
-} SecretsDir;
-
-static void secrets_dir_done(SecretsDir *sd) {
-        sd->fd = safe_close(sd->fd);
-        free(sd->path);
-        sd->path = NULL;
-}
-
-/* Opens the secrets directory beside manifest_path into *sd (none there: fd -EBADF, 0). One that
- * would be refused is said (unless quiet), and refuses everything: nothing in it is read. */
-static int secrets_dir_open(const char *manifest_path, bool quiet, SecretsDir *sd) {
-        _cleanup_free_ char *copy = strdup(manifest_path);
-        int r;
-
-        sd->fd = -EBADF;
-        sd->path = NULL;
-        if (!copy || asprintf(&sd->path, "%s/secrets", dirname(copy)) < 0) {
-                sd->path = NULL;
-                return -ENOMEM;
-        }
-        r = envfile_dir_open(sd->path, false, &sd->fd);
-        if (r == -ENOENT)
-                return 0;
-        if (r < 0 && !quiet) {
-                if (r == -EPERM)
-                        fprintf(stderr,
-                                "mcp-lazy: %s must be root's own and writable by root alone (mode 0700, as "
-                                "installed); nothing was changed\n",
-                                sd->path);
-                else
-                        fprintf(stderr, "mcp-lazy: cannot open the directory %s: %s; nothing was changed\n", sd->path,
-                                strerror(-r));
-        }
-        return r;
-}
-
-/* The text of file name in directory dfd, opened without following a link, a regular file of at most
- * max bytes. */
-static int read_at(int dfd, const char *name, size_t max, char **ret, size_t *ret_len) {
-        _cleanup_close_ int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-
-        if (fd < 0)
-                return errno == ELOOP ? -EBADF : -errno;
-        return read_fd_full(fd, max, ret, ret_len, NULL);
-}
-
-/* backend's secrets file in sd, read through its descriptor (review 12 LOW-1), as systemd reads it:
- * -EBADMSG for a line it cannot read or a value it refuses (it would ignore the whole file), -EBADF
- * for a link or anything but a regular file. *ret_error says which file and why, never a value. */
-static int secrets_read_at(const SecretsDir *sd, const char *backend, char ***ret_env, char **ret_error) {
-        _cleanup_free_ char *file = NULL, *text = NULL;
-        _cleanup_strv_free_ char **env = NULL;
-        const char *reason = "not a line of an environment file", *bad = NULL;
-        unsigned line = 0;
-        size_t len = 0;
-        int r;
-
-        *ret_error = NULL;
-        if (asprintf(&file, "%s.env", backend) < 0)
-                return -ENOMEM;
-        r = sd->fd < 0 ? -ENOENT : read_at(sd->fd, file, 1024U * 1024U, &text, &len);
-        if (r >= 0)
-                r = envfile_parse(text, len, &env, &line);
-        for (char **v = env; r >= 0 && v && *v; v++)
-                if (envfile_assignment_check(*v, &reason) < 0) {
-                        bad = *v;
-                        r = -EBADMSG;
-                }
-        if (r == -EBADMSG && bad) {
-                if (asprintf(ret_error, "%s/%s: %.*s: %s", sd->path, file, (int) strcspn(bad, "="), bad, reason) < 0)
-                        *ret_error = NULL;
-        } else if (r == -EBADMSG) {
-                if (asprintf(ret_error, "%s/%s:%u: %s", sd->path, file, line, reason) < 0)
-                        *ret_error = NULL;
-        } else if (r == -EBADF) {
-                if (asprintf(ret_error, "%s/%s: not a regular file (a link?)", sd->path, file) < 0)
-                        *ret_error = NULL;
-        } else if (r < 0 && asprintf(ret_error, "%s/%s: %s", sd->path, file, strerror(-r)) < 0)
-                *ret_error = NULL;
-        if (r >= 0)
-                *ret_env = TAKE_PTR(env);
-        return r;
-}
-
-int secrets_read(const char *manifest_path, const char *backend, char ***ret_env, char **ret_error) {
-        _cleanup_(secrets_dir_done) SecretsDir sd = {.fd = -EBADF};
-        int r;
-
-        *ret_error = NULL;
-        r = secrets_dir_open(manifest_path, true, &sd);
-        if (r == -EPERM && asprintf(ret_error, "%s: must be root's own and writable by root alone", sd.path) < 0)
-                *ret_error = NULL;
-        else if (r < 0 && r != -ENOMEM && sd.path && asprintf(ret_error, "%s: %s", sd.path, strerror(-r)) < 0)
-                *ret_error = NULL;
-        if (r < 0)
-                return r;
-        return secrets_read_at(&sd, backend, ret_env, ret_error);
-}
-
 /* The names of env as a YAML sequence. */
 static int names_node(char *const *env, YNode **ret) {
         _cleanup_json_ cJSON *j = cJSON_CreateArray();
@@ -376,11 +270,6 @@ static int secrets_check(const char *name, char *const *secrets) {
                 }
         }
         return 0;
-}
-
-static void closedirp(DIR **d) {
-        if (*d)
-                closedir(*d);
 }
 
 /* The same YAML (scalars by their text), or both absent. */
@@ -566,131 +455,6 @@ static int backend_adopt(const SecretsDir *sd, ManifestDoc *doc, const char *nam
                "secret_env\n",
                name, path, shown);
         return 1;
-}
-
-/* What secrets_orphan() renamed (file, now to) gets mode 0600, and that is said. A link is renamed,
- * never followed: only a file of its own gets mode 0600, through a descriptor opened without
- * following a link (one put in its place after the rename is left as it is) and checked to be a
- * regular file. */
-static int secrets_orphan_mode(int dfd, const char *dir, const char *file, const char *to) {
-        _cleanup_close_ int fd = openat(dfd, to, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-        struct stat st;
-
-        if ((fd < 0 && errno != ELOOP) ||
-            (fd >= 0 && (fstat(fd, &st) < 0 || (S_ISREG(st.st_mode) && fchmod(fd, 0600) < 0)))) {
-                int r = -errno;
-                /* Renamed all the same: said as it is. */
-                fprintf(stderr,
-                        "mcp-lazy: %s/%s belongs to no backend of the manifest that names it in secret_env: renamed "
-                        "%s/%s, but cannot make it mode 0600: %s; nothing else was changed\n",
-                        dir, file, dir, to, strerror(-r));
-                return r;
-        }
-        fprintf(stderr,
-                "mcp-lazy: %s/%s belongs to no backend of the manifest that names it in secret_env, so no unit may "
-                "hand it on: renamed %s/%s (mode 0600)\n",
-                dir, file, dir, to);
-        return 0;
-}
-
-/* Puts the secrets file 'file' of directory dfd (dir, for messages) aside, as
- * NAME.env.orphaned-YYYYmmddTHHMMSS (mode 0600): the unit reads only NAME.env, and nothing is lost. */
-static int secrets_orphan(int dfd, const char *dir, const char *file, bool dry_run, bool quiet) {
-        _cleanup_free_ char *to = NULL;
-        char stamp[32];
-        time_t now = time(NULL);
-        struct tm tm;
-        int r = -EEXIST;
-
-        if (!gmtime_r(&now, &tm) || strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%S", &tm) == 0)
-                r = -EINVAL;
-        for (unsigned k = 1; k < 100 && r == -EEXIST; k++) {
-                free(to);
-                to = NULL;
-                if ((k == 1 ? asprintf(&to, "%s.orphaned-%s", file, stamp)
-                            : asprintf(&to, "%s.orphaned-%s-%u", file, stamp, k)) < 0) {
-                        r = -ENOMEM;
-                        break;
-                }
-                if (dry_run) {
-                        if (!quiet)
-                                fprintf(stderr,
-                                        "mcp-lazy: %s/%s belongs to no backend of the manifest that names it in "
-                                        "secret_env: it would be renamed %s/%s\n",
-                                        dir, file, dir, to);
-                        return 0;
-                }
-                /* Through the directory's descriptor, checked once: never by a path that may lead
-                 * elsewhere by now. */
-                if (renameat2(dfd, file, dfd, to, RENAME_NOREPLACE) < 0)
-                        r = -errno;
-                else
-                        return secrets_orphan_mode(dfd, dir, file, to);
-        }
-        fprintf(stderr, "mcp-lazy: cannot rename %s/%s aside: %s; nothing else was changed\n", dir, file, strerror(-r));
-        return r;
-}
-
-/* Whether name is a temporary file of envfile_write() (NAME.env.mcp-lazy-XXXXXXXX) that an
- * interrupted write left in dfd: ours (root's), a regular file, an hour old (a write under way takes
- * milliseconds). */
-static bool stale_temp(int dfd, const char *name) {
-        struct stat st;
-
-        if (!envfile_is_temp_name(name))
-                return false;
-        return fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) >= 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
-               st.st_mtime < time(NULL) - 3600;
-}
-
-/* The secrets files (NAME.env) of sd that no backend of doc owns (owned[] per backend, in the order
- * of doc's backends) are put aside (with dry_run, said; with quiet too, only counted): how many;
- * every rename goes through sd's descriptor. Without dry_run, the directory is made mode 0700 if
- * others may read or enter it, and the temporary files an interrupted write left are removed. Errors
- * are said (but for quiet). */
-static int secrets_orphans(const SecretsDir *sd, const YNode *backends, const bool *owned, bool dry_run, bool quiet) {
-        _cleanup_(closedirp) DIR *d = NULL;
-        struct stat st;
-        int r, fd, n_orphans = 0;
-
-        if (sd->fd < 0)
-                return 0;
-        if (!dry_run && (fstat(sd->fd, &st) < 0 || ((st.st_mode & 07777) != 0700 && fchmod(sd->fd, 0700) < 0))) {
-                r = -errno;
-                fprintf(stderr, "mcp-lazy: cannot make %s mode 0700: %s; nothing was changed\n", sd->path,
-                        strerror(-r));
-                return r;
-        }
-        fd = fcntl(sd->fd, F_DUPFD_CLOEXEC, 3);
-        if (fd < 0)
-                return -errno;
-        d = fdopendir(fd);
-        if (!d) {
-                r = -errno;
-                safe_close(fd);
-                return r;
-        }
-        for (struct dirent *de; (errno = 0, de = readdir(d));) {
-                size_t n = strlen(de->d_name);
-                bool keep = false;
-
-                if (!dry_run && stale_temp(sd->fd, de->d_name)) {
-                        (void) unlinkat(sd->fd, de->d_name, 0);
-                        continue;
-                }
-                if (n <= 4 || !streq(de->d_name + n - 4, ".env") || de->d_name[0] == '.')
-                        continue;
-                for (size_t i = 0; backends && i + 1 < backends->n_items && !keep; i += 2)
-                        keep = owned[i / 2] && backends->items[i]->length == n - 4 &&
-                               strncmp(backends->items[i]->value, de->d_name, n - 4) == 0;
-                if (keep)
-                        continue;
-                r = secrets_orphan(sd->fd, sd->path, de->d_name, dry_run, quiet);
-                if (r < 0) /* said */
-                        return r;
-                n_orphans++;
-        }
-        return errno > 0 ? -errno : n_orphans;
 }
 
 /* The secrets files secrets_split() writes, once the manifest they go with is built and checked. */
