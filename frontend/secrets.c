@@ -385,14 +385,13 @@ static int backend_change(const SecretsDir *sd, const char *name, const YNode *o
 }
 
 /* Whether backend name of doc (b) owns the secrets file of its name (*ret_owned): the manifest on
- * disk has a backend of that name that runs the same (backend_change()), be it one that names its
- * file in secret_env or one from before secret_env, whose file an admin wrote by hand as the README
- * said then. A backend gone from the manifest, new under the name of a file left behind, or whose
+ * disk has a backend of that name (old, else NULL) that runs the same (backend_change()), be it one
+ * that names its file in secret_env or one from before secret_env, whose file an admin wrote by hand
+ * as the README said then. A backend gone from the manifest, new under the name of a file left behind, or whose
  * definition changed (*ret_what says how, else NULL), does not: it gets only the values its own
  * config gives it. */
-static int backend_owns_file(const SecretsDir *sd, const YNode *b, const ManifestDoc *on_disk, const char *name,
-                             bool *ret_owned, char **ret_what) {
-        const YNode *old = on_disk ? manifest_doc_backend(on_disk, name) : NULL;
+static int backend_owns_file(const SecretsDir *sd, const YNode *b, const YNode *old, const char *name, bool *ret_owned,
+                             char **ret_what) {
         int r;
 
         *ret_what = NULL;
@@ -679,7 +678,7 @@ static int secrets_owners_load(const ManifestDoc *doc, const YNode *backends, bo
                 const YNode *old = o->on_disk ? manifest_doc_backend(o->on_disk, name) : NULL;
                 _cleanup_free_ char *file = NULL;
 
-                r = backend_owns_file(&o->sd, backends->items[2 * i + 1], o->on_disk, name, &o->owned[i], &o->why[i]);
+                r = backend_owns_file(&o->sd, backends->items[2 * i + 1], old, name, &o->owned[i], &o->why[i]);
                 if (r < 0)
                         return r;
                 if (o->owned[i] || !old)
