@@ -175,10 +175,9 @@ struct Instance {
         uid_t owner_uid;     /* the peer whose client configuration started it */
         char *last_exit;     /* "exited with status 1", "killed by signal 9" */
         unsigned stop_stage; /* 0: stdin closed, 1: SIGTERM sent, 2: SIGKILL sent */
-        char *listen_uris;            /* what it asked for (printed array) */
-        cJSON *listen_honoured;       /* what its acknowledgement took */
-        Hashmap *listen_honoured_set; /* the same, hashed (its keys are listen_honoured's strings) */
-        SubscribeWaiter *waiters;     /* resources/subscribe requests waiting for the acknowledgement */
+        char *listen_uris;         /* what it asked for (printed array) */
+        Hashmap *listen_honoured;  /* what its acknowledgement took (URIs, a set); NULL: not known */
+        SubscribeWaiter *waiters;  /* resources/subscribe requests waiting for the acknowledgement */
 };
 
 struct Client {

@@ -80,17 +80,18 @@ static void hashmap_freep(Hashmap **h) {
         hashmap_free(*h);
 }
 
-/* Adds uri (its string stays the caller's, unchanged while the set is there): 1, or 0 if the set has it
- * already; hashed once, compared only with a URI of the same hash. */
+/* Adds uri (a borrowed set's key stays the caller's, unchanged while the set is there): 1, or 0 if the
+ * set has it already; hashed once, compared only with a URI of the same hash. Any value but NULL says
+ * that the set has it. */
 static int uri_set_add(Hashmap *set, const char *uri) {
-        int r = hashmap_put(set, uri, (void *) uri);
+        int r = hashmap_put(set, uri, set);
 
         return r == -EEXIST ? 0 : r < 0 ? r : 1;
 }
 
-/* The strings of a, which must outlive the set. NULL: out of memory. */
+/* The strings of a, copied. NULL: out of memory. */
 static Hashmap *uri_set_new(const cJSON *a) {
-        _cleanup_(hashmap_freep) Hashmap *set = hashmap_new_borrowed();
+        _cleanup_(hashmap_freep) Hashmap *set = hashmap_new();
         const cJSON *it;
 
         if (!set)
@@ -287,7 +288,7 @@ static void handle_subscribe(Instance *i, Client *c, const Message *m, bool sub)
         }
         if (r < 0 || subscribe_refresh(i, NULL) < 0)
                 return refuse_subscribe(i, c, m->id_text, uri, r > 0, "out of memory");
-        if (!sub || (i->listen_acked && !i->listen_old && uri_set_has(i->listen_honoured_set, uri)))
+        if (!sub || (i->listen_acked && !i->listen_old && uri_set_has(i->listen_honoured, uri)))
                 return reply_empty(c, m->id_text);
         /* Nothing new was asked of an acknowledged stream that did not take the URI: no acknowledgement
          * is coming for it. */
@@ -411,11 +412,6 @@ bool subscribe_intercept(Instance *i, Client *c, const Message *m) {
         return false;
 }
 
-static void honoured_forget(Instance *i) {
-        i->listen_honoured_set = hashmap_free(i->listen_honoured_set);
-        i->listen_honoured = (cJSON_Delete(i->listen_honoured), NULL);
-}
-
 static bool subscription_id(const Message *m, int64_t *ret) {
         const cJSON *meta = cJSON_GetObjectItemCaseSensitive(m->params, "_meta");
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(meta, META_SUBSCRIPTION_ID);
@@ -433,26 +429,24 @@ static void handle_acknowledged(Instance *i, const Message *m) {
         static const char *const path[] = {"params", "notifications", "resourceSubscriptions", NULL};
         const cJSON *filter = cJSON_GetObjectItemCaseSensitive(m->params, "notifications");
         const cJSON *honoured = cJSON_GetObjectItemCaseSensitive(filter, "resourceSubscriptions");
-        _cleanup_json_ cJSON *held = NULL;
+        _cleanup_json_ cJSON *held = NULL, *taken = NULL;
         size_t n_nul = 0;
 
         i->listen_acked = true;
         send_cancel(i, i->listen_old);
         i->listen_old = 0;
-        honoured_forget(i);
-        i->listen_honoured = era_resource_uris_new(m, path, honoured, &n_nul); /* NULL: out of memory */
-        i->listen_honoured_set = i->listen_honoured ? uri_set_new(i->listen_honoured) : NULL;
-        if (!i->listen_honoured_set) {
-                honoured_forget(i);
+        taken = era_resource_uris_new(m, path, honoured, &n_nul); /* NULL: out of memory */
+        hashmap_free(i->listen_honoured);
+        i->listen_honoured = taken ? uri_set_new(taken) : NULL;
+        if (!i->listen_honoured)
                 log_oom();
-        }
         if (n_nul > 0)
                 log_warning("Backend '%s' acknowledged %zu resource URI%s with a NUL character (\\u0000), which no "
                             "session subscribed to, ignoring.",
                             shim_backend_name(i->shim), n_nul, n_nul == 1 ? "" : "s");
         while (i->waiters) {
                 SubscribeWaiter *w = i->waiters;
-                if (uri_set_has(i->listen_honoured_set, w->uri))
+                if (uri_set_has(i->listen_honoured, w->uri))
                         reply_empty(w->client, w->id_text);
                 else if (i->listen_honoured) {
                         /* Not taken: the session holds no subscription to it, even one it held before. */
@@ -482,7 +476,7 @@ static void handle_acknowledged(Instance *i, const Message *m) {
         for (cJSON *it = held->child, *next; it; it = next) {
                 next = it->next;
                 SUBSCRIBE_URI_COMPARED();
-                if (!uri_set_has(i->listen_honoured_set, it->valuestring))
+                if (!uri_set_has(i->listen_honoured, it->valuestring))
                         cJSON_Delete(cJSON_DetachItemViaPointer(held, it));
         }
         free(i->listen_uris);
@@ -588,5 +582,5 @@ void subscribe_reset(Instance *i, const char *text) {
         i->listen_acked = false;
         free(i->listen_uris);
         i->listen_uris = NULL;
-        honoured_forget(i);
+        i->listen_honoured = hashmap_free(i->listen_honoured);
 }
