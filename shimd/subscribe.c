@@ -323,8 +323,11 @@ int subscribe_uri_has_nul(const Message *m) {
         return r;
 }
 
-/* 1 if m's params.uri decodes to more than SUBSCRIBE_MAX_URI_BYTES, 0 if not (or no string is there). */
-static int subscribe_uri_too_long(const Message *m) {
+/* What refuses m's params.uri, from one look-up of it: URI_NUL, URI_TOO_LONG (decoded, more than
+ * SUBSCRIBE_MAX_URI_BYTES), 0 if nothing does (or no string is there), or -ENOMEM (logged). */
+enum { URI_NUL = 1, URI_TOO_LONG };
+
+static int uri_fault(const Message *m) {
         _cleanup_free_ char *buf = NULL;
         size_t len;
         Span s;
@@ -332,34 +335,34 @@ static int subscribe_uri_too_long(const Message *m) {
 
         if (r == -ENOENT)
                 return 0;
-        if (r < 0)
-                return r;
+        if (r < 0) /* out of memory: the text is one the scan took */
+                return log_oom();
+        if (message_span_has_nul(m, s))
+                return URI_NUL;
         if (s.len <= SUBSCRIBE_MAX_URI_BYTES + 2) /* its text, quotes included: never shorter decoded */
                 return 0;
         buf = malloc(s.len - 1); /* decoded, it is no longer than its text: a moment's copy of the line's */
         if (!buf)
-                return -ENOMEM;
+                return log_oom();
         if (message_string(m, s, buf, s.len - 1, &len) < 0)
                 return 0; /* not a string: the backend says what it makes of it */
-        return len > SUBSCRIBE_MAX_URI_BYTES;
+        return len > SUBSCRIBE_MAX_URI_BYTES ? URI_TOO_LONG : 0;
 }
 
 bool subscribe_refuse_bad_uri(Client *c, const Message *m) {
         _cleanup_json_ cJSON *e = NULL;
-        int r = subscribe_uri_has_nul(m), long_uri = 0;
+        char text[128];
+        int r = uri_fault(m);
 
-        if (r == 0 && (long_uri = subscribe_uri_too_long(m)) == 0)
+        if (r == 0)
                 return false;
-        if (r == 0 && long_uri < 0)
-                r = long_uri;
         if (r < 0)
                 e = jsonrpc_error_new(message_id_json(m), JSONRPC_INTERNAL_ERROR, "out of memory");
-        else if (r > 0)
+        else if (r == URI_NUL)
                 e = jsonrpc_error_new(message_id_json(m), JSONRPC_INVALID_PARAMS,
                                       "Invalid params: the uri holds a NUL character (\\u0000), which no resource "
                                       "URI has (write it as %00)");
         else {
-                char text[128];
                 (void) snprintf(text, sizeof text,
                                 "Invalid params: the uri is longer than %u bytes, the longest one a subscription takes",
                                 SUBSCRIBE_MAX_URI_BYTES);
