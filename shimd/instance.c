@@ -115,7 +115,7 @@ int instance_get(Shim *s, Client *c, Instance **ret) {
          * its client declared (sampling, roots, elicitation) and must not be shown someone else's. */
         /* A modern backend reads the client's capabilities from each request instead: one serves every
          * session. */
-        bool modern = s->backend->protocol == PROTOCOL_MODERN || s->learned_era == BACKEND_ERA_MODERN;
+        bool modern = shim_expects_modern(s);
         if (s->backend->sharing == SHARING_POOLED)
                 for (i = s->instances; i; i = i->next)
                         if (!i->session_owned && (modern || i->era == BACKEND_ERA_MODERN || streq(i->key, key))) {

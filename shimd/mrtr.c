@@ -526,7 +526,7 @@ static int rebind(Client *c, Route *r, const Message *m) {
 static bool backend_modern(const Instance *i) {
         if (i->era != BACKEND_ERA_UNKNOWN)
                 return i->era == BACKEND_ERA_MODERN;
-        return i->shim->backend->protocol == PROTOCOL_MODERN || i->shim->learned_era == BACKEND_ERA_MODERN;
+        return shim_expects_modern(i->shim);
 }
 
 bool mrtr_retry_internal(Instance *i, Client *c, const Message *m) {

@@ -409,6 +409,10 @@ bool subscribe_waiting(const Client *c);
 BackendEra era_state_load(const Shim *s);
 /* The era the backend turned out to speak (BACKEND_ERA_UNKNOWN: forget it): kept for later starts. */
 void shim_learn_era(Shim *s, BackendEra era);
+/* The next process of the backend will speak 2026-07-28: so the manifest says, or so the last one did. */
+static inline bool shim_expects_modern(const Shim *s) {
+        return s->backend->protocol == PROTOCOL_MODERN || s->learned_era == BACKEND_ERA_MODERN;
+}
 
 /* contract.c: the backend's own lists against the manifest */
 void contract_request(Instance *i);
