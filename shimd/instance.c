@@ -306,14 +306,12 @@ static __attribute__((noinline, cold)) void route_subscribe_ended(Route *r) {
         subscribe_flight_free(f);
 }
 
-/* The session goes, its subscriptions with it: its subscribes in flight have nothing to undo. */
+/* The session goes, its subscriptions with it: its subscribes in flight have nothing to undo (their routes,
+ * removed first, let go of them unread: instance_forget_client()). */
 static void subscribe_flights_drop(Client *c) {
         size_t state = 0;
         void *v;
 
-        while (hashmap_iterate(&c->pending, &state, NULL, &v))
-                ((Route *) v)->sub = NULL;
-        state = 0;
         while (c->subscribes && hashmap_iterate(c->subscribes, &state, NULL, &v))
                 subscribe_flight_free(v);
         c->subscribes = hashmap_free(c->subscribes);
@@ -1769,11 +1767,12 @@ void instance_forget_client(Instance *i, Client *c) {
 
         instance_forget_tasks(i, c);
         subscribe_forget_client(i, c);
-        subscribe_flights_drop(c);
 
         while (hashmap_iterate(&c->pending, &state, NULL, &v)) {
                 Route *r = v;
                 _cleanup_json_ cJSON *params = cJSON_CreateObject(), *m = NULL;
+
+                r->sub = NULL; /* a subscribe's: nothing to undo (subscribe_flights_drop()) */
 
                 if (params && cJSON_AddNumberToObject(params, "requestId", (double) r->backend_id) &&
                     cJSON_AddStringToObject(params, "reason", "the client disconnected")) {
@@ -1783,6 +1782,7 @@ void instance_forget_client(Instance *i, Client *c) {
                 }
                 route_remove(r->instance, r);
         }
+        subscribe_flights_drop(c);
         for (QueueItem **q = &i->queue; *q;) {
                 if ((*q)->client == c) {
                         QueueItem *dead = *q;
