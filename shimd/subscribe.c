@@ -154,12 +154,13 @@ static void fail_waiters(Instance *i, const char *text) {
 /* The stream asks for what the sessions hold now: a new one replaces the last (cancelled once the new
  * one is acknowledged, so that no update falls between them); none is left when nobody holds any. */
 int subscribe_refresh(Instance *i, const Client *except) {
-        _cleanup_json_ cJSON *uris = union_new(i, except), *req = NULL, *id = NULL;
+        _cleanup_json_ cJSON *uris = NULL, *req = NULL, *id = NULL;
         _cleanup_free_ char *printed = NULL;
         cJSON *params, *filter;
 
         if (i->era != BACKEND_ERA_MODERN || i->state != INSTANCE_READY)
                 return 0;
+        uris = union_new(i, except);
         printed = uris ? cJSON_PrintUnformatted(uris) : NULL;
         if (!printed)
                 return -ENOMEM;
