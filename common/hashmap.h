@@ -20,6 +20,9 @@ Hashmap *hashmap_new(void);
 Hashmap *hashmap_new_borrowed(void);
 /* Frees the map and its keys; values belong to the caller. */
 Hashmap *hashmap_free(Hashmap *h);
+static inline void hashmap_freep(Hashmap **h) {
+        hashmap_free(*h);
+}
 /* The same for a map held in its owner: made empty (no allocation until the first put), and its
  * entries freed (the header stays the owner's). */
 void hashmap_init_borrowed(Hashmap *h);

@@ -83,10 +83,6 @@ const YNode *ynode_get(const YNode *map, const char *key) {
         return NULL;
 }
 
-static void hashmap_freep(Hashmap **h) {
-        hashmap_free(*h);
-}
-
 /* An anchor (&name) and the size of its node, measured once when the node is complete. */
 typedef struct Anchor {
         const YNode *node; /* NULL while the node is still being read */

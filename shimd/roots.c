@@ -25,8 +25,8 @@ static bool roots_declared(const Client *c) {
 
         /* One session per backend (sharing: session, or a shim of one connection): its backend asks
          * it directly, as without mcp-lazy. A modern backend gets roots with each request. */
-        return s->backend->sharing == SHARING_POOLED && !s->inetd && s->backend->protocol != PROTOCOL_MODERN &&
-               s->learned_era != BACKEND_ERA_MODERN && cJSON_GetObjectItemCaseSensitive(caps, "roots");
+        return s->backend->sharing == SHARING_POOLED && !s->inetd && !shim_expects_modern(s) &&
+               cJSON_GetObjectItemCaseSensitive(caps, "roots");
 }
 
 bool roots_pooled(const Client *c) {

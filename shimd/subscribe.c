@@ -76,10 +76,6 @@ static bool array_has(const cJSON *a, const char *s) {
         return false;
 }
 
-static void hashmap_freep(Hashmap **h) {
-        hashmap_free(*h);
-}
-
 /* Adds uri (a borrowed set's key stays the caller's, unchanged while the set is there): 1, or 0 if the
  * set has it already; hashed once, compared only with a URI of the same hash. Any value but NULL says
  * that the set has it. */
