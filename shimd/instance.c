@@ -974,13 +974,13 @@ static void instance_ready(Instance *i) {
         sd_event_source_set_enabled(i->timer_source, SD_EVENT_OFF);
         log_info("Backend '%s' (pid %d) is ready after %llu ms.", iname(i), (int) i->pid,
                  (unsigned long long) ((now_usec() - i->started_usec) / USEC_PER_MSEC));
+        /* After a restart, the sessions' subscriptions hold at the new process too: first, so that no
+         * update a call that waited for it causes falls before them. */
+        subscribe_restore(i);
         resend_routes(i);
         flush_queue(i);
         shim_update(i->shim); /* queued work it answered at once may leave a half-closed session done */
         contract_request(i);
-        /* After a restart, the sessions' subscriptions hold at the new process too. */
-        if (subscribe_refresh(i, NULL) < 0)
-                log_oom();
 }
 
 /* The backend's message toward a client: the id it answers becomes the client's again, a progress
@@ -1110,6 +1110,8 @@ static void handle_backend_response(Instance *i, const Message *m) {
         if (subscribe_handle_response(i, id, m))
                 return;
         if (!r) {
+                if (subscribe_restored(i, id, m))
+                        return;
                 log_debug("Dropping backend '%s''s answer to request %lld (cancelled or unknown).", iname(i),
                           (long long) id);
                 return;

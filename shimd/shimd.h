@@ -178,6 +178,7 @@ struct Instance {
         char *listen_uris;         /* what it asked for (printed array) */
         Hashmap *listen_honoured;  /* what its acknowledgement took (URIs, a set); NULL: not known */
         SubscribeWaiter *waiters;  /* resources/subscribe requests waiting for the acknowledgement */
+        int64_t restore_first, restore_last; /* a handshake-era backend's subscribes of subscribe_restore() */
 };
 
 struct Client {
@@ -399,7 +400,15 @@ bool subscribe_handle_response_internal(Instance *i, int64_t id, const Message *
 static inline bool subscribe_handle_response(Instance *i, int64_t id, const Message *m) {
         return id != 0 && (id == i->listen_id || id == i->listen_old) && subscribe_handle_response_internal(i, id, m);
 }
+/* c leaves i: what only it held goes (a 2026-07-28 backend's stream, or a handshake-era backend's own
+ * subscriptions, unsubscribed there). */
 void subscribe_forget_client(Instance *i, Client *c);
+/* i's new process is ready: the sessions' subscriptions are made again there, before anything waiting
+ * for it goes on. */
+void subscribe_restore(Instance *i);
+/* The answer to one of subscribe_restore()'s requests at a handshake-era backend (true): an error is
+ * logged. */
+bool subscribe_restored(Instance *i, int64_t id, const Message *m);
 /* The process is gone: subscribes waiting for it fail with text; a next one listens again. */
 void subscribe_reset(Instance *i, const char *text);
 /* c has a resources/subscribe waiting for the stream's acknowledgement. */

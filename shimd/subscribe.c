@@ -1,7 +1,10 @@
 /* What the handshake era asks of a 2026-07-28 backend with methods that era removed: resources/subscribe
  * and unsubscribe become one subscriptions/listen stream per backend process, held by the shim, for
  * the union of its sessions' subscriptions; logging/setLevel becomes the logLevel of the session's
- * envelopes, and the backend's log messages go to the sessions that asked for that level. */
+ * envelopes, and the backend's log messages go to the sessions that asked for that level. A
+ * handshake-era backend holds one set of subscriptions for all its sessions too (instance.c forwards a
+ * session's subscribe, and its unsubscribe when no other session holds the URI): what a session held goes
+ * when the session does, and a new process of the backend is asked for what the sessions hold. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -102,26 +105,49 @@ static bool uri_set_has(const Hashmap *set, const char *uri) {
         return set && hashmap_get(set, uri);
 }
 
-/* The URIs the sessions of i (but except) subscribed to, each once, in the order the sessions and their
- * subscriptions come (the stream's request is compared as printed with the last one's). */
-static cJSON *union_new(Instance *i, const Client *except) {
-        _cleanup_json_ cJSON *a = cJSON_CreateArray();
-        _cleanup_(hashmap_freep) Hashmap *seen = hashmap_new_borrowed();
+/* The URIs the sessions of i (but except) subscribed to go into seen (borrowed: the sessions' strings),
+ * and each one new to it onto a too, if a. */
+static int union_add(Instance *i, const Client *except, Hashmap *seen, cJSON *a) {
         const cJSON *it;
         int r;
 
-        if (!a || !seen)
-                return NULL;
         for (Client *c = i->shim->clients; c; c = c->next) {
                 if (c->instance != i || c == except)
                         continue;
                 cJSON_ArrayForEach (it, c->subscriptions) {
                         r = uri_set_add(seen, it->valuestring);
-                        if (r < 0 || (r > 0 && !cJSON_AddItemToArray(a, cJSON_CreateString(it->valuestring))))
-                                return NULL;
+                        if (r < 0 || (r > 0 && a && !cJSON_AddItemToArray(a, cJSON_CreateString(it->valuestring))))
+                                return -ENOMEM;
                 }
         }
+        return 0;
+}
+
+/* The URIs the sessions of i (but except) subscribed to, each once, in the order the sessions and their
+ * subscriptions come (the stream's request is compared as printed with the last one's). */
+static cJSON *union_new(Instance *i, const Client *except) {
+        _cleanup_json_ cJSON *a = cJSON_CreateArray();
+        _cleanup_(hashmap_freep) Hashmap *seen = hashmap_new_borrowed();
+
+        if (!a || !seen || union_add(i, except, seen, a) < 0)
+                return NULL;
         return TAKE_PTR(a);
+}
+
+/* A request of the shim's own to a handshake-era backend for uri; its answer finds no route. */
+static int send_uri_request(Instance *i, const char *method, const char *uri) {
+        _cleanup_json_ cJSON *id = cJSON_CreateNumber((double) i->next_id), *m = NULL;
+        cJSON *params = cJSON_CreateObject();
+
+        if (!id || !params || !cJSON_AddStringToObject(params, "uri", uri)) {
+                cJSON_Delete(params);
+                return -ENOMEM;
+        }
+        m = jsonrpc_request_new(id, method, params);
+        if (!m)
+                return -ENOMEM;
+        i->next_id++;
+        return instance_send(i, m);
 }
 
 static void send_cancel(Instance *i, int64_t id) {
@@ -559,14 +585,77 @@ bool subscribe_handle_response_internal(Instance *i, int64_t id, const Message *
         return true;
 }
 
+/* c leaves a handshake-era backend: each URI it held that no other session of the backend holds is
+ * unsubscribed there (else the backend would watch it for nobody, for as long as it runs). A subscribe of
+ * c's still in flight was sent before, so its URI is let go after it too. */
+static void legacy_release(Instance *i, const Client *c) {
+        _cleanup_(hashmap_freep) Hashmap *others = NULL;
+        const cJSON *it;
+
+        if (i->state != INSTANCE_READY || cJSON_GetArraySize(c->subscriptions) == 0)
+                return;
+        others = hashmap_new_borrowed();
+        if (!others || union_add(i, c, others, NULL) < 0) {
+                log_oom();
+                return;
+        }
+        cJSON_ArrayForEach (it, c->subscriptions)
+                if (!uri_set_has(others, it->valuestring) &&
+                    send_uri_request(i, "resources/unsubscribe", it->valuestring) == -ENOMEM)
+                        log_oom();
+}
+
 void subscribe_forget_client(Instance *i, Client *c) {
         for (SubscribeWaiter **w = &i->waiters; *w;)
                 if ((*w)->client == c)
                         *w = waiter_free(*w);
                 else
                         w = &(*w)->next;
+        if (i->era == BACKEND_ERA_LEGACY)
+                return legacy_release(i, c);
         if (subscribe_refresh(i, c) < 0)
                 log_oom();
+}
+
+/* A new process of i is ready: what its sessions hold is asked of it (a 2026-07-28 backend's stream, a
+ * handshake-era backend's resources/subscribe of each URI, whose answers subscribe_restored() reads). */
+void subscribe_restore(Instance *i) {
+        _cleanup_json_ cJSON *held = NULL;
+        const cJSON *it;
+
+        if (i->era != BACKEND_ERA_LEGACY) {
+                if (subscribe_refresh(i, NULL) < 0)
+                        log_oom();
+                return;
+        }
+        held = union_new(i, NULL);
+        if (!held)
+                return (void) log_oom();
+        i->restore_first = i->next_id;
+        cJSON_ArrayForEach (it, held)
+                if (send_uri_request(i, "resources/subscribe", it->valuestring) == -ENOMEM)
+                        log_oom();
+        i->restore_last = i->next_id - 1;
+        if (i->restore_last >= i->restore_first)
+                log_info("Backend '%s' (pid %d): its sessions' %d resource subscription%s made again.",
+                         shim_backend_name(i->shim), (int) i->pid, cJSON_GetArraySize(held),
+                         cJSON_GetArraySize(held) == 1 ? "" : "s");
+}
+
+bool subscribe_restored(Instance *i, int64_t id, const Message *m) {
+        const cJSON *error;
+
+        if (i->restore_last == 0 || id < i->restore_first || id > i->restore_last)
+                return false; /* none was sent (its ids count from INIT_REQUEST_ID + 1) */
+        if (!message_json(m))
+                return (void) log_oom(), true;
+        error = cJSON_GetObjectItemCaseSensitive(m->json, "error");
+        if (error)
+                log_warning("Backend '%s' refused a resources/subscribe made again after it restarted: %s. The "
+                            "sessions that hold that URI get no updates of it until they subscribe again.",
+                            shim_backend_name(i->shim),
+                            cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(error, "message")) ?: "no message");
+        return true;
 }
 
 bool subscribe_waiting(const Client *c) {

@@ -78,6 +78,26 @@ test("handshake-era sessions pooled on a modern-only backend: resources/subscrib
   assert.doesNotMatch(shim.stderr(), /refused|invalid/i);
 });
 
+test("a modern backend that restarts listens again before the call that restarted it goes on: the update that call causes reaches the session", async () => {
+  const m = await socketManifest("restart.json", "restart", ["--legacy", "reject"]);
+  const shim = await pooled(m, "restart");
+  const a = session(m);
+  assert.ok((await a.request(INIT("2025-11-25"))).result);
+  a.send({ jsonrpc: "2.0", method: "notifications/initialized" });
+  assert.deepEqual((await a.request({ jsonrpc: "2.0", id: 1, method: "resources/subscribe", params: { uri: URI } }, 20000)).result, {});
+  const pids = spawnSync("pgrep", ["-P", String(shim.child.pid)], { encoding: "utf8" }).stdout.trim().split("\n");
+  assert.equal(pids.length, 1, `the shim's one child, its backend: ${pids}`);
+  process.kill(Number(pids[0]), "SIGKILL");
+  assert.ok(await waitFor(() => /was killed by signal KILL/.test(shim.stderr())), shim.stderr());
+  // The touch starts the next process; before, it went ahead of the listen stream and its update was lost.
+  a.send(CALL(2, "touch"));
+  const [notes] = await until(a, 2);
+  const [later] = await until(a, (a.send(CALL(3, "echo", { message: "x" })), 3));
+  const updates = [...notes, ...later].filter((n) => n.method === "notifications/resources/updated");
+  assert.deepEqual(updates, [{ jsonrpc: "2.0", method: "notifications/resources/updated", params: { uri: URI } }], shim.stderr());
+  await a.close();
+});
+
 test("at a modern backend, an update on the stream whose uri decodes with a NUL reaches no session, not the one subscribed to the URI its first bytes spell", async () => {
   // The modern server behind a relay that writes, ahead of each update, the same update for the
   // URI with "\u0000x" after it.

@@ -23,8 +23,9 @@ writeFileSync(
   echo:
     command: [${process.execPath}, ${ECHO}]
     socket: ${dir}/absent.sock
+    env: { ECHO_REFUSE_FILE: ${dir}/refuse }
 tools:
-${["raw", "slow", "seen", "task", "progress", "ask", "touch", "nan", "late", "askp", "badreq", "send"].map((t) => `  - {name: ${t}, backend: echo, input_schema: {type: object}}`).join("\n")}
+${["raw", "slow", "seen", "task", "progress", "ask", "touch", "nan", "late", "askp", "badreq", "send", "subscribed", "exit"].map((t) => `  - {name: ${t}, backend: echo, input_schema: {type: object}}`).join("\n")}
 `,
 );
 
@@ -213,6 +214,85 @@ describe("a hostile session on a pooled backend", () => {
     assert.match(e.error.message, /is a request/, JSON.stringify(e));
     const seen = await a.request(call("s", "seen", { marker: "taskmarker" }));
     assert.equal(text(seen), "[]", "the backend never saw b's task named by a");
+  });
+});
+
+// A handshake-era backend holds one set of subscriptions for every session it serves (echo-backend's
+// "subscribed" tool lists it): it holds what the sessions hold, no more, across their ends and its own
+// restarts (review 15).
+describe("subscriptions at a pooled handshake-era backend follow its sessions", () => {
+  let shim;
+  const peers = [];
+  before(async () => (shim = await startShimOnSocket(join(dir, "subs.sock"), manifest, "echo")));
+  after(() => {
+    peers.forEach((p) => p.close());
+    shim?.child.kill("SIGTERM");
+  });
+  const session = async () => {
+    const p = new SockPeer(shim.path);
+    peers.push(p);
+    assert.ok((await p.request(INIT("2025-06-18", {}))).result, shim.stderr());
+    return p;
+  };
+  const sub = (id, uri, method = "resources/subscribe") => ({ jsonrpc: "2.0", id, method, params: { uri } });
+  const held = async (p, id) => JSON.parse(text(await p.request(call(id, "subscribed"))));
+
+  test("a session that ends lets go of the URIs only it held; one another session holds stays", async () => {
+    const a = await session();
+    const b = await session();
+    for (const [id, uri] of [[1, "echo://only-a"], [2, "echo://both"], [3, "echo://only-a2"]])
+      assert.deepEqual((await a.request(sub(id, uri))).result, {});
+    assert.deepEqual((await b.request(sub(1, "echo://both"))).result, {});
+    assert.deepEqual(await held(b, 2), ["echo://both", "echo://only-a", "echo://only-a2"]);
+    a.close();
+    // Before: the backend kept watching echo://only-a and echo://only-a2 for nobody, for as long as it ran.
+    let now;
+    await waitFor(async () => (now = await held(b, `h${Date.now()}`)).length === 1, 10000);
+    assert.deepEqual(now, ["echo://both"]);
+    b.send(call(4, "touch", { uri: "echo://both" }));
+    assert.deepEqual((await b.next()).params, { uri: "echo://both" }, "b is still subscribed");
+    assert.equal((await b.next()).id, 4);
+    b.close();
+    const c = await session();
+    await waitFor(async () => (now = await held(c, `h${Date.now()}`)).length === 0, 10000);
+    assert.deepEqual(now, [], "the last session out let go of all");
+    c.close();
+  });
+
+  test("a backend that restarts is asked for what its sessions hold, before the call that restarted it", async () => {
+    const a = await session();
+    const b = await session();
+    assert.deepEqual((await a.request(sub(1, "echo://r-a"))).result, {});
+    assert.deepEqual((await b.request(sub(1, "echo://r-b"))).result, {});
+    assert.deepEqual((await b.request(sub(2, "echo://gone", "resources/unsubscribe"))).result, {});
+    const died = await b.request(call(3, "exit"));
+    assert.ok(died.error || died.result?.isError, JSON.stringify(died));
+    // The touch starts a new process; before, it held nothing and the update never came.
+    a.send(call(2, "touch", { uri: "echo://r-a" }));
+    assert.deepEqual((await a.next()).params, { uri: "echo://r-a" }, shim.stderr());
+    assert.equal((await a.next()).id, 2);
+    assert.deepEqual(await held(b, 4), ["echo://r-a", "echo://r-b"]);
+    assert.match(shim.stderr(), /its sessions' 2 resource subscriptions made again/);
+    a.close();
+    b.close();
+  });
+
+  test("a subscription the restarted backend refuses is logged, naming the backend and its error", async () => {
+    const a = await session();
+    assert.deepEqual((await a.request(sub(1, "echo://refuse/x"))).result, {});
+    writeFileSync(join(dir, "refuse"), "");
+    try {
+      await a.request(call(2, "exit"));
+      const t = await a.request(call(3, "touch", { uri: "echo://refuse/x" }));
+      assert.equal(t.id, 3, `no update from a backend that refused it: ${JSON.stringify(t)}`);
+      assert.ok(
+        await waitFor(() => /Backend 'echo' refused a resources\/subscribe made again after it restarted: no subscriptions to echo:\/\/refuse\/x today/.test(shim.stderr()), 10000),
+        shim.stderr(),
+      );
+    } finally {
+      rmSync(join(dir, "refuse"), { force: true });
+      a.close();
+    }
   });
 });
 
