@@ -312,61 +312,111 @@ int envfile_dir_open(const char *path, bool make_private, int *ret_fd) {
         return 0;
 }
 
-/* text as the file name in directory dfd: a temporary file of mode 0600 (root's as root) written,
- * synced and renamed over name, all through dfd. */
-static int write_at(int dfd, const char *name, const char *text, size_t len) {
+/* env as a new file NAME.<kind>-XXXXXXXX beside name in directory dfd (*ret_file), to take the place of
+ * name: mode 0600 (root's as root), written and synced, all through dfd; nothing left on failure.
+ * -EPERM when what is at name is not a regular file (a link). */
+static int new_file_at(int dfd, const char *name, char *const *env, const char *kind,
+                       char ret_file[static NAME_MAX + 1]) {
+        _cleanup_free_ char *text = NULL;
         _cleanup_close_ int fd = -EBADF;
-        char tmp[NAME_MAX + 1];
+        struct stat st;
+        size_t len;
         int r;
 
+        if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) >= 0 && !S_ISREG(st.st_mode))
+                return -EPERM;
+        r = envfile_format(env, &text, &len);
+        if (r < 0)
+                return r;
         for (unsigned k = 0; fd < 0; k++) {
                 struct timespec ts;
                 if (k == 100)
                         return -EEXIST;
                 (void) clock_gettime(CLOCK_MONOTONIC, &ts);
-                if (snprintf(tmp, sizeof tmp, "%s.mcp-lazy-%08lx", name,
+                if (snprintf(ret_file, NAME_MAX + 1, "%s.%s-%08lx", name, kind,
                              (unsigned long) (((unsigned long) ts.tv_nsec ^ ((unsigned long) getpid() << 12)) + k) &
-                                     0xffffffffUL) >= (int) sizeof tmp)
+                                     0xffffffffUL) >= NAME_MAX + 1)
                         return -ENAMETOOLONG;
-                fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+                fd = openat(dfd, ret_file, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
                 if (fd < 0 && errno != EEXIST)
                         return -errno;
         }
         /* Root's from the start, and 0600 whatever the umask (before anything is written). */
-        if ((geteuid() == 0 && fchown(fd, 0, 0) < 0) || fchmod(fd, 0600) < 0)
-                goto fail;
-        if (write_all_sync(fd, text, len) < 0)
-                goto fail;
-        fd = safe_close(fd);
-        if (renameat(dfd, tmp, dfd, name) < 0)
-                goto fail;
-        (void) fsync(dfd);
+        if ((geteuid() == 0 && fchown(fd, 0, 0) < 0) || fchmod(fd, 0600) < 0 || write_all_sync(fd, text, len) < 0) {
+                r = -errno;
+                (void) unlinkat(dfd, ret_file, 0);
+                return r;
+        }
         return 0;
-fail:
-        r = -errno;
-        (void) unlinkat(dfd, tmp, 0);
+}
+
+int envfile_write_at(int dfd, const char *name, char *const *env) {
+        char tmp[NAME_MAX + 1];
+        int r;
+
+        r = new_file_at(dfd, name, env, "mcp-lazy", tmp);
+        if (r >= 0 && (r = envfile_commit_at(dfd, tmp, name)) < 0)
+                (void) unlinkat(dfd, tmp, 0);
         return r;
 }
 
-bool envfile_is_temp_name(const char *name) {
-        const char *t = strstr(name, ".env.mcp-lazy-");
+int envfile_stage_at(int dfd, const char *name, char *const *env, char **ret_staged) {
+        char staged[NAME_MAX + 1];
+        int r;
 
-        return t && t != name && strlen(t + 14) == 8 && strspn(t + 14, "0123456789abcdef") == 8;
+        r = new_file_at(dfd, name, env, "mcp-lazy-staged", staged);
+        if (r < 0)
+                return r;
+        *ret_staged = strdup(staged);
+        if (!*ret_staged) {
+                (void) unlinkat(dfd, staged, 0);
+                return -ENOMEM;
+        }
+        return 0;
+}
+
+int envfile_commit_at(int dfd, const char *staged, const char *name) {
+        if (renameat(dfd, staged, dfd, name) < 0)
+                return -errno;
+        (void) fsync(dfd);
+        return 0;
+}
+
+/* Whether name is NAME.env.<kind>-XXXXXXXX (8 hex digits): the last ".env." in it starts the suffix. */
+static bool is_name_of(const char *name, const char *kind) {
+        const char *t = NULL;
+        size_t k = strlen(kind);
+
+        for (const char *p = strstr(name, ".env."); p; p = strstr(p + 1, ".env."))
+                t = p;
+        if (!t || t == name || strncmp(t + 5, kind, k) != 0 || t[5 + k] != '-')
+                return false;
+        t += 5 + k + 1;
+        return strlen(t) == 8 && strspn(t, "0123456789abcdef") == 8;
+}
+
+bool envfile_is_temp_name(const char *name) {
+        return is_name_of(name, "mcp-lazy");
+}
+
+bool envfile_is_staged_name(const char *name) {
+        return is_name_of(name, "mcp-lazy-staged");
 }
 
 int envfile_write(const char *path, char *const *env) {
-        _cleanup_free_ char *text = NULL, *copy = strdup(path), *copy2 = strdup(path);
+        _cleanup_free_ char *copy = strdup(path), *copy2 = strdup(path);
         _cleanup_close_ int dfd = -EBADF;
         const char *dir, *name;
-        struct stat st;
-        size_t len;
         int r;
 
         if (!copy || !copy2)
                 return -ENOMEM;
-        r = envfile_format(env, &text, &len);
-        if (r < 0)
-                return r;
+        /* What would be refused changes nothing, not even the directory. */
+        for (char *const *v = env; v && *v; v++) {
+                r = envfile_assignment_check(*v, NULL);
+                if (r < 0)
+                        return r;
+        }
         dir = dirname(copy);
         name = basename(copy2);
         if (mkdir(dir, 0700) < 0 && errno != EEXIST)
@@ -376,7 +426,5 @@ int envfile_write(const char *path, char *const *env) {
         r = envfile_dir_open(dir, true, &dfd);
         if (r < 0)
                 return r;
-        if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) >= 0 && !S_ISREG(st.st_mode))
-                return -EPERM;
-        return write_at(dfd, name, text, len);
+        return envfile_write_at(dfd, name, env);
 }

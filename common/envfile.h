@@ -36,11 +36,23 @@ int envfile_dir_open(const char *path, bool make_private, int *ret_fd);
 /* Writes env as the environment file path: mode 0600, owner root when run as root, written to a
  * temporary file that is renamed over path (never readable by anyone else, whatever the umask). Its
  * directory is made mode 0700 if missing and opened by envfile_dir_open() (made 0700); the file is
- * written, synced and renamed through that descriptor. A path that is not a regular file (a link) is
- * refused (-EPERM). */
+ * written, synced and renamed through that descriptor (envfile_write_at()). A path that is not a
+ * regular file (a link) is refused (-EPERM). */
 int envfile_write(const char *path, char *const *env);
+/* The same as file name of directory dfd (opened by envfile_dir_open()), all through dfd. */
+int envfile_write_at(int dfd, const char *name, char *const *env);
+/* Writes env into a new file of dfd beside name, NAME.env.mcp-lazy-staged-XXXXXXXX (*ret_staged),
+ * as envfile_write_at() writes its temporary file (mode 0600, root's, synced), for
+ * envfile_commit_at() to put in place later. A file that may hold the only copy of its values: no
+ * cleanup of temporary files takes it (envfile_is_temp_name() is false for it). -EPERM as
+ * envfile_write_at(). */
+int envfile_stage_at(int dfd, const char *name, char *const *env, char **ret_staged);
+/* Renames staged over name in dfd, then syncs dfd. */
+int envfile_commit_at(int dfd, const char *staged, const char *name);
 /* Whether name is one of the temporary files envfile_write() makes for a file NAME.env
  * (NAME.env.mcp-lazy-XXXXXXXX, 8 hex digits), which an interrupted write leaves behind. */
 bool envfile_is_temp_name(const char *name);
+/* Whether name is a file envfile_stage_at() makes (NAME.env.mcp-lazy-staged-XXXXXXXX). */
+bool envfile_is_staged_name(const char *name);
 /* env's value of name (a "KEY=VALUE" list), or NULL. */
 const char *strv_env_get(char *const *env, const char *name);

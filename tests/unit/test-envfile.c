@@ -292,6 +292,43 @@ static void test_read_bounded(void) {
         (void) unlink(path);
 }
 
+/* A staged file is written, synced and 0600 under a name no cleanup of temporary files takes, and put
+ * in place only by envfile_commit_at(); the two kinds of names never overlap. */
+static void test_stage(void) {
+        char base[] = "/tmp/test-envfile-XXXXXX";
+        _cleanup_free_ char *staged = NULL, *text = NULL, *path = NULL;
+        _cleanup_close_ int dfd = -EBADF;
+        char *env[] = {(char *) "TOKEN=x", NULL};
+        struct stat st;
+        size_t len;
+
+        CHECK(mkdtemp(base) != NULL);
+        CHECK(envfile_dir_open(base, true, &dfd) == 0);
+        CHECK(envfile_stage_at(dfd, "one.env", env, &staged) == 0);
+        CHECK(staged && envfile_is_staged_name(staged) && !envfile_is_temp_name(staged));
+        CHECK(staged && strncmp(staged, "one.env.mcp-lazy-staged-", 24) == 0);
+        CHECK(staged && fstatat(dfd, staged, &st, 0) == 0 && (st.st_mode & 07777) == 0600);
+        CHECK(faccessat(dfd, "one.env", F_OK, 0) < 0 && files_in(base) == 1);
+        CHECK(staged && envfile_commit_at(dfd, staged, "one.env") == 0);
+        CHECK(asprintf(&path, "%s/one.env", base) >= 0 && read_file_full(path, 4096, &text, &len) == 0);
+        CHECK_STREQ(text, "TOKEN=\"x\"\n");
+        CHECK(files_in(base) == 1);
+        /* A link in its place is refused, as envfile_write() refuses it. */
+        CHECK(symlinkat("/tmp/elsewhere.env", dfd, "link.env") == 0);
+        free(staged);
+        staged = NULL;
+        CHECK(envfile_stage_at(dfd, "link.env", env, &staged) == -EPERM && !staged && files_in(base) == 2);
+        CHECK(unlinkat(dfd, "link.env", 0) == 0);
+
+        CHECK(envfile_is_temp_name("a.env.mcp-lazy-0123abcd") && !envfile_is_staged_name("a.env.mcp-lazy-0123abcd"));
+        CHECK(envfile_is_staged_name("a.env.mcp-lazy-staged-0123abcd"));
+        CHECK(envfile_is_temp_name("x.env.y.env.mcp-lazy-0123abcd"));
+        CHECK(!envfile_is_temp_name("a.env.mcp-lazy-staged-0123abcd"));
+        CHECK(!envfile_is_temp_name("a.env.mcp-lazy-0123abcdX") && !envfile_is_temp_name(".env.mcp-lazy-0123abcd"));
+        CHECK(!envfile_is_staged_name("a.env.mcp-lazy-staged-0123ABCD") && !envfile_is_temp_name("a.env"));
+        CHECK(unlink(path) == 0 && rmdir(base) == 0);
+}
+
 int main(void) {
         test_round_trip();
         test_format_refuses();
@@ -299,6 +336,7 @@ int main(void) {
         test_hand_written();
         test_write();
         test_write_swapped_dir();
+        test_stage();
         test_read_bounded();
         return tests_finish("test-envfile");
 }
