@@ -232,3 +232,78 @@ int secrets_orphans(const SecretsDir *sd, const YNode *backends, const bool *own
         }
         return errno > 0 ? -errno : n_orphans;
 }
+
+/* The names of NAME=VALUE assignments (a non-empty list), joined with ", ", for messages: never a value. */
+char *secrets_names_shown(char *const *assignments) {
+        char *shown = NULL;
+
+        for (char *const *v = assignments; *v; v++) {
+                char *l = NULL;
+                if (asprintf(&l, "%s%s%.*s", shown ?: "", shown ? ", " : "", (int) strcspn(*v, "="), *v) < 0) {
+                        free(shown);
+                        return NULL;
+                }
+                free(shown);
+                shown = l;
+        }
+        return shown;
+}
+
+void secrets_plan_done(SecretsPlan *plan) {
+        for (size_t i = 0; i < plan->n; i++) {
+                free(plan->writes[i].name);
+                free(plan->writes[i].path);
+                strv_free(plan->writes[i].env);
+        }
+        free(plan->writes);
+        *plan = (SecretsPlan){};
+}
+
+int secrets_plan_add(SecretsPlan *plan, const char *name, char **path, char ***env) {
+        SecretsWrite *l = realloc(plan->writes, (plan->n + 1) * sizeof(SecretsWrite));
+        char *copy = strdup(name);
+
+        if (l)
+                plan->writes = l;
+        if (!l || !copy) {
+                free(copy);
+                return -ENOMEM;
+        }
+        plan->writes[plan->n++] = (SecretsWrite){.name = copy, .path = TAKE_PTR(*path), .env = TAKE_PTR(*env)};
+        return 0;
+}
+
+int secrets_plan_write(const char *manifest_path, const SecretsPlan *plan, bool dry_run) {
+        for (size_t i = 0; i < plan->n; i++) {
+                const SecretsWrite *w = &plan->writes[i];
+                _cleanup_free_ char *shown = secrets_names_shown(w->env), *dir = strdup(manifest_path);
+                int r;
+
+                if (!shown || !dir)
+                        return -ENOMEM;
+                if (dry_run) {
+                        printf("--- %s (would be written, mode 0600, for root alone: %s; values not shown)\n", w->path,
+                               shown);
+                        continue;
+                }
+                r = mkdir_parents(dirname(dir), 0755);
+                if (r >= 0)
+                        r = envfile_write(w->path, w->env);
+                /* Files put aside or written before this one stay: only the manifest is not written. */
+                if (r == -EPERM)
+                        fprintf(stderr,
+                                "mcp-lazy: cannot write %s: its directory must be root's own and writable by root "
+                                "alone; the manifest was not written (secrets files put aside or written before "
+                                "stay)\n",
+                                w->path);
+                else if (r < 0)
+                        fprintf(stderr,
+                                "mcp-lazy: cannot write %s: %s; the manifest was not written (secrets files put "
+                                "aside or written before stay)\n",
+                                w->path, strerror(-r));
+                if (r < 0)
+                        return r;
+                printf("Wrote %s (%s; mode 0600: root reads it, for mcp-lazy@%s.service)\n", w->path, shown, w->name);
+        }
+        return 0;
+}

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "yaml_tree.h"
 
@@ -28,3 +29,24 @@ int secrets_read_at(const SecretsDir *sd, const char *backend, char ***ret_env, 
  * others may read or enter it, and the temporary files an interrupted write left are removed. Errors
  * are said (but for quiet). */
 int secrets_orphans(const SecretsDir *sd, const YNode *backends, const bool *owned, bool dry_run, bool quiet);
+
+/* The names of NAME=VALUE assignments (a non-empty list), joined with ", ", for messages: never a value. */
+char *secrets_names_shown(char *const *assignments);
+
+/* The secrets files secrets_split() writes, once the manifest they go with is built and checked. */
+typedef struct {
+        char *name; /* the backend's */
+        char *path;
+        char **env;
+} SecretsWrite;
+
+typedef struct {
+        SecretsWrite *writes;
+        size_t n;
+} SecretsPlan;
+
+void secrets_plan_done(SecretsPlan *plan);
+/* Adds the file of backend name to plan; takes *path and *env when it returns 0. */
+int secrets_plan_add(SecretsPlan *plan, const char *name, char **path, char ***env);
+/* Writes (or, with dry_run, says) the files of plan, beside manifest_path. */
+int secrets_plan_write(const char *manifest_path, const SecretsPlan *plan, bool dry_run);

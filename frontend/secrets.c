@@ -165,22 +165,6 @@ static int key_node(const char *key, YNode **ret) {
         return j ? ynode_from_json(j, ret) : -ENOMEM;
 }
 
-/* The names of NAME=VALUE assignments (a non-empty list), joined with ", ", for messages: never a value. */
-static char *assignment_names(char *const *assignments) {
-        char *shown = NULL;
-
-        for (char *const *v = assignments; *v; v++) {
-                char *l = NULL;
-                if (asprintf(&l, "%s%s%.*s", shown ?: "", shown ? ", " : "", (int) strcspn(*v, "="), *v) < 0) {
-                        free(shown);
-                        return NULL;
-                }
-                free(shown);
-                shown = l;
-        }
-        return shown;
-}
-
 /* Appends the pair secret_env: *names to backend b, both or neither; takes *names when it does. */
 static int secret_env_append(YNode *b, YNode **names) {
         _cleanup_(ynode_freep) YNode *k = NULL;
@@ -447,50 +431,13 @@ static int backend_adopt(const SecretsDir *sd, ManifestDoc *doc, const char *nam
                 r = secret_env_append(b, &names);
         if (r < 0)
                 return r;
-        shown = assignment_names(secrets);
+        shown = secrets_names_shown(secrets);
         if (!shown)
                 return -ENOMEM;
         printf("%s: %s (written by hand?) holds %s, which its unit hands on: the manifest now names them in "
                "secret_env\n",
                name, path, shown);
         return 1;
-}
-
-/* The secrets files secrets_split() writes, once the manifest they go with is built and checked. */
-typedef struct {
-        char *name; /* the backend's */
-        char *path;
-        char **env;
-} SecretsWrite;
-
-typedef struct {
-        SecretsWrite *writes;
-        size_t n;
-} SecretsPlan;
-
-static void secrets_plan_done(SecretsPlan *plan) {
-        for (size_t i = 0; i < plan->n; i++) {
-                free(plan->writes[i].name);
-                free(plan->writes[i].path);
-                strv_free(plan->writes[i].env);
-        }
-        free(plan->writes);
-        *plan = (SecretsPlan){};
-}
-
-/* Takes *path and *env when it returns 0. */
-static int secrets_plan_add(SecretsPlan *plan, const char *name, char **path, char ***env) {
-        SecretsWrite *l = realloc(plan->writes, (plan->n + 1) * sizeof(SecretsWrite));
-        char *copy = strdup(name);
-
-        if (l)
-                plan->writes = l;
-        if (!l || !copy) {
-                free(copy);
-                return -ENOMEM;
-        }
-        plan->writes[plan->n++] = (SecretsWrite){.name = copy, .path = TAKE_PTR(*path), .env = TAKE_PTR(*env)};
-        return 0;
 }
 
 /* One backend: its env values that may move into its file, merged over what the file holds, and the
@@ -592,42 +539,6 @@ static int backend_split(const SecretsDir *sd, ManifestDoc *doc, const char *nam
         env_drop_moved(env);
         r = backend_put_secret_env(b, at, env->n_items > 0, TAKE_PTR(names));
         return r < 0 ? r : 1;
-}
-
-/* Writes (or, with dry_run, says) the files of plan. */
-static int secrets_plan_write(const ManifestDoc *doc, const SecretsPlan *plan, bool dry_run) {
-        for (size_t i = 0; i < plan->n; i++) {
-                const SecretsWrite *w = &plan->writes[i];
-                _cleanup_free_ char *shown = assignment_names(w->env), *dir = strdup(doc->path);
-                int r;
-
-                if (!shown || !dir)
-                        return -ENOMEM;
-                if (dry_run) {
-                        printf("--- %s (would be written, mode 0600, for root alone: %s; values not shown)\n", w->path,
-                               shown);
-                        continue;
-                }
-                r = mkdir_parents(dirname(dir), 0755);
-                if (r >= 0)
-                        r = envfile_write(w->path, w->env);
-                /* Files put aside or written before this one stay: only the manifest is not written. */
-                if (r == -EPERM)
-                        fprintf(stderr,
-                                "mcp-lazy: cannot write %s: its directory must be root's own and writable by root "
-                                "alone; the manifest was not written (secrets files put aside or written before "
-                                "stay)\n",
-                                w->path);
-                else if (r < 0)
-                        fprintf(stderr,
-                                "mcp-lazy: cannot write %s: %s; the manifest was not written (secrets files put "
-                                "aside or written before stay)\n",
-                                w->path, strerror(-r));
-                if (r < 0)
-                        return r;
-                printf("Wrote %s (%s; mode 0600: root reads it, for mcp-lazy@%s.service)\n", w->path, shown, w->name);
-        }
-        return 0;
 }
 
 /* Who owns which secrets file, decided before anything moves: the secrets directory (checked once,
@@ -753,7 +664,7 @@ int secrets_split(ManifestDoc *doc, bool dry_run) {
          * refresh again finishes the work. */
         r = secrets_orphans(&o.sd, backends, o.owned, dry_run, false);
         if (r >= 0)
-                r = secrets_plan_write(doc, &plan, dry_run);
+                r = secrets_plan_write(doc->path, &plan, dry_run);
         return r < 0 ? r : 0;
 }
 
@@ -822,7 +733,7 @@ int secrets_files_pending(const ManifestDoc *doc, bool say) {
                 count++;
                 if (!say)
                         continue;
-                shown = assignment_names(secrets);
+                shown = secrets_names_shown(secrets);
                 if (!shown || secrets_path(doc->path, name, &path) < 0)
                         return -ENOMEM;
                 printf("%s: %s (written by hand?) holds %s, which its unit hands on: 'mcp-lazy refresh' names them in "
