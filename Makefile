@@ -145,8 +145,8 @@ $(S)/tests/%: tests/unit/%.c $(call objs,$(S),$(COMMON_SRC))
 # test-secrets drives frontend/secrets.c and secrets-dir.c, which need nothing else of the frontend.
 $(B)/tests/test-secrets: $(B)/frontend/secrets.o $(B)/frontend/secrets-dir.o
 $(S)/tests/test-secrets: $(S)/frontend/secrets.o $(S)/frontend/secrets-dir.o
-# test-secrets swaps the secrets directory under secrets_split() from readdir(), and fails fchmod().
-$(B)/tests/test-secrets $(S)/tests/test-secrets: TEST_LDFLAGS := -Wl,--wrap=readdir,--wrap=fchmod
+# test-secrets swaps the secrets directory under secrets_split() from readdir(), and fails fchmod() and renameat().
+$(B)/tests/test-secrets $(S)/tests/test-secrets: TEST_LDFLAGS := -Wl,--wrap=readdir,--wrap=fchmod,--wrap=renameat
 
 # test-hashmap fails allocations on purpose: the calloc() calls of what it links go to its wrapper.
 $(B)/tests/test-hashmap $(S)/tests/test-hashmap: TEST_LDFLAGS := -Wl,--wrap=calloc,--wrap=aligned_alloc

@@ -96,7 +96,9 @@ int import_store_backend(ManifestDoc *doc, const char *name, const McpDiscovery 
         return manifest_doc_set_tools(doc, name, tools);
 }
 
-int import_write_manifest(ManifestDoc *doc, bool dry_run) {
+/* Writes doc as its manifest, or with dry_run prints it; a write that fails is said, and then what
+ * else stays as it is. */
+static int manifest_write(ManifestDoc *doc, bool dry_run, const char *then) {
         _cleanup_free_ char *text = NULL, *err = NULL, *dir = NULL;
         struct stat st;
         mode_t mode = 0644;
@@ -105,25 +107,9 @@ int import_write_manifest(ManifestDoc *doc, bool dry_run) {
 
         r = manifest_doc_emit(doc, &text, &len, &err);
         if (r < 0) {
-                fprintf(stderr, "mcp-lazy: the manifest would not be valid, so nothing was written:\n%s\n",
+                fprintf(stderr, "mcp-lazy: the manifest would not be valid, so it was not written; %s:\n%s\n", then,
                         err ?: strerror(-r));
                 return r;
-        }
-        /* Checked first: the secrets files are written only for a manifest that will be written too
-         * (secrets_split() checks the manifest it makes before it changes any file, and the manifest
-         * is written last). */
-        bool split = secrets_wanted(doc->path);
-        if (split) {
-                free(text);
-                text = NULL;
-                r = secrets_split(doc, dry_run);
-                if (r >= 0)
-                        r = manifest_doc_emit(doc, &text, &len, &err);
-                if (r < 0) {
-                        if (err)
-                                fprintf(stderr, "mcp-lazy: the manifest would not be valid:\n%s\n", err);
-                        return r;
-                }
         }
         if (dry_run) {
                 printf("--- %s (would be written)\n%s", doc->path, text);
@@ -147,12 +133,34 @@ int import_write_manifest(ManifestDoc *doc, bool dry_run) {
         if (!dir)
                 return -ENOMEM;
         r = mkdir_parents(dirname(dir), 0755);
+        /* A failure leaves the manifest on disk as it was: the rename is the last step that can fail. */
         if (r >= 0)
                 r = write_file_atomic_owned(doc->path, text, len, mode, true, group_reads ? 0 : (uid_t) -1,
                                             group_reads ? gid : (gid_t) -1);
         if (r < 0)
-                fprintf(stderr, "mcp-lazy: cannot write the manifest %s: %s; %s\n", doc->path, strerror(-r),
-                        split ? "the secrets files said above were changed: run it again once it can be"
-                              : "nothing was changed");
+                fprintf(stderr, "mcp-lazy: cannot write the manifest %s: %s; %s\n", doc->path, strerror(-r), then);
         return r;
+}
+
+static int manifest_write_with_secrets(ManifestDoc *doc, bool dry_run) {
+        return manifest_write(doc, dry_run,
+                              "the secrets files said above stay as they are now: run it again once it can be");
+}
+
+int import_write_manifest(ManifestDoc *doc, bool dry_run) {
+        _cleanup_free_ char *text = NULL, *err = NULL;
+        size_t len;
+        int r;
+
+        /* Checked first: the secrets files change only for a manifest that will be written too
+         * (secrets_split() checks the manifest it makes before it changes any file). */
+        r = manifest_doc_emit(doc, &text, &len, &err);
+        if (r < 0) {
+                fprintf(stderr, "mcp-lazy: the manifest would not be valid, so nothing was written:\n%s\n",
+                        err ?: strerror(-r));
+                return r;
+        }
+        if (!secrets_wanted(doc->path))
+                return manifest_write(doc, dry_run, "nothing was changed");
+        return secrets_split(doc, dry_run, manifest_write_with_secrets);
 }

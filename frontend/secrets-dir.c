@@ -1,5 +1,5 @@
 /* The secrets directory beside the system manager's manifest: opened and checked once, its files read
- * (as systemd reads them) and put aside only through its descriptor. */
+ * (as systemd reads them), put aside, written and staged only through its descriptor. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -58,8 +58,9 @@ static int read_at(int dfd, const char *name, size_t max, char **ret, size_t *re
         return read_fd_full(fd, max, ret, ret_len, NULL);
 }
 
-int secrets_read_at(const SecretsDir *sd, const char *backend, char ***ret_env, char **ret_error) {
-        _cleanup_free_ char *file = NULL, *text = NULL;
+/* The file 'file' of sd read as secrets_read_at() reads a backend's. */
+static int file_read_at(const SecretsDir *sd, const char *file, char ***ret_env, char **ret_error) {
+        _cleanup_free_ char *text = NULL;
         _cleanup_strv_free_ char **env = NULL;
         const char *reason = "not a line of an environment file", *bad = NULL;
         unsigned line = 0;
@@ -67,8 +68,6 @@ int secrets_read_at(const SecretsDir *sd, const char *backend, char ***ret_env, 
         int r;
 
         *ret_error = NULL;
-        if (asprintf(&file, "%s.env", backend) < 0)
-                return -ENOMEM;
         r = sd->fd < 0 ? -ENOENT : read_at(sd->fd, file, 1024U * 1024U, &text, &len);
         if (r >= 0)
                 r = envfile_parse(text, len, &env, &line);
@@ -91,6 +90,15 @@ int secrets_read_at(const SecretsDir *sd, const char *backend, char ***ret_env, 
         if (r >= 0)
                 *ret_env = TAKE_PTR(env);
         return r;
+}
+
+int secrets_read_at(const SecretsDir *sd, const char *backend, char ***ret_env, char **ret_error) {
+        _cleanup_free_ char *file = NULL;
+
+        *ret_error = NULL;
+        if (asprintf(&file, "%s.env", backend) < 0)
+                return -ENOMEM;
+        return file_read_at(sd, file, ret_env, ret_error);
 }
 
 int secrets_read(const char *manifest_path, const char *backend, char ***ret_env, char **ret_error) {
@@ -188,6 +196,28 @@ static bool stale_temp(int dfd, const char *name) {
                st.st_mtime < time(NULL) - 3600;
 }
 
+/* A file that secrets_plan_write() staged and no run put in place or removed (one stopped between,
+ * or could not): it may hold the only copy of its values, so it is never removed, only said. */
+static void staged_left_said(const SecretsDir *sd, const char *file) {
+        _cleanup_strv_free_ char **env = NULL;
+        _cleanup_free_ char *err = NULL, *shown = NULL;
+        const char *end = strstr(file, ".env.mcp-lazy-staged-");
+        int len;
+
+        for (const char *p = end; p; p = strstr(p + 1, ".env.mcp-lazy-staged-"))
+                end = p;
+        len = (int) (end - file);
+        if (file_read_at(sd, file, &env, &err) >= 0 && env[0])
+                shown = secrets_names_shown(env);
+        fprintf(stderr,
+                "mcp-lazy: %s/%s holds values (%s) that an import or refresh staged for backend '%.*s' and did "
+                "not put in place (mcp-lazy never removes it): if that run wrote the manifest, they belong in "
+                "%s/%.*s.env ('mv %s/%s %s/%.*s.env'); if it stopped before that, they are still where they "
+                "came from: remove it\n",
+                sd->path, file, shown ?: "see the file", len, file, sd->path, len, file, sd->path, file, sd->path, len,
+                file);
+}
+
 int secrets_orphans(const SecretsDir *sd, const YNode *backends, const bool *owned, bool dry_run, bool quiet) {
         _cleanup_(closedirp) DIR *d = NULL;
         struct stat st;
@@ -218,6 +248,11 @@ int secrets_orphans(const SecretsDir *sd, const YNode *backends, const bool *own
                         (void) unlinkat(sd->fd, de->d_name, 0);
                         continue;
                 }
+                if (envfile_is_staged_name(de->d_name)) {
+                        if (!quiet)
+                                staged_left_said(sd, de->d_name);
+                        continue;
+                }
                 if (n <= 4 || !streq(de->d_name + n - 4, ".env") || de->d_name[0] == '.')
                         continue;
                 for (size_t i = 0; backends && i + 1 < backends->n_items && !keep; i += 2)
@@ -233,19 +268,25 @@ int secrets_orphans(const SecretsDir *sd, const YNode *backends, const bool *own
         return errno > 0 ? -errno : n_orphans;
 }
 
+/* *list, then ", " (if it is not NULL) and the n bytes of item between quote and quote: 0; on
+ * failure *list is freed (NULL). */
+static int list_append(char **list, const char *quote, int n, const char *item) {
+        char *l = NULL;
+
+        if (asprintf(&l, "%s%s%s%.*s%s", *list ?: "", *list ? ", " : "", quote, n, item, quote) < 0)
+                l = NULL;
+        free(*list);
+        *list = l;
+        return l ? 0 : -ENOMEM;
+}
+
 /* The names of NAME=VALUE assignments (a non-empty list), joined with ", ", for messages: never a value. */
 char *secrets_names_shown(char *const *assignments) {
         char *shown = NULL;
 
-        for (char *const *v = assignments; *v; v++) {
-                char *l = NULL;
-                if (asprintf(&l, "%s%s%.*s", shown ?: "", shown ? ", " : "", (int) strcspn(*v, "="), *v) < 0) {
-                        free(shown);
+        for (char *const *v = assignments; *v; v++)
+                if (list_append(&shown, "", (int) strcspn(*v, "="), *v) < 0)
                         return NULL;
-                }
-                free(shown);
-                shown = l;
-        }
         return shown;
 }
 
@@ -254,12 +295,13 @@ void secrets_plan_done(SecretsPlan *plan) {
                 free(plan->writes[i].name);
                 free(plan->writes[i].path);
                 strv_free(plan->writes[i].env);
+                free(plan->writes[i].staged);
         }
         free(plan->writes);
         *plan = (SecretsPlan){};
 }
 
-int secrets_plan_add(SecretsPlan *plan, const char *name, char **path, char ***env) {
+int secrets_plan_add(SecretsPlan *plan, const char *name, bool owned, char **path, char ***env) {
         SecretsWrite *l = realloc(plan->writes, (plan->n + 1) * sizeof(SecretsWrite));
         char *copy = strdup(name);
 
@@ -269,41 +311,142 @@ int secrets_plan_add(SecretsPlan *plan, const char *name, char **path, char ***e
                 free(copy);
                 return -ENOMEM;
         }
-        plan->writes[plan->n++] = (SecretsWrite){.name = copy, .path = TAKE_PTR(*path), .env = TAKE_PTR(*env)};
+        plan->writes[plan->n++] =
+                (SecretsWrite){.name = copy, .path = TAKE_PTR(*path), .env = TAKE_PTR(*env), .owned = owned};
         return 0;
 }
 
-int secrets_plan_write(const char *manifest_path, const SecretsPlan *plan, bool dry_run) {
-        for (size_t i = 0; i < plan->n; i++) {
-                const SecretsWrite *w = &plan->writes[i];
-                _cleanup_free_ char *shown = secrets_names_shown(w->env), *dir = strdup(manifest_path);
-                int r;
+/* The secrets directory of sd made (mode 0700, its parents 0755) and opened, where there was none. */
+static int secrets_dir_make(SecretsDir *sd) {
+        _cleanup_free_ char *parent = strdup(sd->path);
+        int r;
 
-                if (!shown || !dir)
-                        return -ENOMEM;
+        if (!parent)
+                return -ENOMEM;
+        r = mkdir_parents(dirname(parent), 0755);
+        if (r >= 0 && mkdir(sd->path, 0700) < 0 && errno != EEXIST)
+                r = -errno;
+        if (r >= 0)
+                r = envfile_dir_open(sd->path, true, &sd->fd);
+        if (r == -EPERM)
+                fprintf(stderr,
+                        "mcp-lazy: %s must be root's own and writable by root alone; the manifest was not "
+                        "written\n",
+                        sd->path);
+        else if (r < 0)
+                fprintf(stderr, "mcp-lazy: cannot make the directory %s: %s; the manifest was not written\n", sd->path,
+                        strerror(-r));
+        return r;
+}
+
+/* w's file: written in place when its backend owns it, else staged beside it; errors said. */
+static int secrets_write_one(const SecretsDir *sd, SecretsWrite *w) {
+        _cleanup_free_ char *shown = secrets_names_shown(w->env);
+        const char *file = strrchr(w->path, '/') + 1; /* DIR/secrets/NAME.env */
+        int r;
+
+        if (!shown)
+                return -ENOMEM;
+        r = w->owned ? envfile_write_at(sd->fd, file, w->env) : envfile_stage_at(sd->fd, file, w->env, &w->staged);
+        /* Files put aside or written before this one stay: only the manifest is not written. */
+        if (r < 0)
+                fprintf(stderr,
+                        "mcp-lazy: cannot write %s: %s; the manifest was not written (secrets files put aside or "
+                        "written before stay)\n",
+                        w->path, r == -EPERM ? "what is there is not a regular file (a link?)" : strerror(-r));
+        else if (w->owned)
+                printf("Wrote %s (%s; mode 0600: root reads it, for mcp-lazy@%s.service)\n", w->path, shown, w->name);
+        return r;
+}
+
+int secrets_plan_write(SecretsDir *sd, SecretsPlan *plan, bool dry_run) {
+        int r = 0;
+
+        for (size_t i = 0; r >= 0 && i < plan->n; i++) {
+                const SecretsWrite *w = &plan->writes[i];
+
                 if (dry_run) {
+                        _cleanup_free_ char *shown = secrets_names_shown(w->env);
+                        if (!shown)
+                                return -ENOMEM;
                         printf("--- %s (would be written, mode 0600, for root alone: %s; values not shown)\n", w->path,
                                shown);
                         continue;
                 }
-                r = mkdir_parents(dirname(dir), 0755);
+                if (sd->fd < 0)
+                        r = secrets_dir_make(sd);
                 if (r >= 0)
-                        r = envfile_write(w->path, w->env);
-                /* Files put aside or written before this one stay: only the manifest is not written. */
-                if (r == -EPERM)
-                        fprintf(stderr,
-                                "mcp-lazy: cannot write %s: its directory must be root's own and writable by root "
-                                "alone; the manifest was not written (secrets files put aside or written before "
-                                "stay)\n",
-                                w->path);
-                else if (r < 0)
-                        fprintf(stderr,
-                                "mcp-lazy: cannot write %s: %s; the manifest was not written (secrets files put "
-                                "aside or written before stay)\n",
-                                w->path, strerror(-r));
-                if (r < 0)
-                        return r;
-                printf("Wrote %s (%s; mode 0600: root reads it, for mcp-lazy@%s.service)\n", w->path, shown, w->name);
+                        r = secrets_write_one(sd, &plan->writes[i]);
         }
-        return 0;
+        if (r < 0) /* staged for a manifest that is not written */
+                secrets_plan_unstage(sd, plan, false);
+        return r;
+}
+
+/* The backends of plan that have a file staged, as 'a', 'b' (NULL if none, or out of memory). */
+static char *staged_backends(const SecretsPlan *plan) {
+        char *shown = NULL;
+
+        for (size_t i = 0; i < plan->n; i++)
+                if (plan->writes[i].staged &&
+                    list_append(&shown, "'", (int) strlen(plan->writes[i].name), plan->writes[i].name) < 0)
+                        return NULL;
+        return shown;
+}
+
+void secrets_plan_unstage(const SecretsDir *sd, SecretsPlan *plan, bool say) {
+        _cleanup_free_ char *which = say ? staged_backends(plan) : NULL;
+
+        if (which)
+                fprintf(stderr,
+                        "mcp-lazy: the new secrets files of %s, whose definitions the manifest does not have, were not "
+                        "put in place: no unit gets their values, which are still where they came from (the configs "
+                        "imported, or the manifest's env)\n",
+                        which);
+        for (size_t i = 0; i < plan->n; i++) {
+                SecretsWrite *w = &plan->writes[i];
+
+                if (!w->staged)
+                        continue;
+                if (unlinkat(sd->fd, w->staged, 0) < 0)
+                        fprintf(stderr,
+                                "mcp-lazy: cannot remove %s/%s: %s; remove it: it holds values of a definition of "
+                                "backend '%s' that the manifest does not have\n",
+                                sd->path, w->staged, strerror(errno), w->name);
+                free(w->staged);
+                w->staged = NULL;
+        }
+}
+
+int secrets_plan_commit(const SecretsDir *sd, SecretsPlan *plan) {
+        int ret = 0;
+
+        for (size_t i = 0; i < plan->n; i++) {
+                SecretsWrite *w = &plan->writes[i];
+                _cleanup_free_ char *shown = NULL;
+                int r;
+
+                if (!w->staged)
+                        continue;
+                r = envfile_commit_at(sd->fd, w->staged, strrchr(w->path, '/') + 1);
+                shown = secrets_names_shown(w->env); /* NULL: out of memory, said as "its variables" */
+                if (r >= 0) {
+                        printf("Wrote %s (%s; mode 0600: root reads it, for mcp-lazy@%s.service)\n", w->path,
+                               shown ?: "its variables", w->name);
+                        free(w->staged);
+                        w->staged = NULL;
+                        continue;
+                }
+                /* The manifest names them now: the staged file is where they are, and stays. */
+                fprintf(stderr,
+                        "mcp-lazy: cannot rename %s/%s to %s: %s. The manifest was written: it names %s in "
+                        "secret_env of backend '%s', and their values are in %s/%s (mode 0600, root's; mcp-lazy "
+                        "never removes it), so mcp-lazy@%s.service starts without them until it is renamed: once "
+                        "it can be, run 'mv %s/%s %s'\n",
+                        sd->path, w->staged, w->path, strerror(-r), shown ?: "its variables", w->name, sd->path,
+                        w->staged, w->name, sd->path, w->staged, w->path);
+                if (ret >= 0)
+                        ret = r;
+        }
+        return ret;
 }

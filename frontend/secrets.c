@@ -533,7 +533,7 @@ static int backend_split(const SecretsDir *sd, ManifestDoc *doc, const char *nam
                 return r;
         r = names_node(secrets, &names);
         if (r >= 0)
-                r = secrets_plan_add(plan, name, &path, &secrets);
+                r = secrets_plan_add(plan, name, owned, &path, &secrets);
         if (r < 0)
                 return r;
         env_drop_moved(env);
@@ -602,7 +602,7 @@ static int secrets_owners_load(const ManifestDoc *doc, const YNode *backends, bo
         return 0;
 }
 
-int secrets_split(ManifestDoc *doc, bool dry_run) {
+int secrets_split(ManifestDoc *doc, bool dry_run, SecretsManifestWriter write_manifest) {
         YNode *backends = (YNode *) ynode_get(doc->root, "backends");
         _cleanup_(secrets_owners_done) SecretsOwners o = {.sd.fd = -EBADF};
         _cleanup_(secrets_plan_done) SecretsPlan plan = {};
@@ -656,16 +656,27 @@ int secrets_split(ManifestDoc *doc, bool dry_run) {
         if (r < 0)
                 return r;
         /* Then the disk, in the order that leaves a consistent state wherever this stops (or the
-         * process dies): the files no backend owns any more are put aside first (a unit that starts
-         * meanwhile gets fewer values, never another definition's), then the new files are written
-         * (until the manifest is, the units run what they ran, with the values of the config that
-         * replaces them at most: never a value the new definition must not get, for a changed backend
-         * no longer has its old file), and the caller writes the manifest last. Running import or
-         * refresh again finishes the work. */
+         * process dies) and whichever write fails: the files no backend owns any more are put aside
+         * first (a unit that starts meanwhile gets fewer values, never another definition's); the files
+         * of backends that run what they ran are written (their own values, and those their config
+         * adds), those of new or changed definitions staged; the manifest is written; only then are
+         * the staged files put in place. So no definition ever runs with another's values (R13-4: a
+         * changed backend's old definition, still in the manifest on disk when writing it fails, ran
+         * with the new one's): if the manifest cannot be written, the staged files are removed (their
+         * values are still where they came from); one that cannot be put in place after it is kept,
+         * never removed by any cleanup (its values are nowhere else now), and said with how to finish.
+         * Running import or refresh again finishes the rest. */
         r = secrets_orphans(&o.sd, backends, o.owned, dry_run, false);
         if (r >= 0)
-                r = secrets_plan_write(doc->path, &plan, dry_run);
-        return r < 0 ? r : 0;
+                r = secrets_plan_write(&o.sd, &plan, dry_run);
+        if (r < 0)
+                return r;
+        r = write_manifest(doc, dry_run);
+        if (r < 0) {
+                secrets_plan_unstage(&o.sd, &plan, true);
+                return r;
+        }
+        return secrets_plan_commit(&o.sd, &plan);
 }
 
 /* Whether backend b has env values that secrets_split() would move. */

@@ -41,47 +41,95 @@ static char *read_text(const char *name) {
         return p && read_file_full(p, 1 << 20, &text, &len) >= 0 ? text : NULL;
 }
 
-/* Sends stderr to the file "stderr" of the test directory until stderr_restore(saved): the stderr saved. */
-static int stderr_to_file(void) {
-        _cleanup_free_ char *errpath = path_in("stderr");
-        int saved = dup(STDERR_FILENO), fd;
+/* Sends output fd (stdout, stderr) to the file name of the test directory until
+ * output_restore(): the descriptor it had, saved. */
+static int output_to_file(int out, const char *name) {
+        _cleanup_free_ char *path = path_in(name);
+        int saved = dup(out), fd;
 
+        fflush(stdout);
         fflush(stderr);
-        fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        fd = path ? open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
         CHECK(fd >= 0 && saved >= 0);
-        dup2(fd, STDERR_FILENO);
+        dup2(fd, out);
         close(fd);
         return saved;
 }
 
-/* Puts back the stderr stderr_to_file() saved: what was written to stderr meanwhile. */
-static char *stderr_restore(int saved) {
+/* Puts back the output output_to_file() saved: what was written to it meanwhile. */
+static char *output_restore(int out, int saved, const char *name) {
+        fflush(stdout);
         fflush(stderr);
-        dup2(saved, STDERR_FILENO);
+        dup2(saved, out);
         close(saved);
-        return read_text("stderr");
+        return read_text(name);
 }
 
-/* secrets_split() on the manifest text: its result, the emitted manifest, and what it said on stderr. */
-static int split_over(const char *manifest, const char *on_disk, char **ret_text, char **ret_stderr) {
-        _cleanup_(manifest_doc_freep) ManifestDoc *doc = NULL;
-        _cleanup_free_ char *p = path_in("manifest.yaml"), *err = NULL;
+/* What the manifest writer that secrets_split() calls does: fail with manifest_fails; or write the
+ * manifest (test_write_manifest() makes the next renameat() fail with rename_fails_after then). */
+static int manifest_fails, rename_fails_after, renameat_fails;
+static unsigned manifest_writes;
+
+static int test_write_manifest(ManifestDoc *doc, bool dry_run) {
+        _cleanup_free_ char *text = NULL, *err = NULL;
         size_t len;
-        int r, saved;
+
+        manifest_writes++;
+        if (manifest_fails) {
+                fprintf(stderr, "mcp-lazy: cannot write the manifest (test): %s\n", strerror(manifest_fails));
+                return -manifest_fails;
+        }
+        CHECK(manifest_doc_emit(doc, &text, &len, &err) >= 0);
+        if (dry_run)
+                printf("--- %s (would be written)\n%s", doc->path, text ?: "");
+        else
+                CHECK(text && write_file_atomic(doc->path, text, len, 0600, false) >= 0);
+        renameat_fails = rename_fails_after;
+        return 0;
+}
+
+/* The next renameat() fails with renameat_fails (the link takes -Wl,--wrap=renameat). */
+int __real_renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath);
+int __wrap_renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath);
+int __wrap_renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath) {
+        if (renameat_fails) {
+                errno = renameat_fails;
+                renameat_fails = 0;
+                return -1;
+        }
+        return __real_renameat(olddirfd, oldpath, newdirfd, newpath);
+}
+
+/* secrets_split() on the manifest text (with dry_run): its result, the emitted manifest, what it said
+ * on stderr, and on stdout (if ret_stdout). */
+static int split_run(const char *manifest, const char *on_disk, bool dry_run, char **ret_text, char **ret_stderr,
+                     char **ret_stdout) {
+        _cleanup_(manifest_doc_freep) ManifestDoc *doc = NULL;
+        _cleanup_free_ char *p = path_in("manifest.yaml"), *err = NULL, *out = NULL;
+        size_t len;
+        int r, saved_err, saved_out = -1;
 
         write_text("manifest.yaml", manifest);
-        saved = stderr_to_file();
+        saved_err = output_to_file(STDERR_FILENO, "stderr");
+        if (ret_stdout)
+                saved_out = output_to_file(STDOUT_FILENO, "stdout");
         r = manifest_doc_load(p, &doc, &err);
         CHECK(r >= 0);
         if (on_disk) /* the manifest as it was before this import changed it */
                 write_text("manifest.yaml", on_disk);
         if (r >= 0)
-                r = secrets_split(doc, false);
-        *ret_stderr = stderr_restore(saved);
+                r = secrets_split(doc, dry_run, test_write_manifest);
+        if (ret_stdout)
+                *ret_stdout = output_restore(STDOUT_FILENO, saved_out, "stdout");
+        *ret_stderr = output_restore(STDERR_FILENO, saved_err, "stderr");
         *ret_text = NULL;
         if (r >= 0 && manifest_doc_emit(doc, ret_text, &len, &err) < 0)
                 fprintf(stderr, "emit: %s\n", err ?: "?");
         return r;
+}
+
+static int split_over(const char *manifest, const char *on_disk, char **ret_text, char **ret_stderr) {
+        return split_run(manifest, on_disk, false, ret_text, ret_stderr, NULL);
 }
 
 static int split(const char *manifest, char **ret_text, char **ret_stderr) {
@@ -139,19 +187,24 @@ static void test_refused(void) {
         check_refused(big, "128 KiB", -E2BIG);
 }
 
-static char *orphan_of(const char *file) {
+/* A file of secrets/ named file and then kind (".orphaned-"), as "secrets/NAME", or NULL. */
+static char *beside(const char *file, const char *kind) {
         _cleanup_free_ char *p = path_in("secrets");
         DIR *d = p ? opendir(p) : NULL;
         char *found = NULL;
 
         for (struct dirent *de; d && !found && (de = readdir(d));)
                 if (strncmp(de->d_name, file, strlen(file)) == 0 &&
-                    strncmp(de->d_name + strlen(file), ".orphaned-", 10) == 0 &&
+                    strncmp(de->d_name + strlen(file), kind, strlen(kind)) == 0 &&
                     asprintf(&found, "secrets/%s", de->d_name) < 0)
                         found = NULL;
         if (d)
                 closedir(d);
         return found;
+}
+
+static char *orphan_of(const char *file) {
+        return beside(file, ".orphaned-");
 }
 
 static void check_orphaned(const char *file, const char *err, const char *want_text) {
@@ -333,12 +386,12 @@ static int files_pending(const char *manifest, bool say, char **ret_stderr) {
         int r, saved;
 
         write_text("manifest.yaml", manifest);
-        saved = stderr_to_file();
+        saved = output_to_file(STDERR_FILENO, "stderr");
         r = manifest_doc_load(p, &doc, &err);
         CHECK(r >= 0);
         if (r >= 0)
                 r = secrets_files_pending(doc, say);
-        *ret_stderr = stderr_restore(saved);
+        *ret_stderr = output_restore(STDERR_FILENO, saved, "stderr");
         return r;
 }
 
@@ -614,6 +667,136 @@ static void test_stale_temp(void) {
         CHECK(fresh && unlink(fresh) >= 0 && other && unlink(other) >= 0);
 }
 
+/* Removes every file of secrets/. */
+static void secrets_clear(void) {
+        _cleanup_free_ char *p = path_in("secrets");
+        DIR *d = p ? opendir(p) : NULL;
+
+        CHECK(d);
+        for (struct dirent *de; d && (de = readdir(d));)
+                if (de->d_name[0] != '.')
+                        CHECK(unlinkat(dirfd(d), de->d_name, 0) >= 0);
+        if (d)
+                closedir(d);
+}
+
+/* db on disk runs /bin/true with its file; the config imported now runs /bin/false with a new token,
+ * beside a backend that runs what it ran and a new one. */
+static const char *const changed_on_disk =
+        "backends:\n  db:\n    command: [/bin/true]\n    secret_env: [TOKEN]\n" BACKEND("same", "{T: MARKsame}");
+static const char *const changed_now =
+        "backends:\n  db:\n    command: [/bin/false]\n    env: {TOKEN: MARKnew}\n" BACKEND("same", "{T: MARKsame}")
+                BACKEND("fresh", "{F: MARKfresh}");
+
+/* R13-4: the manifest cannot be written after the files of a changed backend and a new one were
+ * made: they are not put in place, nor left staged, so the old definition (still in the manifest on
+ * disk) never runs with the new one's values; the manifest on disk is as it was. The backend that
+ * runs what it ran has its file written before the manifest, as always. Before, db.env held MARKnew
+ * for /bin/true. */
+static void test_manifest_fails(void) {
+        _cleanup_free_ char *text = NULL, *err = NULL, *manifest = NULL, *same = NULL, *o = NULL, *staged = NULL,
+                            *fresh_staged = NULL, *old = NULL, *pd = path_in("secrets/db.env"),
+                            *pf = path_in("secrets/fresh.env");
+
+        write_text("secrets/db.env", "TOKEN=MARKold\n");
+        manifest_fails = EIO;
+        manifest_writes = 0;
+        CHECK(split_over(changed_now, changed_on_disk, &text, &err) == -EIO);
+        manifest_fails = 0;
+        CHECK(manifest_writes == 1);
+        CHECK(pd && access(pd, F_OK) < 0 && pf && access(pf, F_OK) < 0);
+        staged = beside("db.env", ".mcp-lazy-");
+        fresh_staged = beside("fresh.env", ".mcp-lazy-");
+        CHECK(!staged && !fresh_staged);
+        manifest = read_text("manifest.yaml");
+        CHECK_STREQ(manifest, changed_on_disk);
+        o = orphan_of("db.env"); /* put aside before, as always: the old definition runs without it */
+        old = o ? read_text(o) : NULL;
+        CHECK_STREQ(old, "TOKEN=MARKold\n");
+        same = read_text("secrets/same.env");
+        CHECK_STREQ(same, "T=\"MARKsame\"\n");
+        CHECK(err && strstr(err, "cannot write the manifest") && strstr(err, "'db', 'fresh'") &&
+              strstr(err, "were not put in place") && !strstr(err, "cannot remove") && !strstr(err, "MARK"));
+        if (!err || !strstr(err, "were not put in place"))
+                fprintf(stderr, "said: %s\n", err ?: "");
+        secrets_clear();
+}
+
+/* The manifest written, then a staged file that cannot be renamed into place: it stays, holding the
+ * values the manifest now names (nowhere else for a refresh), and the message says where they are and
+ * how to finish; the others are put in place. A later run never removes it, however old, and says
+ * it. */
+static void test_rename_fails_after_manifest(void) {
+        _cleanup_free_ char *text = NULL, *err = NULL, *later = NULL, *later_text = NULL, *manifest = NULL,
+                            *staged = NULL, *kept = NULL, *fresh = NULL, *ps = NULL, *mv = NULL,
+                            *pd = path_in("secrets/db.env");
+        struct timespec old[2] = {{.tv_sec = 1000000000}, {.tv_sec = 1000000000}};
+        struct stat st;
+
+        write_text("secrets/db.env", "TOKEN=MARKold\n");
+        rename_fails_after = EIO;
+        CHECK(split_over(changed_now, changed_on_disk, &text, &err) == -EIO);
+        rename_fails_after = renameat_fails = 0;
+        manifest = read_text("manifest.yaml");
+        CHECK(manifest && strstr(manifest, "/bin/false") && strstr(manifest, "secret_env: [TOKEN]") &&
+              !strstr(manifest, "MARK"));
+        CHECK(pd && access(pd, F_OK) < 0);
+        staged = beside("db.env", ".mcp-lazy-staged-");
+        CHECK(staged);
+        kept = staged ? read_text(staged) : NULL;
+        CHECK_STREQ(kept, "TOKEN=\"MARKnew\"\n");
+        ps = staged ? path_in(staged) : NULL;
+        CHECK(ps && stat(ps, &st) >= 0 && (st.st_mode & 07777) == 0600);
+        fresh = read_text("secrets/fresh.env");
+        CHECK_STREQ(fresh, "F=\"MARKfresh\"\n");
+        CHECK(asprintf(&mv, "'mv %s %s'", ps ?: "?", pd ?: "?") >= 0);
+        CHECK(err && strstr(err, "cannot rename") && strstr(err, "The manifest was written") &&
+              strstr(err, "names TOKEN in secret_env of backend 'db'") && strstr(err, mv) && !strstr(err, "MARK"));
+        if (!err || !strstr(err, mv))
+                fprintf(stderr, "said: %s\n", err ?: "");
+
+        /* A later run: the temporary files' cleanup leaves it, however old, and it is said. */
+        CHECK(ps && utimensat(AT_FDCWD, ps, old, 0) >= 0);
+        CHECK(split("backends:\n" BACKEND("a", "{T: MARKa}"), &later_text, &later) == 0);
+        CHECK(ps && access(ps, F_OK) >= 0);
+        CHECK(later && staged && strstr(later, staged + strlen("secrets/")) && strstr(later, "holds values (TOKEN)") &&
+              strstr(later, "backend 'db'") && strstr(later, mv) && !strstr(later, "MARK"));
+        if (!later || !strstr(later, "holds values (TOKEN)"))
+                fprintf(stderr, "said: %s\n", later ?: "");
+        secrets_clear();
+}
+
+/* --dry-run says every file, those put in place after the manifest too, and the manifest after them;
+ * nothing on disk changes. */
+static void test_dry_run(void) {
+        _cleanup_free_ char *text = NULL, *err = NULL, *out = NULL, *db = NULL, *manifest = NULL,
+                            *pf = path_in("secrets/fresh.env"), *ps = path_in("secrets/same.env"),
+                            *pd = path_in("secrets/db.env");
+        const char *dbw, *freshw, *samew, *mw;
+
+        write_text("secrets/db.env", "TOKEN=MARKold\n");
+        manifest_writes = 0;
+        CHECK(split_run(changed_now, changed_on_disk, true, &text, &err, &out) == 0);
+        CHECK(manifest_writes == 1);
+        dbw = out ? strstr(out, "secrets/db.env (would be written, mode 0600, for root alone: TOKEN; values not shown)")
+                  : NULL;
+        freshw = out ? strstr(out, "secrets/fresh.env (would be written, mode 0600, for root alone: F;") : NULL;
+        samew = out ? strstr(out, "secrets/same.env (would be written, mode 0600, for root alone: T;") : NULL;
+        mw = out ? strstr(out, "manifest.yaml (would be written)") : NULL;
+        CHECK(dbw && freshw && samew && mw && mw > dbw && mw > freshw && mw > samew && !strstr(out, "MARK"));
+        if (!mw)
+                fprintf(stderr, "out: %s\n", out ?: "");
+        CHECK(err && strstr(err, "db.env belongs to no backend") && strstr(err, "would be renamed") &&
+              !strstr(err, "MARK"));
+        db = read_text("secrets/db.env");
+        CHECK_STREQ(db, "TOKEN=MARKold\n");
+        manifest = read_text("manifest.yaml");
+        CHECK_STREQ(manifest, changed_on_disk);
+        CHECK(!orphan_of("db.env") && !beside("db.env", ".mcp-lazy-") && !beside("fresh.env", ".mcp-lazy-"));
+        CHECK(pf && access(pf, F_OK) < 0 && ps && access(ps, F_OK) < 0);
+        CHECK(pd && unlink(pd) >= 0);
+}
+
 static void test_names_that_stay(void) {
         static const char *const stay[] = {
                 "JOURNAL_STREAM",
@@ -738,6 +921,9 @@ int main(void) {
         test_read_no_link();
         test_pending_unreadable();
         test_stale_temp();
+        test_manifest_fails();
+        test_rename_fails_after_manifest();
+        test_dry_run();
         test_names_that_stay();
         if (asprintf(&rm, "rm -rf '%s'", dir) >= 0 && system(rm) != 0)
                 fprintf(stderr, "cannot remove %s\n", dir);
