@@ -7,6 +7,7 @@
 
 #include "answers.h"
 #include "channel.h"
+#include "file-watch.h"
 #include "hashmap.h"
 #include "jsonrpc.h"
 #include "manifest.h"
@@ -109,8 +110,7 @@ struct Session {
         char *log_level;        /* from logging/setLevel, replayed to backends that connect later */
         Hashmap *tasks;         /* taskId -> Upstream that owns the task */
         Hashmap *sub_uris;      /* resource URI -> SubUri: what the streams subscribed at backends (modern.c) */
-        sd_event_source *watch; /* inotify on the manifest's directory, or the stat timer */
-        struct stat watched;    /* the manifest as the stat timer last saw it */
+        FileWatch *watch;       /* the manifest's */
 };
 
 /* Whether m's id is a string: its exact text says so first, so that a numeric id (the usual one)

@@ -3,7 +3,6 @@
 #include <limits.h>
 #include <malloc.h>
 #include <stdarg.h>
-#include <sys/inotify.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -159,7 +158,7 @@ Session *session_free(Session *s) {
         hashmap_free(s->upcalls);
         hashmap_free(s->tasks);
         free(s->log_level);
-        sd_event_source_disable_unref(s->watch);
+        file_watch_free(s->watch);
         manifest_free(s->manifest);
         answers_free(s->answers);
         free(s->route_tool);
@@ -1274,65 +1273,12 @@ void session_reload(Session *s) {
                          answers_n_tools(s->answers));
 }
 
-static int on_manifest_dir(sd_event_source *src, const struct inotify_event *ev, void *userdata) {
-        Session *s = userdata;
-        const char *base = strrchr(s->options->manifest_path, '/');
-
-        (void) src;
-        /* Editors write in place or rename a new file over the old: both end up here. */
-        if (ev->len > 0 && base && streq(ev->name, base + 1))
-                session_reload(s);
-        return 0;
-}
-
-/* Without inotify: a stat() of the manifest every few seconds (timers of all frontends coalesce). */
-#define WATCH_POLL_USEC     (2ULL * USEC_PER_SEC)
-#define WATCH_ACCURACY_USEC (1ULL * USEC_PER_SEC)
-
-static bool stat_same(const struct stat *a, const struct stat *b) {
-        return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
-               a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec &&
-               a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
-}
-
-static int on_manifest_poll(sd_event_source *src, uint64_t usec, void *userdata) {
-        Session *s = userdata;
-        struct stat st = {};
-
-        /* A missing file is a change too (to be refused); it is read again once it is back. */
-        if (stat(s->options->manifest_path, &st) < 0)
-                st = (struct stat){};
-        if (!stat_same(&st, &s->watched)) {
-                s->watched = st;
-                if (st.st_ino != 0)
-                        session_reload(s);
-        }
-        (void) sd_event_source_set_time(src, usec + WATCH_POLL_USEC);
-        return sd_event_source_set_enabled(src, SD_EVENT_ON);
+static void on_manifest_changed(void *userdata) {
+        session_reload(userdata);
 }
 
 /* inotify while the user has instances left (Linux gives 128 by default, one per frontend), else
  * the stat timer: a thousand frontends of one user all get reloads. */
 int session_watch_manifest(Session *s) {
-        _cleanup_free_ char *dir =
-                strndup(s->options->manifest_path,
-                        (size_t) (strrchr(s->options->manifest_path, '/') - s->options->manifest_path));
-        uint64_t now;
-        int r;
-
-        if (!dir)
-                return -ENOMEM;
-        r = sd_event_add_inotify(s->event, &s->watch, dir[0] ? dir : "/", IN_CLOSE_WRITE | IN_MOVED_TO | IN_ONLYDIR,
-                                 on_manifest_dir, s);
-        if (r >= 0)
-                return 0;
-        log_debug_errno(r, "Cannot watch %s with inotify (%m), checking it every %llu s instead.",
-                        s->options->manifest_path, (unsigned long long) (WATCH_POLL_USEC / USEC_PER_SEC));
-        if (stat(s->options->manifest_path, &s->watched) < 0)
-                s->watched = (struct stat){};
-        r = sd_event_now(s->event, CLOCK_MONOTONIC, &now);
-        if (r < 0)
-                return r;
-        return sd_event_add_time(s->event, &s->watch, CLOCK_MONOTONIC, now + WATCH_POLL_USEC, WATCH_ACCURACY_USEC,
-                                 on_manifest_poll, s);
+        return file_watch_new(s->event, s->options->manifest_path, on_manifest_changed, s, &s->watch);
 }
