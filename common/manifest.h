@@ -128,6 +128,11 @@ static inline void manifest_freep(Manifest **m) {
                 manifest_free(*m);
 }
 const Backend *manifest_find_backend(const Manifest *m, const char *name);
+/* Whether backend b runs otherwise than a (its command, env, secret_env, cwd, host, protocol, sharing,
+ * lifecycle, max_sessions or a timeout differ; not its socket, which the frontend connects to, nor its
+ * declared lists): 1, and *ret_what (if not NULL) names each part that differs, "command, env TOKEN"
+ * (names, never a value); 0 if none; -ENOMEM. */
+int backend_definition_diff(const Backend *a, const Backend *b, char **ret_what);
 const Tool *manifest_find_tool(const Manifest *m, const char *name);
 /* The backend serving a resource URI (exact, else by the longest template prefix), or a prompt. */
 const Backend *manifest_find_resource_backend(const Manifest *m, const char *uri);
