@@ -273,9 +273,10 @@ $(B)/fuzz/fuzz-%: tests/fuzz/fuzz-%.c tests/fuzz/fuzz.h $(call objs,$(B)/fuzz/ob
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(ALL_CFLAGS) $(FUZZ_SAN) -O1 -Itests/fuzz $(FUZZ_INC) -o $@ $(filter %.c %.o,$^) $(DEP_LIBS)
 
-# fuzz-shim drives the shim's own code (everything but main.c, and process.c, which it stands in for)
-# with two sessions on one backend; subscribe.c with limits its inputs reach (fuzz-shim-subscribe.h).
-FUZZ_SHIMD_SRC := $(filter-out shimd/main.c shimd/process.c shimd/subscribe.c,$(SHIMD_SRC))
+# fuzz-shim drives the shim's own code (everything but main.c and reload.c, the loop's and the manifest's, and
+# process.c, which it stands in for) with two sessions on one backend; subscribe.c with limits its inputs
+# reach (fuzz-shim-subscribe.h).
+FUZZ_SHIMD_SRC := $(filter-out shimd/main.c shimd/process.c shimd/subscribe.c shimd/reload.c,$(SHIMD_SRC))
 $(S)/fuzz/fuzz-shim $(B)/fuzz/fuzz-shim: FUZZ_INC := -Ishimd
 $(S)/fuzz/fuzz-shim: $(call objs,$(S),$(FUZZ_SHIMD_SRC)) $(S)/fuzz/shim-subscribe.o
 $(B)/fuzz/fuzz-shim: $(call objs,$(B)/fuzz/obj,$(FUZZ_SHIMD_SRC)) $(B)/fuzz/shim-subscribe.o

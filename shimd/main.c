@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -191,7 +192,16 @@ static void idle_arm(Shim *s, uint64_t usec) {
         idle_armed = sd_event_source_set_enabled(s->idle_source, SD_EVENT_ONESHOT) >= 0;
 }
 
+/* How long the shim waits with nothing in flight before it stops: none once its definition changed. */
+static uint64_t idle_timeout(const Shim *s) {
+        if (s->reload_pending)
+                return 0;
+        return s->backend->lifecycle == LIFECYCLE_RESIDENT ? USEC_INFINITY : s->backend->idle_timeout_usec;
+}
+
 static void idle_update(Shim *s, unsigned in_flight) {
+        uint64_t timeout;
+
         if (in_flight > 0) {
                 idle_busy = true;
                 return;
@@ -200,9 +210,8 @@ static void idle_update(Shim *s, unsigned in_flight) {
                 (void) sd_event_now(s->event, CLOCK_MONOTONIC, &idle_since_usec);
                 idle_busy = false;
         }
-        if (!idle_armed && s->backend->idle_timeout_usec != USEC_INFINITY &&
-            s->backend->lifecycle != LIFECYCLE_RESIDENT)
-                idle_arm(s, usec_after(idle_since_usec, s->backend->idle_timeout_usec));
+        if (!idle_armed && (timeout = idle_timeout(s)) != USEC_INFINITY)
+                idle_arm(s, usec_after(idle_since_usec, timeout));
 }
 
 /* Everything that depends on counts (idle timer, reaping, exit, status) is decided here, once per
@@ -285,14 +294,48 @@ static int on_idle(sd_event_source *src, uint64_t usec, void *userdata) {
         if (s->draining || shim_in_flight(s) > 0)
                 return 0; /* the end of the last call arms it again */
         (void) sd_event_now(s->event, CLOCK_MONOTONIC, &now);
-        if (idle_busy || now < usec_after(idle_since_usec, s->backend->idle_timeout_usec)) {
+        if (idle_busy || now < usec_after(idle_since_usec, idle_timeout(s))) {
                 idle_update(s, 0);
                 return 0;
         }
-        log_info("Idle for %s, stopping.", duration_format(s->backend->idle_timeout_usec, d, sizeof d));
+        if (s->reload_pending)
+                log_debug("No call in flight: stopping for the changed definition.");
+        else
+                log_info("Idle for %s, stopping.", duration_format(s->backend->idle_timeout_usec, d, sizeof d));
         begin_drain(s);
         shim_update(s);
         return 0;
+}
+
+/* The definition changed RELOAD_WAIT_USEC ago, and calls have been in flight ever since: the shim
+ * drains with them (they finish; the sessions are told, and new calls wait for the next shim). */
+static int on_reload_wait(sd_event_source *src, uint64_t usec, void *userdata) {
+        Shim *s = userdata;
+        unsigned n = shim_in_flight(s);
+
+        (void) src, (void) usec;
+        if (s->draining)
+                return 0;
+        log_info("%u call%s still in flight since the definition changed: stopping once %s, new calls wait for "
+                 "the next start.",
+                 n, n == 1 ? "" : "s", n == 1 ? "it ends" : "they end");
+        begin_drain(s);
+        shim_update(s);
+        return 0;
+}
+
+void shim_reload(Shim *s, bool restart) {
+        if (s->draining || s->reload_pending)
+                return;
+        s->reload_pending = true;
+        s->restart = restart;
+        /* The idle timer is due at once now: armed anew by the next update (or when the calls in flight end). */
+        (void) sd_event_source_set_enabled(s->idle_source, SD_EVENT_OFF);
+        idle_armed = false;
+        if (sd_event_add_time_relative(s->event, &s->reload_source, CLOCK_MONOTONIC, RELOAD_WAIT_USEC, 0,
+                                       on_reload_wait, s) < 0)
+                log_warning("Cannot set a timer for the reload: the shim stops once no call is in flight.");
+        shim_update(s);
 }
 
 /* Peers that ignore the draining notice are closed once nothing of theirs is in flight (after what is
@@ -376,6 +419,7 @@ static int on_terminate(sd_event_source *src, const struct signalfd_siginfo *si,
 
         (void) src;
         log_info("Received %s, stopping.", sigabbrev_np((int) si->ssi_signo) ?: "signal");
+        s->restart = false;
         begin_drain(s);
         while (s->clients)
                 client_free(s->clients);
@@ -422,11 +466,13 @@ static int setup_fds(Shim *s, int n) {
         return 0;
 }
 
+/* 0, SHIM_EXIT_RESTART, or -errno. */
 static int run(const char *manifest_path, const char *name_arg, size_t max_line) {
         _cleanup_(manifest_freep) Manifest *m = NULL;
         _cleanup_(sd_event_unrefp) sd_event *e = NULL;
         _cleanup_free_ char *err = NULL, *name = NULL;
         static Shim s _warm_ __attribute__((aligned(64))); /* off the loop's stack page; its head on one line */
+        struct stat loaded = {};
         int n, r;
 
         n = sd_listen_fds(true);
@@ -443,6 +489,8 @@ static int run(const char *manifest_path, const char *name_arg, size_t max_line)
 
         /* These two mark phases of a cold start (tests/bench/cold.mjs). */
         log_debug("Reading the manifest %s.", manifest_path);
+        if (stat(manifest_path, &loaded) < 0)
+                loaded = (struct stat){};
         r = manifest_load_file_backend(manifest_path, name, &m, &err);
         if (r < 0)
                 return log_error_errno(r, "%s", err ?: "Failed to load manifest: %m");
@@ -452,6 +500,8 @@ static int run(const char *manifest_path, const char *name_arg, size_t max_line)
                 return log_error_errno(-ENOENT, "Backend '%s' is not in %s.", name, manifest_path);
         (void) malloc_trim(0);
         s.manifest = m;
+        s.manifest_path = manifest_path;
+        s.name = name;
         s.max_line = max_line;
         s.backend = &m->backends[0];
         if (!s.backend->command)
@@ -500,6 +550,10 @@ static int run(const char *manifest_path, const char *name_arg, size_t max_line)
         r = setup_fds(&s, n);
         if (r < 0)
                 return r;
+        /* Without a watch the shim runs what it read until it stops; SIGHUP still reloads, if it was set. */
+        r = reload_setup(&s, &loaded);
+        if (r < 0)
+                log_warning_errno(r, "Cannot watch %s for changes of backend '%s', ignoring: %m", manifest_path, name);
         /* lifecycle warm, resident: `systemctl start mcp-lazy@NAME.service` (or boot, once enabled)
          * starts the backend too (resident: in on_update()). A shim for one connection (Accept=yes,
          * direct) waits for its client. */
@@ -524,7 +578,10 @@ static int run(const char *manifest_path, const char *name_arg, size_t max_line)
         sd_event_source_disable_unref(s.idle_source);
         sd_event_source_disable_unref(s.drain_source);
         sd_event_source_disable_unref(s.accept_retry_source);
-        return r < 0 ? log_error_errno(r, "Event loop failed: %m") : 0;
+        reload_done(&s);
+        if (r < 0)
+                return log_error_errno(r, "Event loop failed: %m");
+        return s.restart ? SHIM_EXIT_RESTART : 0;
 }
 
 int main(int argc, char *argv[]) {
@@ -568,5 +625,6 @@ int main(int argc, char *argv[]) {
                 fprintf(stderr, "Usage: mcp-lazy-shimd --manifest FILE [NAME]\n");
                 return 2;
         }
-        return run(manifest, optind < argc ? argv[optind] : NULL, max_line) < 0 ? 1 : 0;
+        int r = run(manifest, optind < argc ? argv[optind] : NULL, max_line);
+        return r < 0 ? 1 : r;
 }

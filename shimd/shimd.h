@@ -9,6 +9,7 @@
 #include <systemd/sd-event.h>
 
 #include "channel.h"
+#include "file-watch.h"
 #include "hashmap.h"
 #include "manifest.h"
 #include "message.h"
@@ -29,6 +30,12 @@
 #define PEER_MAX_HELD         (256U * 1024U * 1024U) /* bytes of its requests held: queued, or kept while in flight */
 #define PEER_MAX_PARTIAL      (256U * 1024U * 1024U) /* bytes of unfinished lines, all connections */
 #define DRAIN_GRACE_USEC      (5ULL * 1000000ULL)
+/* A changed definition waits this long for a moment with nothing in flight, then drains anyway (the
+ * calls in flight finish; new ones wait in the socket's backlog for the next shim). */
+#define RELOAD_WAIT_USEC      (10ULL * 1000000ULL)
+/* The exit status of a shim that stopped for a changed definition and is to be started again at once
+ * (lifecycle warm or resident): the unit's RestartForceExitStatus= and SuccessExitStatus= name it. */
+#define SHIM_EXIT_RESTART     75
 #define CLIENT_STALL_USEC     (5ULL * 1000000ULL) /* a closing connection whose peer reads nothing */
 #define STOP_STDIN_GRACE_USEC (2ULL * 1000000ULL)
 #define STOP_TERM_GRACE_USEC  (3ULL * 1000000ULL)
@@ -231,8 +238,13 @@ struct Shim {
         unsigned n_clients;
         uid_t own_uid; /* peers of this uid are the shim's own user: no per-peer shares */
         bool draining, inetd;
+        bool reload_pending; /* the definition changed: the shim stops as soon as nothing is in flight */
         /* The rest: */
         Manifest *manifest;
+        const char *manifest_path, *name; /* --manifest, and the backend's name: reload.c reads them again */
+        FileWatch *watch;                 /* the manifest's */
+        sd_event_source *reload_source;   /* RELOAD_WAIT_USEC after the change: drain, whatever is in flight */
+        bool restart; /* exit with SHIM_EXIT_RESTART: the unit starts the shim again (warm, resident) */
         sd_event_source **listeners;
         size_t n_listeners;
         unsigned n_over_limit;
@@ -430,6 +442,15 @@ void contract_summary(const Shim *s, char *buf, size_t size);
 
 /* main.c */
 void shim_update(Shim *s); /* re-evaluates idleness, status, and exit */
+/* The definition the shim runs is no longer the manifest's: it stops as soon as nothing is in flight
+ * (RELOAD_WAIT_USEC at most), as an idle shim does; restart: exiting with SHIM_EXIT_RESTART. */
+void shim_reload(Shim *s, bool restart);
+
+/* reload.c */
+/* Watches the manifest (and takes SIGHUP): a change of the backend's definition calls shim_reload().
+ * loaded: the manifest as it was when it was read, to catch a change made since. */
+int reload_setup(Shim *s, const struct stat *loaded);
+void reload_done(Shim *s);
 /* A call of c's came in or was answered at a ready backend, and nothing else changed: cheaper than
  * shim_update() on every message's path (no loop iteration of its own, in most cases). */
 void shim_calls_changed(Shim *s, const Client *c);

@@ -225,6 +225,33 @@ export async function startShimOnSocket(path, manifest, name, { extra = [], pref
   return { path, child, exited, stderr: () => stderr };
 }
 
+// mcp-lazy-shimd behind a listening socket that outlives it, as a socket unit holds it: made once
+// (systemd-socket-activate), and a shell, started on the first connection, starts the shim again each
+// time one exits (20 times at most), so that a connection made meanwhile waits in the backlog for the
+// next one, as under systemd. exits() lists each exit status so far; stop() ends the shell and the shim.
+export async function startShimRespawning(path, manifest, name) {
+  const loop = `n=0; while [ $n -lt 20 ]; do sh -c 'export LISTEN_PID=$$; exec "$0" "$@"' "$@"; echo "exit $?" >&2; n=$((n+1)); done`;
+  const argv = ["systemd-socket-activate", "-l", path, "sh", "-c", loop, "sh", SHIMD, "--manifest", manifest, name];
+  const child = spawn(argv[0], argv.slice(1), { stdio: ["ignore", "ignore", "pipe"], detached: true });
+  let stderr = "";
+  child.stderr.setEncoding("utf8").on("data", (d) => (stderr += d));
+  const exited = new Promise((r) => child.on("exit", (code, signal) => r({ code, signal })));
+  const stop = async () => {
+    try {
+      process.kill(-child.pid, "SIGTERM");
+    } catch {}
+    await Promise.race([exited, sleep(15000)]);
+    try {
+      process.kill(-child.pid, "SIGKILL");
+    } catch {}
+  };
+  if (!(await waitFor(() => unixListening(path), 20000))) {
+    await stop();
+    throw new Error(`the shim's socket ${path} does not listen; stderr: ${stderr}`);
+  }
+  return { path, child, stop, stderr: () => stderr, exits: () => [...stderr.matchAll(/^exit (\d+)$/gm)].map((m) => Number(m[1])) };
+}
+
 // Raw lines from a unix socket (a shim's): one of several sessions on one shim.
 export class SockPeer {
   constructor(path) {
