@@ -11,6 +11,7 @@
 #include "duration.h"
 #include "import.h"
 #include "macros.h"
+#include "manager.h"
 #include "printable.h"
 
 int parse_timeout_arg(const char *s, uint64_t *ret) {
@@ -147,6 +148,12 @@ static int manifest_write_with_secrets(ManifestDoc *doc, bool dry_run) {
                               "the secrets files said above stay as they are now: run it again once it can be");
 }
 
+/* A shim started before its file changed has the old values (the unit read the file when it started),
+ * and the manifest may say nothing new about it: its unit is reloaded. */
+static void units_reload(char *const *backends) {
+        manager_reload_services(MANAGER_SYSTEM, backends);
+}
+
 int import_write_manifest(ManifestDoc *doc, bool dry_run) {
         _cleanup_free_ char *text = NULL, *err = NULL;
         size_t len;
@@ -162,5 +169,5 @@ int import_write_manifest(ManifestDoc *doc, bool dry_run) {
         }
         if (!secrets_wanted(doc->path))
                 return manifest_write(doc, dry_run, "nothing was changed");
-        return secrets_split(doc, dry_run, manifest_write_with_secrets);
+        return secrets_split(doc, dry_run, manifest_write_with_secrets, units_reload);
 }

@@ -38,13 +38,19 @@ int secrets_path(const char *manifest_path, const char *backend, char **ret);
 int secrets_read(const char *manifest_path, const char *backend, char ***ret_env, char **ret_error);
 /* Writes doc as its manifest (with dry_run, prints it instead); says why not. */
 typedef int (*SecretsManifestWriter)(ManifestDoc *doc, bool dry_run);
+/* Reloads the units of backends (a NULL-terminated list, not empty), whose running shims lack values
+ * their secrets files now have; says what it did, and what failed. */
+typedef void (*SecretsUnitsReloader)(char *const *backends);
 /* Moves each backend's env values (but those of the shim's own) into its secrets file, over the
  * values the file holds already (which stay), and records the file's names in secret_env; then
  * writes the manifest with write_manifest, between the secrets files that may be written before it
  * (a backend that runs what it ran) and those put in place only after it (a new or changed
- * definition, staged before it: removed if it fails). With dry_run, says each file; errors are said
- * on stderr. */
-int secrets_split(ManifestDoc *doc, bool dry_run, SecretsManifestWriter write_manifest);
+ * definition, staged before it: removed if it fails). Last, however that ended, reload_units gets
+ * the backends whose file now in place has values their running shim lacks (a value changed or
+ * added; a file a new or changed definition has anew). With dry_run, says each file and reloads
+ * nothing; errors are said on stderr. */
+int secrets_split(ManifestDoc *doc, bool dry_run, SecretsManifestWriter write_manifest,
+                  SecretsUnitsReloader reload_units);
 /* Whether env name (n bytes) stays in the manifest's env: in the unit's environment file it would
  * change the shim too (systemd's own variables, glibc's, libsystemd's, the sanitizers', the shim's). */
 bool secrets_env_name_stays(const char *name, size_t n);

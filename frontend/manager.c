@@ -148,3 +148,51 @@ int manager_start_unit(sd_bus *bus, ManagerScope scope, const char *unit) {
         free(job.result);
         return r;
 }
+
+/* The service of backend name, if it runs: reloaded (0), or -errno, having said why not on stderr. */
+static int reload_service(sd_bus *bus, ManagerScope scope, const char *name) {
+        _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
+        _cleanup_free_ char *unit = NULL, *path = NULL, *active = NULL;
+        int r;
+
+        if (asprintf(&unit, "mcp-lazy@%s.service", name) < 0)
+                return -ENOMEM;
+        r = manager_unit_path(name, "service", &path);
+        if (r >= 0)
+                r = manager_unit_string(bus, path, "org.freedesktop.systemd1.Unit", "ActiveState", &active);
+        /* Not running: the next start reads the file anew. */
+        if (r >= 0 && !streq(active, "active") && !streq(active, "reloading") && !streq(active, "activating"))
+                return 0;
+        if (r >= 0)
+                r = sd_bus_call_method(bus, "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
+                                       "org.freedesktop.systemd1.Manager", "ReloadUnit", &e, NULL, "ss", unit,
+                                       "replace");
+        if (r < 0) {
+                fprintf(stderr,
+                        "mcp-lazy: cannot reload %s (%s): its shim keeps the values it has until it stops; run "
+                        "'systemctl%s reload %s'\n",
+                        unit, e.message ?: strerror(-r), manager_systemctl_flag(scope), unit);
+                return r;
+        }
+        printf("Reloaded %s: its shim stops once no call is in flight, and the next call starts it with the new "
+               "values\n",
+               unit);
+        return 0;
+}
+
+void manager_reload_services(ManagerScope scope, char *const *names) {
+        _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
+        int r;
+
+        if (!names || !names[0])
+                return;
+        r = manager_bus_open(scope, &bus);
+        for (char *const *n = names; *n; n++)
+                if (r < 0)
+                        fprintf(stderr,
+                                "mcp-lazy: cannot reach the %s service manager (%s): a running shim of '%s' keeps "
+                                "the values it has until it stops; run 'systemctl%s reload mcp-lazy@%s.service'\n",
+                                manager_scope_name(scope), strerror(-r), *n, manager_systemctl_flag(scope), *n);
+                else if (reload_service(bus, scope, *n) == -ENOMEM)
+                        fprintf(stderr, "mcp-lazy: out of memory\n");
+}

@@ -29,6 +29,10 @@ int manager_unit_u64(sd_bus *bus, const char *path, const char *iface, const cha
 /* Like `systemctl start`: queues the start job and waits (30 s at most) until systemd says how it ended;
  * 0 when it is done, else -errno, having said why on stderr. */
 int manager_start_unit(sd_bus *bus, ManagerScope scope, const char *unit);
+/* Like `systemctl reload`, for mcp-lazy@NAME.service of each name whose service runs: its shim stops once
+ * no call is in flight, and the next one starts with the unit's environment file read anew. Says so on
+ * stdout, and on stderr what failed, with what to run instead. */
+void manager_reload_services(ManagerScope scope, char *const *names);
 
 /* The subcommands: status.c, warm.c. Each returns the exit status. */
 int status_main(int argc, char *argv[]);

@@ -212,10 +212,10 @@ static void staged_left_said(const SecretsDir *sd, const char *file) {
         fprintf(stderr,
                 "mcp-lazy: %s/%s holds values (%s) that an import or refresh staged for backend '%.*s' and did "
                 "not put in place (mcp-lazy never removes it): if that run wrote the manifest, they belong in "
-                "%s/%.*s.env ('mv %s/%s %s/%.*s.env'); if it stopped before that, they are still where they "
-                "came from: remove it\n",
+                "%s/%.*s.env ('mv %s/%s %s/%.*s.env', then, if it runs, 'systemctl reload mcp-lazy@%.*s.service'); "
+                "if it stopped before that, they are still where they came from: remove it\n",
                 sd->path, file, shown ?: "see the file", len, file, sd->path, len, file, sd->path, file, sd->path, len,
-                file);
+                file, len, file);
 }
 
 int secrets_orphans(const SecretsDir *sd, const YNode *backends, const bool *owned, bool dry_run, bool quiet) {
@@ -301,7 +301,7 @@ void secrets_plan_done(SecretsPlan *plan) {
         *plan = (SecretsPlan){};
 }
 
-int secrets_plan_add(SecretsPlan *plan, const char *name, bool owned, char **path, char ***env) {
+int secrets_plan_add(SecretsPlan *plan, const char *name, bool owned, bool news, char **path, char ***env) {
         SecretsWrite *l = realloc(plan->writes, (plan->n + 1) * sizeof(SecretsWrite));
         char *copy = strdup(name);
 
@@ -311,8 +311,8 @@ int secrets_plan_add(SecretsPlan *plan, const char *name, bool owned, char **pat
                 free(copy);
                 return -ENOMEM;
         }
-        plan->writes[plan->n++] =
-                (SecretsWrite){.name = copy, .path = TAKE_PTR(*path), .env = TAKE_PTR(*env), .owned = owned};
+        plan->writes[plan->n++] = (SecretsWrite){
+                .name = copy, .path = TAKE_PTR(*path), .env = TAKE_PTR(*env), .owned = owned, .news = news};
         return 0;
 }
 
@@ -354,8 +354,10 @@ static int secrets_write_one(const SecretsDir *sd, SecretsWrite *w) {
                         "mcp-lazy: cannot write %s: %s; the manifest was not written (secrets files put aside or "
                         "written before stay)\n",
                         w->path, r == -EPERM ? "what is there is not a regular file (a link?)" : strerror(-r));
-        else if (w->owned)
+        else if (w->owned) {
+                w->placed = true;
                 printf("Wrote %s (%s; mode 0600: root reads it, for mcp-lazy@%s.service)\n", w->path, shown, w->name);
+        }
         return r;
 }
 
@@ -435,18 +437,33 @@ int secrets_plan_commit(const SecretsDir *sd, SecretsPlan *plan) {
                                shown ?: "its variables", w->name);
                         free(w->staged);
                         w->staged = NULL;
+                        w->placed = true;
                         continue;
                 }
                 /* The manifest names them now: the staged file is where they are, and stays. */
                 fprintf(stderr,
                         "mcp-lazy: cannot rename %s/%s to %s: %s. The manifest was written: it names %s in "
                         "secret_env of backend '%s', and their values are in %s/%s (mode 0600, root's; mcp-lazy "
-                        "never removes it), so mcp-lazy@%s.service starts without them until it is renamed: once "
-                        "it can be, run 'mv %s/%s %s'\n",
+                        "never removes it), so mcp-lazy@%s.service starts without them until it is renamed (it "
+                        "is not reloaded now): once it can be, run 'mv %s/%s %s', then, if it runs, 'systemctl "
+                        "reload mcp-lazy@%s.service'\n",
                         sd->path, w->staged, w->path, strerror(-r), shown ?: "its variables", w->name, sd->path,
-                        w->staged, w->name, sd->path, w->staged, w->path);
+                        w->staged, w->name, sd->path, w->staged, w->path, w->name);
                 if (ret >= 0)
                         ret = r;
         }
         return ret;
+}
+
+int secrets_plan_news(const SecretsPlan *plan, char ***ret) {
+        _cleanup_strv_free_ char **names = calloc(plan->n + 1, sizeof(char *));
+        size_t n = 0;
+
+        if (!names)
+                return -ENOMEM;
+        for (size_t i = 0; i < plan->n; i++)
+                if (plan->writes[i].news && plan->writes[i].placed && !(names[n++] = strdup(plan->writes[i].name)))
+                        return -ENOMEM;
+        *ret = TAKE_PTR(names);
+        return 0;
 }

@@ -44,6 +44,8 @@ typedef struct {
         char *path;
         char **env;
         bool owned;
+        bool news;    /* env has values its running shim lacks (changed or added; a file it did not own) */
+        bool placed;  /* env is in the file now */
         char *staged; /* its staged file in the directory, until it is put in place or removed */
 } SecretsWrite;
 
@@ -53,9 +55,9 @@ typedef struct {
 } SecretsPlan;
 
 void secrets_plan_done(SecretsPlan *plan);
-/* Adds the file of backend name (owned: it owns its file) to plan; takes *path and *env when it
- * returns 0. */
-int secrets_plan_add(SecretsPlan *plan, const char *name, bool owned, char **path, char ***env);
+/* Adds the file of backend name (owned: it owns its file; news: env has values its running shim lacks)
+ * to plan; takes *path and *env when it returns 0. */
+int secrets_plan_add(SecretsPlan *plan, const char *name, bool owned, bool news, char **path, char ***env);
 /* Before the manifest is written: writes the files of plan whose backends own theirs and stages the
  * others, through sd's descriptor (sd's directory made if there is none); with dry_run, says them
  * all. On failure (said), what it staged is removed. */
@@ -65,3 +67,7 @@ void secrets_plan_unstage(const SecretsDir *sd, SecretsPlan *plan, bool say);
 /* The manifest was written: the staged files are renamed into place. One that cannot be stays where it
  * is, which is said with how to finish; the first error is returned. */
 int secrets_plan_commit(const SecretsDir *sd, SecretsPlan *plan);
+/* The backends of plan whose file is in place now with values their running shim lacks (their units
+ * to reload: one reloaded before its file is in place would start again with the old one), a
+ * NULL-terminated list. */
+int secrets_plan_news(const SecretsPlan *plan, char ***ret);

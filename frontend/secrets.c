@@ -450,6 +450,7 @@ static int backend_split(const SecretsDir *sd, ManifestDoc *doc, const char *nam
         _cleanup_(ynode_freep) YNode *names = NULL;
         YNode *env = NULL;
         size_t at = 0, n = 0, moved = 0;
+        bool news = !owned; /* a file it does not own is put aside, its new one put in place: all news to its unit */
         int r;
 
         for (size_t i = 0; i + 1 < b->n_items; i += 2)
@@ -511,12 +512,14 @@ static int backend_split(const SecretsDir *sd, ManifestDoc *doc, const char *nam
                 moved++;
                 for (size_t j = 0; j < n && !replaced; j++)
                         if (strncmp(secrets[j], s, k->length + 1) == 0) {
+                                news = news || !streq(secrets[j], s);
                                 free(secrets[j]);
                                 secrets[j] = s;
                                 replaced = true;
                         }
                 if (replaced)
                         continue;
+                news = true;
                 l = realloc(secrets, (n + 2) * sizeof(char *));
                 if (!l) {
                         free(s);
@@ -533,7 +536,7 @@ static int backend_split(const SecretsDir *sd, ManifestDoc *doc, const char *nam
                 return r;
         r = names_node(secrets, &names);
         if (r >= 0)
-                r = secrets_plan_add(plan, name, owned, &path, &secrets);
+                r = secrets_plan_add(plan, name, owned, news, &path, &secrets);
         if (r < 0)
                 return r;
         env_drop_moved(env);
@@ -602,7 +605,20 @@ static int secrets_owners_load(const ManifestDoc *doc, const YNode *backends, bo
         return 0;
 }
 
-int secrets_split(ManifestDoc *doc, bool dry_run, SecretsManifestWriter write_manifest) {
+/* The units of the backends whose file plan put in place with values their running shim lacks, reloaded
+ * with reload_units. */
+static void plan_units_reload(const SecretsPlan *plan, SecretsUnitsReloader reload_units) {
+        _cleanup_strv_free_ char **news = NULL;
+
+        if (secrets_plan_news(plan, &news) < 0)
+                fprintf(stderr, "mcp-lazy: out of memory; the units of backends whose secrets files changed were not "
+                                "reloaded: run 'systemctl reload mcp-lazy@NAME.service' for each that runs\n");
+        else if (news[0])
+                reload_units(news);
+}
+
+int secrets_split(ManifestDoc *doc, bool dry_run, SecretsManifestWriter write_manifest,
+                  SecretsUnitsReloader reload_units) {
         YNode *backends = (YNode *) ynode_get(doc->root, "backends");
         _cleanup_(secrets_owners_done) SecretsOwners o = {.sd.fd = -EBADF};
         _cleanup_(secrets_plan_done) SecretsPlan plan = {};
@@ -665,18 +681,23 @@ int secrets_split(ManifestDoc *doc, bool dry_run, SecretsManifestWriter write_ma
          * with the new one's): if the manifest cannot be written, the staged files are removed (their
          * values are still where they came from); one that cannot be put in place after it is kept,
          * never removed by any cleanup (its values are nowhere else now), and said with how to finish.
-         * Running import or refresh again finishes the rest. */
+         * Running import or refresh again finishes the rest. Last, however that ended, the units of the
+         * backends whose file is in place now with values their running shim lacks are reloaded (one
+         * reloaded before its file is in place would start again with the old one; one written before a
+         * manifest that failed would find nothing new to reload for when run again). */
         r = secrets_orphans(&o.sd, backends, o.owned, dry_run, false);
         if (r >= 0)
                 r = secrets_plan_write(&o.sd, &plan, dry_run);
-        if (r < 0)
-                return r;
-        r = write_manifest(doc, dry_run);
-        if (r < 0) {
-                secrets_plan_unstage(&o.sd, &plan, true);
-                return r;
+        if (r >= 0) {
+                r = write_manifest(doc, dry_run);
+                if (r < 0)
+                        secrets_plan_unstage(&o.sd, &plan, true);
+                else
+                        r = secrets_plan_commit(&o.sd, &plan);
         }
-        return secrets_plan_commit(&o.sd, &plan);
+        if (!dry_run)
+                plan_units_reload(&plan, reload_units);
+        return r < 0 ? r : 0;
 }
 
 /* Whether backend b has env values that secrets_split() would move. */

@@ -6,7 +6,7 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { startBox } from "./lib/box.mjs";
-import { MCP_LAZY, ROOT, SANITIZER_DROPIN, SERVER_SCRIPTS, SHIMD } from "./lib/env.mjs";
+import { MCP_LAZY, ROOT, SANITIZER_DROPIN, SERVER_SCRIPTS, SHIMD, journalUntil, waitFor } from "./lib/env.mjs";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 
@@ -471,4 +471,39 @@ test("a secrets directory others may write to: import refuses it, naming it, and
   } finally {
     await sh("chmod 0700 /etc/mcp-lazy/secrets && rm -f /etc/mcp-lazy/secrets/left.env");
   }
+});
+
+test("a secret imported anew reaches the running backend: import reloads its unit; a file edited by hand, systemctl reload", async () => {
+  // The manifest keeps only the variable's name: it says nothing new when the value changes, so the
+  // running shim (started with the old file) would keep handing the old value on.
+  await resetManifest();
+  let r = await importAs("rot.json", { rot: everything({ TOKEN: `${MARK}one` }) });
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  assert.equal((await backendEnv("/root/rot.json", "rot")).TOKEN, `${MARK}one`);
+  const mainPid = async () => (await sh("systemctl show -P MainPID mcp-lazy@rot.service")).trim();
+  const first = await mainPid();
+  assert.notEqual(first, "0", "the shim runs (idle_timeout: 5 minutes)");
+
+  await sh(`${AS_ROOT} ${MCP_LAZY} import --undo >/dev/null`);
+  r = await importAs("rot.json", { rot: everything({ TOKEN: `${MARK}two` }) });
+  assert.equal(r.code, 0, r.stdout + r.stderr);
+  assert.match(await sh("cat /etc/mcp-lazy/manifest.yaml"), /^ {4}secret_env: \[TOKEN\]$/m);
+  assert.match(r.stdout, /^Reloaded mcp-lazy@rot\.service: its shim stops once no call is in flight, and the next call starts it with the new values$/m);
+  assert.ok(!(r.stdout + r.stderr).includes(MARK), r.stdout + r.stderr);
+  // Nothing is in flight: it stops at once (the next connection would wait for that in the backlog).
+  assert.ok(await waitFor(async () => (await mainPid()) !== first, 30000, 200), "the shim stopped");
+  assert.equal((await backendEnv("/root/rot.json", "rot")).TOKEN, `${MARK}two`);
+  const log = await journalUntil(sh, "mcp-lazy@rot.service", (l) => /Received SIGHUP/.test(l));
+  assert.match(log, /Stopping once no call is in flight, to start again with \/etc\/mcp-lazy\/manifest\.yaml and the environment read anew\./);
+  // The definition the shim compares did not change (the manifest keeps the variable's name only):
+  // the reload came from import.
+  assert.doesNotMatch(log, /Backend 'rot' changed/);
+
+  // By hand: the README's way, systemctl reload.
+  const second = await mainPid();
+  assert.notEqual(second, "0");
+  await sh(`printf 'TOKEN=${MARK}three\\n' > /etc/mcp-lazy/secrets/rot.env && systemctl reload mcp-lazy@rot.service`);
+  assert.ok(await waitFor(async () => (await mainPid()) !== second, 30000, 200), "the shim stopped");
+  assert.equal((await backendEnv("/root/rot.json", "rot")).TOKEN, `${MARK}three`);
+  await sh(`${AS_ROOT} ${MCP_LAZY} import --undo >/dev/null; rm -f /etc/mcp-lazy/secrets/rot.env.orphaned-*`);
 });

@@ -88,6 +88,20 @@ static int test_write_manifest(ManifestDoc *doc, bool dry_run) {
         return 0;
 }
 
+/* The backends whose units the last secrets_split() reloaded, joined with " " (NULL: it reloaded none). */
+static char *reloaded;
+
+static void test_units_reload(char *const *backends) {
+        CHECK(!reloaded && backends && backends[0]);
+        for (char *const *b = backends; b && *b; b++) {
+                char *l = NULL;
+
+                CHECK(asprintf(&l, "%s%s%s", reloaded ?: "", reloaded ? " " : "", *b) >= 0);
+                free(reloaded);
+                reloaded = l;
+        }
+}
+
 /* The next renameat() fails with renameat_fails (the link takes -Wl,--wrap=renameat). */
 int __real_renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath);
 int __wrap_renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath);
@@ -117,8 +131,10 @@ static int split_run(const char *manifest, const char *on_disk, bool dry_run, ch
         CHECK(r >= 0);
         if (on_disk) /* the manifest as it was before this import changed it */
                 write_text("manifest.yaml", on_disk);
+        free(reloaded);
+        reloaded = NULL;
         if (r >= 0)
-                r = secrets_split(doc, dry_run, test_write_manifest);
+                r = secrets_split(doc, dry_run, test_write_manifest, test_units_reload);
         if (ret_stdout)
                 *ret_stdout = output_restore(STDOUT_FILENO, saved_out, "stdout");
         *ret_stderr = output_restore(STDERR_FILENO, saved_err, "stderr");
@@ -288,12 +304,22 @@ static void test_orphan_link(void) {
         CHECK(o);
 }
 
+/* The secrets file of backend db, and the one put aside, removed for the next case. */
+static void db_files_remove(void) {
+        _cleanup_free_ char *o = orphan_of("db.env"), *p = o ? path_in(o) : NULL, *f = path_in("secrets/db.env");
+
+        if (p)
+                unlink(p);
+        if (f)
+                unlink(f);
+}
+
 /* Review 10 LOW-1: a backend keeps the secrets file of its name only while it runs what it ran: the
  * same command, cwd and env that stays in the manifest, and no variable that moves which it did not
  * have. Else the file is put aside and the backend gets only its own config's values. */
 static void check_owner_said(const char *on_disk, const char *file, const char *backend, bool owns,
                              const char *want_file, const char *want_names, const char *want_said) {
-        _cleanup_free_ char *manifest = NULL, *text = NULL, *err = NULL, *now = NULL, *o = NULL, *p = NULL;
+        _cleanup_free_ char *manifest = NULL, *text = NULL, *err = NULL, *now = NULL, *o = NULL;
 
         write_text("secrets/db.env", file);
         CHECK(asprintf(&manifest, "backends:\n  db:\n%s", backend) >= 0);
@@ -314,13 +340,7 @@ static void check_owner_said(const char *on_disk, const char *file, const char *
                 CHECK(err && strstr(err, want_said));
         if ((owns ? o != NULL : o == NULL) || !text || (want_said && !strstr(err ?: "", want_said)))
                 fprintf(stderr, "on disk:\n%snow:\n%s\nsaid: %s\n", on_disk, text ?: manifest, err ?: "");
-        p = o ? path_in(o) : NULL;
-        if (p)
-                unlink(p);
-        free(p);
-        p = path_in("secrets/db.env");
-        if (p)
-                unlink(p);
+        db_files_remove();
 }
 
 static void check_owner(const char *on_disk, const char *file, const char *backend, bool owns, const char *want_file) {
@@ -377,6 +397,25 @@ static void test_owner_runs_the_same(void) {
                     "    command: [/bin/true]\n    env: {NODE_OPTIONS: --require /tmp/x.js}\n", false,
                     "NODE_OPTIONS=\"--require /tmp/x.js\"\n");
 #undef DB
+}
+
+/* The backends whose running shim lacks values its file gets (import reloads their units): not one
+ * whose values were imported again as they are, nor one that has no file. */
+static void test_news(void) {
+        static const char *const disk = "backends:\n  db:\n    command: [/bin/true]\n    secret_env: [TOKEN]\n"
+                                        "  plain:\n    command: [/bin/true]\n";
+        static const char *const same = "backends:\n  db:\n    command: [/bin/true]\n    env: {TOKEN: MARKold}\n"
+                                        "  plain:\n    command: [/bin/true]\n";
+        _cleanup_free_ char *text = NULL, *err = NULL, *text2 = NULL, *err2 = NULL;
+
+        write_text("secrets/db.env", "TOKEN=MARKold\n");
+        CHECK(split_over(same, disk, &text, &err) == 0);
+        CHECK(!reloaded);
+        CHECK(split_over("backends:\n  db:\n    command: [/bin/true]\n    env: {TOKEN: MARKnew}\n"
+                         "  plain:\n    command: [/bin/true]\n",
+                         disk, &text2, &err2) == 0);
+        CHECK_STREQ(reloaded, "db");
+        db_files_remove();
 }
 
 /* secrets_files_pending() on the manifest text (also the manifest on disk): its result, and its stderr. */
@@ -715,6 +754,9 @@ static void test_manifest_fails(void) {
         CHECK_STREQ(old, "TOKEN=MARKold\n");
         same = read_text("secrets/same.env");
         CHECK_STREQ(same, "T=\"MARKsame\"\n");
+        /* same.env is in place with a value its running shim lacks (a run again would find nothing new):
+         * its unit is reloaded; the others' files are not in place. */
+        CHECK_STREQ(reloaded, "same");
         CHECK(err && strstr(err, "cannot write the manifest") && strstr(err, "'db', 'fresh'") &&
               strstr(err, "were not put in place") && !strstr(err, "cannot remove") && !strstr(err, "MARK"));
         if (!err || !strstr(err, "were not put in place"))
@@ -749,9 +791,13 @@ static void test_rename_fails_after_manifest(void) {
         CHECK(ps && stat(ps, &st) >= 0 && (st.st_mode & 07777) == 0600);
         fresh = read_text("secrets/fresh.env");
         CHECK_STREQ(fresh, "F=\"MARKfresh\"\n");
-        CHECK(asprintf(&mv, "'mv %s %s'", ps ?: "?", pd ?: "?") >= 0);
+        /* db's unit is not reloaded: it would start again without its file. */
+        CHECK_STREQ(reloaded, "same fresh");
+        CHECK(asprintf(&mv, "'mv %s %s', then, if it runs, 'systemctl reload mcp-lazy@db.service'", ps ?: "?",
+                       pd ?: "?") >= 0);
         CHECK(err && strstr(err, "cannot rename") && strstr(err, "The manifest was written") &&
-              strstr(err, "names TOKEN in secret_env of backend 'db'") && strstr(err, mv) && !strstr(err, "MARK"));
+              strstr(err, "names TOKEN in secret_env of backend 'db'") && strstr(err, "it is not reloaded now") &&
+              strstr(err, mv) && !strstr(err, "MARK"));
         if (!err || !strstr(err, mv))
                 fprintf(stderr, "said: %s\n", err ?: "");
 
@@ -778,6 +824,7 @@ static void test_dry_run(void) {
         manifest_writes = 0;
         CHECK(split_run(changed_now, changed_on_disk, true, &text, &err, &out) == 0);
         CHECK(manifest_writes == 1);
+        CHECK(!reloaded);
         dbw = out ? strstr(out, "secrets/db.env (would be written, mode 0600, for root alone: TOKEN; values not shown)")
                   : NULL;
         freshw = out ? strstr(out, "secrets/fresh.env (would be written, mode 0600, for root alone: F;") : NULL;
@@ -912,6 +959,7 @@ int main(void) {
         test_orphan_link();
         test_orphans_dir_checked();
         test_owner_runs_the_same();
+        test_news();
         test_files_pending();
         test_orphans_swapped_dir();
         test_orphan_mode_fails();
@@ -925,6 +973,7 @@ int main(void) {
         test_rename_fails_after_manifest();
         test_dry_run();
         test_names_that_stay();
+        free(reloaded);
         if (asprintf(&rm, "rm -rf '%s'", dir) >= 0 && system(rm) != 0)
                 fprintf(stderr, "cannot remove %s\n", dir);
         return tests_finish("test-secrets");
