@@ -5,7 +5,8 @@ import assert from "node:assert/strict";
 import { boxFleet, enableSockets } from "./lib/fleet.mjs";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
-import { MCP_LAZY, ROOT, SERVER_SCRIPTS, SHIMD, journalUntil, sleep, waitFor } from "./lib/env.mjs";
+import { join } from "node:path";
+import { MCP_LAZY, ROOT, SERVER_SCRIPTS, SHIMD, TESTS, journalUntil, sleep, waitFor } from "./lib/env.mjs";
 
 let fleet;
 before(async () => {
@@ -190,4 +191,60 @@ test("a desktop user: their own manager, their own sockets, and advice that says
     await s.close();
   }
   await fleet.sh(`${u} stop mcp-lazy@everything.socket mcp-lazy@everything.service; systemctl stop user@1500.service`);
+});
+
+test("a changed definition: the shim stops once no call is in flight, the next call runs what the manifest says; reload too; resident starts again at once", async () => {
+  const ECHO = join(TESTS, "fixtures/echo-backend.mjs");
+  const base = await fleet.sh("cat /etc/mcp-lazy/manifest.yaml");
+  const withGen = (gen, lifecycle = "lazy") =>
+    base.replace(/^tools:$/m, `  gen:\n    command: [node, ${ECHO}]\n    env: {GEN: ${gen}}\n    lifecycle: ${lifecycle}\ntools:`) +
+    "  - {name: whoami, backend: gen, input_schema: {type: object}}\n";
+  // As editors write it: a new file renamed over the old.
+  const write = async (text) => {
+    const w = await fleet.box.exec("bash", ["-c", "cat > /etc/mcp-lazy/m.new && mv /etc/mcp-lazy/m.new /etc/mcp-lazy/manifest.yaml"], { input: text });
+    assert.equal(w.code, 0, w.stderr);
+  };
+  const mainPid = async () => (await fleet.sh("systemctl show -P MainPID mcp-lazy@gen.service")).trim();
+  const stopped = (pid) => waitFor(async () => (await mainPid()) !== pid, 30000, 200);
+  await write(withGen("one"));
+  await enableSockets(fleet, ["gen"]);
+  fleet.manifestPath = "/etc/mcp-lazy/manifest.yaml"; // the one the shims read, watched by both
+  const client = await fleet.session();
+  const who = async () => JSON.parse((await client.callTool({ name: "whoami", arguments: { env: ["GEN"] } })).content[0].text);
+  const one = await who();
+  assert.equal(one.env.GEN, "one");
+
+  // The shim sees the change, logs it, and stops (nothing in flight): the same session's next call
+  // reaches the next shim, whose backend runs as the manifest says now.
+  const shim1 = await mainPid();
+  await write(withGen("two"));
+  const log = await journalUntil(fleet.sh, "mcp-lazy@gen.service", (l) => /Backend 'gen' changed in/.test(l));
+  assert.match(log, /Backend 'gen' changed in \/etc\/mcp-lazy\/manifest\.yaml \(env GEN\): stopping once no call is in flight, to start again as it says now\./);
+  assert.ok(await stopped(shim1), log);
+  const two = await who();
+  assert.equal(two.env.GEN, "two");
+  assert.notEqual(two.pid, one.pid);
+
+  // systemctl reload (ExecReload=, in the system manager's sandbox): the same, the manifest unchanged.
+  const shim2 = await mainPid();
+  await fleet.sh("systemctl reload mcp-lazy@gen.service");
+  assert.ok(await stopped(shim2), await fleet.sh("journalctl -q -o cat -u mcp-lazy@gen.service"));
+  const three = await who();
+  assert.equal(three.env.GEN, "two");
+  assert.notEqual(three.pid, two.pid);
+
+  // Made resident: its shim exits for the unit to start it again at once, and with it the backend,
+  // without waiting for a call.
+  const shim3 = await mainPid();
+  await write(withGen("four", "resident"));
+  const backUp = async () => {
+    const pid = await mainPid();
+    return pid !== "0" && pid !== shim3 && (await fleet.backendPids("gen")).length > 0;
+  };
+  assert.ok(await waitFor(backUp, 30000, 200), await fleet.sh("systemctl status mcp-lazy@gen.service; journalctl -q -o cat -u mcp-lazy@gen.service"));
+  assert.equal((await fleet.active("gen")), "active");
+  assert.equal((await who()).env.GEN, "four");
+  await client.close();
+  fleet.manifestPath = "/etc/mcp-lazy/frontend.yaml";
+  await fleet.sh("systemctl stop mcp-lazy@gen.socket mcp-lazy@gen.service");
 });
