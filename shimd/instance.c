@@ -1379,11 +1379,12 @@ static void instance_restart_for_held_work(Instance *i, const char *failed_start
 }
 
 /* lifecycle: resident: a crashed backend starts again without waiting for a call, after the same
- * backoff a call would meet. */
+ * backoff a call would meet (not once its definition changed: the next shim starts it). */
 static void schedule_restart(Instance *i) {
         uint64_t now = now_usec();
 
-        if (i->shim->backend->lifecycle != LIFECYCLE_RESIDENT || i->shim->draining || !i->init_params)
+        if (i->shim->backend->lifecycle != LIFECYCLE_RESIDENT || i->shim->draining || i->shim->reload_pending ||
+            !i->init_params)
                 return;
         if (arm_timer(i, i->retry_after_usec > now ? i->retry_after_usec - now : 0) < 0)
                 log_warning("Cannot schedule a restart of backend '%s'; the next call starts it.", iname(i));

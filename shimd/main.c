@@ -242,9 +242,10 @@ static int on_update(sd_event_source *src, void *userdata) {
                 (void) sd_event_source_get_enabled(s->accept_retry_source, &retrying);
                 listeners_enable(s, retrying == SD_EVENT_OFF);
                 /* resident: a backend for the next session runs whenever the shim does, also once
-                 * sessions of their own (sharing: session) took the one there was. */
-                if (s->backend->lifecycle == LIFECYCLE_RESIDENT && !s->inetd && instance_spare_needed(s) &&
-                    instance_start_ahead(s) < 0)
+                 * sessions of their own (sharing: session) took the one there was; not the old
+                 * definition's, once it changed. */
+                if (s->backend->lifecycle == LIFECYCLE_RESIDENT && !s->inetd && !s->reload_pending &&
+                    instance_spare_needed(s) && instance_start_ahead(s) < 0)
                         log_warning("Cannot start backend '%s' ahead of a call: out of memory.", s->backend->name);
         } else if (s->n_clients == 0 && in_flight == 0) {
                 for (Instance *i = s->instances; i; i = i->next) {
