@@ -12,7 +12,9 @@
  * only our request ids; a half-closed session the shim closes, and at the end of the input any
  * session with nothing in flight, has had an answer to every request it did not cancel; no call waits
  * at a started backend that is down with nothing to start it, nor at one starting or stopping without
- * its timer; and every descriptor the input opened is closed at its end.
+ * its timer; a handshake-era backend's process holds no resource subscription for no session, and is
+ * asked for each one its sessions hold (a process started again too: check_backend_subs()); and every
+ * descriptor the input opened is closed at its end.
  *
  * The backend is up (READY) unless the input's first line is "S", "D", "U" or "V": then it is down,
  * and the first call starts it for real (instance_spawn(), its timer armed), the input speaking for
@@ -42,6 +44,7 @@
 #include <spawn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/pidfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -62,12 +65,13 @@
 /* shimd/subscribe.c's allocations (the build sends them here: fuzz-shim-subscribe.h). A line "O" (or
  * "O1".."O9") makes the first (or that many-th) of them from then on fail, as out of memory does. */
 static unsigned alloc_fail_in;
-static bool alloc_failed; /* one failed in this input */
+static bool alloc_failed;         /* one failed in this input */
+static bool alloc_failed_process; /* ... since the backend's current process started */
 
 static bool alloc_fails(void) {
         if (alloc_fail_in == 0 || --alloc_fail_in > 0)
                 return false;
-        alloc_failed = true;
+        alloc_failed = alloc_failed_process = true;
         return true;
 }
 
@@ -169,6 +173,117 @@ unsigned shim_in_flight(const Shim *s) {
         return 0;
 }
 
+/* What a handshake-era backend's process holds (its resource subscriptions), as the harness sees it: the
+ * resources/subscribe and unsubscribe requests it read (the sessions' forwarded, the shim's own) and its
+ * answers to them, which the input writes. A URI is known held when the last of its requests (in the
+ * order they were sent) that the process answered was a subscribe it granted: a refusal, an invalid
+ * answer or an unsubscribe leaves it not known held (a repeat refused may leave an earlier grant standing,
+ * an unsubscribe refused may leave the URI held: neither can the harness tell). A new process holds
+ * nothing: process_spawn() starts the record afresh. check_backend_subs() reads it. */
+#define MAX_BACKEND_REQUESTS 512
+#define MAX_BACKEND_URIS     64
+
+typedef struct BackendUri {
+        char *uri;
+        bool held;                   /* known held */
+        bool last_sent_sub;          /* the last request of it the process read is a subscribe */
+        unsigned open;               /* requests of it read and not answered (a cancelled one may never be) */
+        unsigned long last_answered; /* 1 + the order of the latest-sent request of it answered; 0: none */
+} BackendUri;
+
+typedef struct BackendRequest {
+        int64_t id;
+        size_t uri; /* slot in backend_uris */
+        bool sub, answered;
+} BackendRequest;
+
+static BackendUri backend_uris[MAX_BACKEND_URIS];
+static size_t n_backend_uris;
+static BackendRequest backend_requests[MAX_BACKEND_REQUESTS];
+static size_t n_backend_requests;
+static bool backend_subs_unknown; /* more than the record holds, or an id read twice: not checked */
+
+static void backend_subs_reset(void) {
+        for (size_t j = 0; j < n_backend_uris; j++)
+                free(backend_uris[j].uri);
+        n_backend_uris = n_backend_requests = 0;
+        backend_subs_unknown = false;
+        alloc_failed_process = false;
+}
+
+static size_t backend_uri_slot(const char *uri) {
+        for (size_t j = 0; j < n_backend_uris; j++)
+                if (streq(backend_uris[j].uri, uri))
+                        return j;
+        if (n_backend_uris == MAX_BACKEND_URIS)
+                return MAX_BACKEND_URIS;
+        backend_uris[n_backend_uris] = (BackendUri){.uri = strdup(uri)};
+        FUZZ_ASSERT(backend_uris[n_backend_uris].uri);
+        return n_backend_uris++;
+}
+
+/* The process read m, a request of the shim's (check_to_backend()). */
+static void backend_subs_sent(const Message *m) {
+        bool sub = streq(m->method, "resources/subscribe");
+        const char *uri;
+        size_t u;
+
+        if ((!sub && !streq(m->method, "resources/unsubscribe")) || !message_json(m) ||
+            !(uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "uri"))))
+                return;
+        for (size_t j = 0; j < n_backend_requests; j++)
+                if (backend_requests[j].id == (int64_t) m->id->valuedouble)
+                        backend_subs_unknown = true; /* which answer is whose cannot be told */
+        if ((u = backend_uri_slot(uri)) == MAX_BACKEND_URIS || n_backend_requests == MAX_BACKEND_REQUESTS) {
+                backend_subs_unknown = true;
+                return;
+        }
+        backend_requests[n_backend_requests++] = (BackendRequest){
+                .id = (int64_t) m->id->valuedouble,
+                .uri = u,
+                .sub = sub,
+        };
+        backend_uris[u].last_sent_sub = sub;
+        backend_uris[u].open++;
+}
+
+/* The process wrote line (the input did, for it): an answer to one of those requests, read as the shim
+ * reads it (handle_backend_response(), handle_backend_invalid(), handle_backend_garbage(): a line that is
+ * not JSON ends the call whose id it shows), ends it; the first answer counts, as it does for the shim. */
+static void backend_subs_answered(const char *line, size_t len) {
+        _cleanup_message_ Message *m = NULL;
+        _cleanup_json_ cJSON *peeked = NULL;
+        const cJSON *id = NULL;
+        bool granted = false;
+
+        harness_reading = true;
+        if (message_parse(line, len, JSONRPC_DEFAULT_MAX_DEPTH, &m) < 0)
+                id = peeked = json_peek_has_key(line, len, "method") ? NULL : jsonrpc_peek_id(line, len);
+        else if (m->kind == JSONRPC_RESPONSE ||
+                 (m->kind == JSONRPC_INVALID && !json_peek_has_key(line, len, "method"))) {
+                id = m->id;
+                granted = m->kind == JSONRPC_RESPONSE && message_route(m, ROUTE_PATH_RESULT).len > 0;
+        }
+        harness_reading = false;
+        if (!cJSON_IsNumber(id))
+                return;
+        for (size_t j = 0; j < n_backend_requests; j++) {
+                BackendRequest *r = &backend_requests[j];
+                BackendUri *u = &backend_uris[r->uri];
+
+                if (r->answered || (double) r->id != id->valuedouble)
+                        continue;
+                r->answered = true;
+                u->open--;
+                /* One sent after it was answered first: the process read that one later, and it stands. */
+                if (j + 1 > u->last_answered) {
+                        u->last_answered = j + 1;
+                        u->held = r->sub && granted;
+                }
+                return;
+        }
+}
+
 /* process.c's part. A started backend is two pipes whose other ends the input speaks for (its stdin,
  * which the harness reads, and its stdout, which it writes), and a child of ours that stands in for
  * its process (a waiter: sd_event_add_child() wants a real child). A waiter exits when the input
@@ -253,6 +368,7 @@ int process_spawn(const Backend *b, pid_t *ret_pid, int *ret_stdin, int *ret_std
          * it nor heard of its death) would leave that process behind. */
         FUZZ_ASSERT(current.pid < 0);
         n_starts++;
+        backend_subs_reset(); /* a new process holds no subscriptions */
         current = spare.pid > 0 ? spare : waiter_new();
         current.ignores_term = current.got_discover = current.got_initialize = current.first_request_seen = false;
         current.lines_out = 0;
@@ -602,37 +718,33 @@ static void check_all_answered(const Peer *p, const Client *c) {
                 }
 }
 
+/* Whether the shim holds uri for session c. */
+static bool session_holds(const Client *c, const char *uri) {
+        const cJSON *it;
+
+        cJSON_ArrayForEach (it, c->subscriptions)
+                if (streq(it->valuestring, uri))
+                        return true;
+        return false;
+}
+
 /* A subscription the shim granted and the session has not let go (review 9 LOW-8: a failed repeat
  * of it, or another session's traffic, takes nothing away) is still the session's at the shim: the
  * next subscriptions/listen asks for it, and its updates reach the session. */
 static void check_subs_kept(const Peer *p, const Client *c) {
-        for (size_t k = 0; c && k < p->n_subs; k++) {
-                const cJSON *it;
-                bool held = false;
-
-                if (!p->sub_kept[k])
-                        continue;
-                cJSON_ArrayForEach (it, c->subscriptions)
-                        held = held || streq(it->valuestring, p->sub_uris[k]);
-                if (!held) {
+        for (size_t k = 0; c && k < p->n_subs; k++)
+                if (p->sub_kept[k] && !session_holds(c, p->sub_uris[k])) {
                         fprintf(stderr, "the shim let go of %s, a subscription it granted the session\n",
                                 p->sub_uris[k]);
                         FUZZ_ASSERT(!"a granted subscription dropped");
                 }
-        }
         /* ... and one it refused or the session let go is not: no update of it reaches the session. */
-        for (size_t k = 0; c && k < p->n_subs; k++) {
-                const cJSON *it;
-
-                if (!p->sub_gone[k])
-                        continue;
-                cJSON_ArrayForEach (it, c->subscriptions)
-                        if (streq(it->valuestring, p->sub_uris[k])) {
-                                fprintf(stderr, "the shim holds %s for the session, which it refused or let go\n",
-                                        p->sub_uris[k]);
-                                FUZZ_ASSERT(!"a refused subscription held");
-                        }
-        }
+        for (size_t k = 0; c && k < p->n_subs; k++)
+                if (p->sub_gone[k] && session_holds(c, p->sub_uris[k])) {
+                        fprintf(stderr, "the shim holds %s for the session, which it refused or let go\n",
+                                p->sub_uris[k]);
+                        FUZZ_ASSERT(!"a refused subscription held");
+                }
 }
 
 /* What a 2026-07-28 backend's subscriptions/listen stream asks for (or took) is held by one of its
@@ -642,7 +754,7 @@ static void check_listen_held(const Shim *s) {
         /* Out of memory, a refresh may not happen: the stream asks for more until the next one. */
         for (const Instance *i = alloc_failed ? NULL : s->instances; i; i = i->next) {
                 _cleanup_json_ cJSON *uris = NULL;
-                const cJSON *it, *held;
+                const cJSON *it;
 
                 if (i->era != BACKEND_ERA_MODERN || i->state != INSTANCE_READY || !i->listen_uris)
                         continue;
@@ -651,8 +763,7 @@ static void check_listen_held(const Shim *s) {
                 cJSON_ArrayForEach (it, uris) {
                         bool found = false;
                         for (const Client *c = s->clients; c && !found; c = c->next)
-                                cJSON_ArrayForEach (held, (c->instance == i ? c->subscriptions : NULL))
-                                        found = found || streq(held->valuestring, it->valuestring);
+                                found = c->instance == i && session_holds(c, it->valuestring);
                         if (!found) {
                                 fprintf(stderr, "the backend's stream asks for %s, which no session holds\n",
                                         it->valuestring);
@@ -825,6 +936,8 @@ static void check_to_backend(Peer *k, const Message *m) {
                 current.got_discover |= streq(m->method, "server/discover");
                 current.got_initialize |= streq(m->method, "initialize");
         }
+        if (m->kind == JSONRPC_REQUEST)
+                backend_subs_sent(m);
         if (m->kind == JSONRPC_RESPONSE && m->id_text)
                 FUZZ_ASSERT(was_seen(k, m->id_text, strlen(m->id_text)));
         if (m->kind == JSONRPC_NOTIFICATION && streq(m->method, "notifications/cancelled"))
@@ -1038,6 +1151,58 @@ static void drain_backend(Peer *k, char mode) {
                 drain(k, true);
 }
 
+/* A handshake-era backend holds what its sessions do, as far as the harness can see (backend_subs_sent(),
+ * backend_subs_answered()): (a) no URI is held at the process that no session holds, with nothing of it in
+ * flight there (a session that left, or let go, does not leave the backend watching for nobody); (b) each
+ * URI a session holds was asked of the process, a subscribe the last it read of it (a process started
+ * again is asked for what its sessions hold, granted or not: review 15). Checked while the process is
+ * ready and the harness has read all the shim wrote it (none of it queued, in the pipe, or unread by a
+ * wedged process), unless an allocation failed since it started (a release or a restore may not have
+ * happened). */
+static void check_backend_subs(const Shim *s, const Peer *k, char mode) {
+        const Instance *i = the_instance;
+        int unread = 0;
+
+        if (!i || i->era != BACKEND_ERA_LEGACY || i->state != INSTANCE_READY || !i->ch || channel_write_closed(i->ch) ||
+            channel_queued(i->ch) > 0 || backend_subs_unknown || alloc_failed_process)
+                return;
+        if (mode && (current.pid <= 0 || current.pid != i->pid || k_wedged || k_starts != n_starts || started_in < 0 ||
+                     k->fd != started_in))
+                return;
+        if (k->fd < 0 || k->len > 0 || ioctl(k->fd, FIONREAD, &unread) < 0 || unread > 0)
+                return;
+        for (size_t u = 0; u < n_backend_uris; u++) {
+                bool found = false;
+
+                if (!backend_uris[u].held || backend_uris[u].open > 0)
+                        continue;
+                for (const Client *c = s->clients; c && !found; c = c->next)
+                        found = c->instance == i && session_holds(c, backend_uris[u].uri);
+                if (!found) {
+                        fprintf(stderr, "the backend's process holds %s, which no session holds\n",
+                                backend_uris[u].uri);
+                        FUZZ_ASSERT(!"a handshake-era backend subscribed for no session");
+                }
+        }
+        for (const Client *c = s->clients; c; c = c->next) {
+                const cJSON *it;
+
+                cJSON_ArrayForEach (it, (c->instance == i ? c->subscriptions : NULL)) {
+                        size_t u;
+
+                        for (u = 0; u < n_backend_uris; u++)
+                                if (streq(backend_uris[u].uri, it->valuestring))
+                                        break;
+                        if (u == n_backend_uris || !backend_uris[u].last_sent_sub) {
+                                fprintf(stderr, "a session holds %s, which the backend's process was %s\n",
+                                        it->valuestring,
+                                        u == n_backend_uris ? "never asked for" : "last told to let go");
+                                FUZZ_ASSERT(!"a session's subscription not asked of a handshake-era backend");
+                        }
+                }
+        }
+}
+
 /* "K" and "Z": the exit status a digit after the letter gives, else (-1) killed by SIGKILL. */
 static int exit_status(const char *line, size_t len) {
         return len >= 2 && line[1] >= '0' && line[1] <= '9' ? line[1] - '0' : -1;
@@ -1140,6 +1305,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         expect_initialize_first = false;
         alloc_fail_in = 0;
         alloc_failed = false;
+        backend_subs_reset();
         parsed_bytes = fed_bytes = 0;
         uri_compares = fed_lines = 0;
         states_reset();
@@ -1168,6 +1334,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 channel_set_backpressure(i->ch, false);
                 k.fd = sv[1];
                 i->state = INSTANCE_READY;
+                i->era = BACKEND_ERA_LEGACY; /* a ready backend speaks an era: it answered initialize */
                 i->init_result = cJSON_CreateObject();
         }
 
@@ -1268,6 +1435,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         FUZZ_ASSERT(!made_up || n_starts == starts);
                 } else if (!mode) {
                         note_sent(&k, line + 1, len - 1);
+                        backend_subs_answered(line + 1, len - 1);
                         instance_handle_backend_line(i, line + 1, len - 1);
                 } else if (started_out >= 0 && line[0] == 'P') {
                         /* "P": bytes of a line, without its newline: the next backend line ends it. */
@@ -1285,6 +1453,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         memcpy(whole, k_partial ?: "", k_partial_len);
                         memcpy(whole + k_partial_len, line + 1, len - 1);
                         note_sent(&k, whole, k_partial_len + len - 1);
+                        backend_subs_answered(whole, k_partial_len + len - 1);
                         partial_reset();
                         backend_write(&k, e, line + 1, len - 1, true);
                 }
@@ -1300,6 +1469,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 check_subs_kept(&a, ca);
                 check_subs_kept(&b, cb);
                 check_listen_held(&s);
+                check_backend_subs(&s, &k, mode);
         }
         /* What the last lines set going runs to its end (a death's on_child(), a restart, answers
          * written out): then every session with nothing in flight has had all its answers. */
@@ -1330,6 +1500,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 FUZZ_ASSERT(!(cb && b.half_closed && client_done(cb)));
                 if (mode)
                         check_nothing_stuck(&s);
+                check_backend_subs(&s, &k, mode);
                 break;
         }
         /* A stop ends its process, whether that heeds SIGTERM or not ("G"): once the stop's timers run
