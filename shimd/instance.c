@@ -1741,8 +1741,9 @@ void instance_submit(Instance *i, Client *c, Message *m) {
 void instance_cancel(Instance *i, Client *c, const Message *m) {
         IdField f[2];
         size_t n = ids_fields(m, f, ELEMENTSOF(f));
-        _cleanup_free_ char *key = n == 1 ? strndup(f[0].text, f[0].len) : NULL;
+        _cleanup_free_ char *key = n == 1 ? strndup(f[0].text, f[0].len) : NULL, *uri = NULL;
         Route *r = key ? hashmap_get(&c->pending, key) : NULL;
+        Instance *at;
 
         if (!r) {
                 /* Still waiting for the backend to start: it simply never goes. */
@@ -1758,9 +1759,15 @@ void instance_cancel(Instance *i, Client *c, const Message *m) {
                 }
                 return; /* already answered, or never ours: the spec says to ignore it */
         }
-        (void) send_to_backend(r->instance, r, m);
+        at = r->instance;
+        /* A subscribe's URI, which its end may take from the session (route_subscribe_ended()). */
+        if (r->sub && !(uri = strdup(r->sub->uri)))
+                log_oom();
+        (void) send_to_backend(at, r, m);
         /* The late answer, if any, is dropped: the client has stopped waiting. */
-        route_remove(r->instance, r);
+        route_remove(at, r);
+        if (uri)
+                subscribe_cancelled(at, uri);
         shim_update(i->shim);
 }
 

@@ -415,6 +415,10 @@ static inline bool subscribe_handle_response(Instance *i, int64_t id, const Mess
 /* c leaves i: what only it held goes (a 2026-07-28 backend's stream, or a handshake-era backend's own
  * subscriptions, unsubscribed there). */
 void subscribe_forget_client(Instance *i, Client *c);
+/* A session's resources/subscribe of uri at a handshake-era backend was cancelled, which may have taken
+ * the URI from it: the backend need not heed the cancellation, so a URI no session holds now is
+ * unsubscribed there, after it. */
+void subscribe_cancelled(Instance *i, const char *uri);
 /* i's new process is ready: the sessions' subscriptions are made again there, before anything waiting
  * for it goes on. */
 void subscribe_restore(Instance *i);

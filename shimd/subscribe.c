@@ -4,7 +4,8 @@
  * envelopes, and the backend's log messages go to the sessions that asked for that level. A
  * handshake-era backend holds one set of subscriptions for all its sessions too (instance.c forwards a
  * session's subscribe, and its unsubscribe when no other session holds the URI): what a session held goes
- * when the session does, and a new process of the backend is asked for what the sessions hold. */
+ * when the session does (or when it cancels the subscribe), and a new process of the backend is asked for
+ * what the sessions hold. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -603,6 +604,16 @@ static void legacy_release(Instance *i, const Client *c) {
                 if (!uri_set_has(others, it->valuestring) &&
                     send_uri_request(i, "resources/unsubscribe", it->valuestring) == -ENOMEM)
                         log_oom();
+}
+
+void subscribe_cancelled(Instance *i, const char *uri) {
+        if (i->era != BACKEND_ERA_LEGACY || i->state != INSTANCE_READY)
+                return;
+        for (const Client *c = i->shim->clients; c; c = c->next)
+                if (c->instance == i && array_has(c->subscriptions, uri))
+                        return;
+        if (send_uri_request(i, "resources/unsubscribe", uri) == -ENOMEM)
+                log_oom();
 }
 
 void subscribe_forget_client(Instance *i, Client *c) {

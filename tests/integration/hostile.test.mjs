@@ -277,6 +277,16 @@ describe("subscriptions at a pooled handshake-era backend follow its sessions", 
     b.close();
   });
 
+  test("a subscribe the session cancelled, which the backend granted all the same, is let go there", async () => {
+    const a = await session();
+    const cancel = { jsonrpc: "2.0", method: "notifications/cancelled", params: { requestId: 1 } };
+    // One write: the shim sends both on before it reads the backend's grant, which it then drops.
+    a.send(`${JSON.stringify(sub(1, "echo://cancelled"))}\n${JSON.stringify(cancel)}`);
+    // Before: the backend watched echo://cancelled for nobody, for as long as it ran.
+    assert.deepEqual(await held(a, 2), [], "the next answer a reads is its call's: none for the cancelled");
+    a.close();
+  });
+
   test("a subscription the restarted backend refuses is logged, naming the backend and its error", async () => {
     const a = await session();
     assert.deepEqual((await a.request(sub(1, "echo://refuse/x"))).result, {});
