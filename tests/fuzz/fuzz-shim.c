@@ -481,6 +481,10 @@ typedef struct Peer {
         bool sub_is_sub[MAX_SUBS];
         unsigned long sub_seq[MAX_SUBS], n_sub_sent; /* the order the session sent them in */
         bool sub_ended[MAX_SUBS]; /* a subscribe an unsubscribe of its URI, sent after it, was granted before */
+        /* Per URI: 1 + the order of the latest-sent request of it answered with a result (0: none). An
+         * answer to one sent before that comes late: the shim's state, and the backend's, follow the order
+         * the requests were sent in, and that answer changes neither. */
+        unsigned long sub_result_after[MAX_SUBS];
         size_t n_sub_ids;
         size_t n_ids;
         size_t n_seen;
@@ -554,6 +558,7 @@ static size_t sub_slot(Peer *p, const char *uri) {
         FUZZ_ASSERT(p->sub_uris[p->n_subs]);
         p->sub_held[p->n_subs] = p->sub_unknown[p->n_subs] = p->sub_kept[p->n_subs] = p->sub_gone[p->n_subs] = false;
         p->sub_open[p->n_subs] = 0;
+        p->sub_result_after[p->n_subs] = 0;
         return p->n_subs++;
 }
 
@@ -604,14 +609,18 @@ static void note_subscribe_answer(Peer *p, const Message *m) {
                 size_t k = p->sub_of[j];
                 const cJSON *error = cJSON_GetObjectItemCaseSensitive(message_json(m), "error");
                 const char *text = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(error, "message"));
-                bool alone;
+                bool alone, result, late;
 
                 if (!streq(p->sub_ids[j], m->id_text))
                         continue;
-                /* Kept: a subscribe granted while alone in flight for its URI; a subscribe refused
-                 * leaves it as it was (out of memory too), unless it says that the stream does not carry
-                 * the URI (or others for it were in flight); an unsubscribe's answer lets it go. */
-                alone = p->sub_open[k] == 1 && !p->sub_unknown[k];
+                result = cJSON_GetObjectItemCaseSensitive(message_json(m), "result");
+                late = p->sub_result_after[k] > p->sub_seq[j];
+                if (result && !late)
+                        p->sub_result_after[k] = p->sub_seq[j] + 1;
+                /* Kept: a subscribe granted while alone in flight for its URI (and not late); a subscribe
+                 * refused leaves it as it was (out of memory too), unless it says that the stream does not
+                 * carry the URI (or others for it were in flight); an unsubscribe's answer lets it go. */
+                alone = p->sub_open[k] == 1 && !p->sub_unknown[k] && !late;
                 if (!error)
                         p->sub_kept[k] = p->sub_is_sub[j] && alone;
                 else if (!p->sub_is_sub[j] || !alone || !text || strstr(text, "does not offer"))
@@ -632,9 +641,9 @@ static void note_subscribe_answer(Peer *p, const Message *m) {
                                 p->sub_uris[k]);
                         FUZZ_ASSERT(!"a subscribe granted after its URI's unsubscribe");
                 }
-                if (cJSON_GetObjectItemCaseSensitive(message_json(m), "result"))
+                if (result && !late)
                         p->sub_held[k] = p->sub_is_sub[j];
-                else if (p->sub_held[k])
+                else if (!result && p->sub_held[k])
                         p->sub_unknown[k] = true;
                 p->sub_open[k]--;
                 free(p->sub_ids[j]);
