@@ -357,6 +357,8 @@ static void current_end(int status) {
         current = WAITER_NONE;
 }
 
+static void partial_reset(void);
+
 int process_spawn(const Backend *b, pid_t *ret_pid, int *ret_stdin, int *ret_stdout, char *err, size_t errlen) {
         int in[2], out[2];
 
@@ -375,9 +377,11 @@ int process_spawn(const Backend *b, pid_t *ret_pid, int *ret_stdin, int *ret_std
         spare = WAITER_NONE;
         FUZZ_ASSERT(pipe2(in, O_CLOEXEC | O_NONBLOCK) == 0);
         FUZZ_ASSERT(pipe2(out, O_CLOEXEC | O_NONBLOCK) == 0);
-        /* What the last process left open (it died with "Z") goes: whatever held it is gone too. */
+        /* What the last process left open (it died with "Z") goes: whatever held it is gone too, and
+         * what "P" lines wrote of a line there with it (the next line goes to the new process whole). */
         safe_close(started_in);
         safe_close(started_out);
+        partial_reset();
         started_in = in[0];
         started_out = out[1];
         *ret_pid = current.pid;
