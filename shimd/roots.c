@@ -235,6 +235,7 @@ static void roots_changed(Client *c) {
                 c->instance = old;
                 return;
         }
+        subscribe_leave(old, c);
         log_info("Connection %llu changed its roots; its next calls go to the backend for them.",
                  (unsigned long long) c->serial);
 }

@@ -415,6 +415,9 @@ static inline bool subscribe_handle_response(Instance *i, int64_t id, const Mess
 /* c leaves i: what only it held goes (a 2026-07-28 backend's stream, or a handshake-era backend's own
  * subscriptions, unsubscribed there). */
 void subscribe_forget_client(Instance *i, Client *c);
+/* c moved from i to another instance (roots_changed()): its subscribes waiting at i are answered as
+ * ended, and i lets go of what only c held. */
+void subscribe_leave(Instance *i, Client *c);
 /* A session's resources/subscribe of uri at a handshake-era backend was cancelled, which may have taken
  * the URI from it: the backend need not heed the cancellation, so a URI no session holds now is
  * unsubscribed there, after it. */

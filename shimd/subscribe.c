@@ -616,16 +616,40 @@ void subscribe_cancelled(Instance *i, const char *uri) {
                 log_oom();
 }
 
-void subscribe_forget_client(Instance *i, Client *c) {
-        for (SubscribeWaiter **w = &i->waiters; *w;)
-                if ((*w)->client == c)
-                        *w = waiter_free(*w);
-                else
+/* c's subscribes waiting at i wait no longer: answered with text (and what each added untracked), or, with
+ * no text (c is going), dropped. Then i lets go of what only c held: a handshake-era process unsubscribes
+ * it, a 2026-07-28 one's stream asks for what the others hold. */
+static void drop_client(Instance *i, Client *c, const char *text) {
+        for (SubscribeWaiter **w = &i->waiters; *w;) {
+                if ((*w)->client != c) {
                         w = &(*w)->next;
+                        continue;
+                }
+                if (text) {
+                        if ((*w)->added)
+                                (void) subscribe_track(c, (*w)->uri, false);
+                        reply(c, (*w)->id_text, NULL, text);
+                }
+                *w = waiter_free(*w);
+        }
         if (i->era == BACKEND_ERA_LEGACY)
                 return legacy_release(i, c);
         if (subscribe_refresh(i, c) < 0)
                 log_oom();
+}
+
+void subscribe_forget_client(Instance *i, Client *c) {
+        drop_client(i, c, NULL);
+}
+
+void subscribe_leave(Instance *i, Client *c) {
+        char text[256];
+
+        (void) snprintf(text, sizeof text,
+                        "resources/subscribe ended: this connection changed its roots and moved to backend '%s' "
+                        "for them; subscribe again",
+                        shim_backend_name(i->shim));
+        drop_client(i, c, text);
 }
 
 /* A new process of i is ready: what its sessions hold is asked of it (a 2026-07-28 backend's stream, a

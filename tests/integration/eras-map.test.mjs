@@ -6,10 +6,10 @@
 import { after, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { INIT, MCP_LAZY, RawPeer, SERVER_SCRIPTS, SHIMD, TESTS, cleanupPeers, startShimOnSocket, waitFor } from "./lib/env.mjs";
+import { INIT, MCP_LAZY, RawPeer, SERVER_SCRIPTS, SHIMD, SockPeer, TESTS, cleanupPeers, sleep, startShimOnSocket, waitFor } from "./lib/env.mjs";
 import { MODERN_SERVER, MREQ, connectV2, modernManifest, modernScript } from "./lib/eras.mjs";
 
 after(cleanupPeers);
@@ -474,4 +474,96 @@ ${[...Array(1024).keys(), "past"].map((k) => `      - {uri: "ok:${k}", name: r${
   assert.deepEqual((await sub(5001, "ok:0", "resources/unsubscribe")).result, {});
   assert.deepEqual((await sub(5002, "ok:past")).result, {});
   await p.close();
+});
+
+// A backend that answers server/discover as a 2026-07-28 server while the file $DUAL_MODERN_FILE exists
+// (after 400 ms; then it never acknowledges a subscriptions/listen), else speaks the handshake era; it
+// appends each
+// method it reads to $DUAL_LOG.
+const DUAL_BACKEND = `
+import { appendFileSync, existsSync } from "node:fs";
+import { createInterface } from "node:readline";
+const send = (m) => process.stdout.write(JSON.stringify(m) + "\\n");
+const modern = existsSync(process.env.DUAL_MODERN_FILE);
+createInterface({ input: process.stdin }).on("line", (line) => {
+  const m = JSON.parse(line);
+  if (m.method) appendFileSync(process.env.DUAL_LOG, process.pid + " " + m.method + "\\n");
+  if (m.id === undefined || m.method === undefined) return;
+  if (m.method === "server/discover") {
+    if (modern)
+      return setTimeout(() => send({ jsonrpc: "2.0", id: m.id, result: { supportedVersions: ["2026-07-28"], capabilities: { resources: { subscribe: true }, tools: {} }, _meta: { "io.modelcontextprotocol/serverInfo": { name: "dual", version: "1" } } } }), 400);
+    return send({ jsonrpc: "2.0", id: m.id, error: { code: -32601, message: "Method not found" } });
+  }
+  if (m.method === "initialize")
+    return send({ jsonrpc: "2.0", id: m.id, result: { protocolVersion: m.params.protocolVersion, capabilities: { tools: {}, resources: { subscribe: true } }, serverInfo: { name: "dual", version: "1" } } });
+  if (m.method === "subscriptions/listen") return; // never acknowledged
+  send({ jsonrpc: "2.0", id: m.id, error: { code: -32601, message: "no" } });
+});
+`;
+
+test("a session whose roots change moves to another backend process: its subscribe still waiting at the old one is answered there and then, and nothing of it stays behind (the old process ending later touches no freed session)", async () => {
+  const d = mkdtempSync(join(dir, "roots-move-"));
+  const flag = join(d, "modern"), log = join(d, "log"), script = join(d, "dual.mjs");
+  writeFileSync(flag, "");
+  writeFileSync(log, "");
+  writeFileSync(script, DUAL_BACKEND);
+  const m = join(d, "m.yaml");
+  writeFileSync(m, `backends:
+  dual:
+    command: [${process.execPath}, ${script}]
+    socket: ${d}/absent.sock
+    env: { DUAL_MODERN_FILE: ${flag}, DUAL_LOG: ${log} }
+tools:
+  - {name: t, backend: dual, input_schema: {type: object}}
+`);
+  const shim = await startShimOnSocket(join(d, "s.sock"), m, "dual");
+  try {
+    // A session whose roots/list answers are its current root; ask() returns the first other message.
+    const peer = (root) => {
+      const p = new SockPeer(shim.path);
+      p.root = root;
+      p.ask = async (msg) => {
+        if (msg) p.send(msg);
+        for (;;) {
+          const r = await p.next();
+          if (r.method !== "roots/list") return r;
+          p.send({ jsonrpc: "2.0", id: r.id, result: { roots: [{ uri: `file:///${p.root}` }] } });
+        }
+      };
+      return p;
+    };
+    const pids = () => [...shim.stderr().matchAll(/Started backend 'dual' as pid (\d+)/g)].map((x) => Number(x[1]));
+    const ROOTS = INIT("2025-06-18", { roots: { listChanged: true } });
+    // Two processes for two roots, both 2026-07-28: started at once, before the era is known.
+    const A = peer("r1"), B = peer("r1"), C = peer("r2");
+    for (const r of await Promise.all([A, B, C].map((p) => p.ask(ROOTS)))) assert.ok(r.result, JSON.stringify(r));
+    assert.ok(await waitFor(() => pids().length === 2, 20000), shim.stderr());
+    // A's subscribe waits at the r1 process (2026-07-28) for an acknowledgement that never comes.
+    A.send({ jsonrpc: "2.0", id: 1, method: "resources/subscribe", params: { uri: "dual://x" } });
+    const listener = () => pids().find((p) => readFileSync(log, "utf8").includes(`${p} subscriptions/listen`));
+    assert.ok(await waitFor(listener, 20000), readFileSync(log, "utf8") + shim.stderr());
+    const p1 = listener(), p2 = pids().find((p) => p !== p1);
+    // C's process comes back as a handshake-era server: roots pool into one learned era again.
+    rmSync(flag);
+    process.kill(p2, "SIGKILL");
+    assert.ok(await waitFor(() => shim.stderr().includes(`(pid ${p2})`), 20000), shim.stderr());
+    assert.equal((await C.ask(CALL(1, "t"))).error?.message, "no");
+    // A moves to the r2 process: its subscribe is answered now, as ended.
+    A.send({ jsonrpc: "2.0", method: "notifications/roots/list_changed" });
+    A.root = "r2";
+    const answer = await A.ask();
+    assert.equal(answer.id, 1, JSON.stringify(answer));
+    assert.match(answer.error?.message ?? "", /changed its roots and moved/);
+    assert.deepEqual(await A.ask({ jsonrpc: "2.0", id: "p", method: "ping" }), { jsonrpc: "2.0", id: "p", result: {} });
+    A.close();
+    await sleep(300); // the shim reads A's end (and frees it): nothing it logs says so
+    assert.deepEqual(await B.ask({ jsonrpc: "2.0", id: "q", method: "ping" }), { jsonrpc: "2.0", id: "q", result: {} });
+    // The old process ends: the shim answers nothing to the session that is gone, and stays up.
+    process.kill(p1, "SIGKILL");
+    assert.ok(await waitFor(() => shim.stderr().includes(`(pid ${p1})`), 20000), shim.stderr());
+    assert.deepEqual(await B.ask({ jsonrpc: "2.0", id: "p", method: "ping" }), { jsonrpc: "2.0", id: "p", result: {} });
+    assert.doesNotMatch(shim.stderr(), /AddressSanitizer|runtime error/);
+  } finally {
+    shim.child.kill("SIGKILL");
+  }
 });
