@@ -299,6 +299,11 @@ void *hashmap_get(const Hashmap *h, const char *key) {
         return e ? e->value : NULL;
 }
 
+void **hashmap_get_ref(Hashmap *h, const char *key) {
+        Entry *e = h->n_buckets > 0 ? find(h, key, hash_string(key)) : NULL;
+        return e ? &e->value : NULL;
+}
+
 void *hashmap_remove(Hashmap *h, const char *key) {
         return table_take(h, h->n_buckets > 0 ? find(h, key, hash_string(key)) : NULL);
 }

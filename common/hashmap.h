@@ -30,6 +30,8 @@ void hashmap_done(Hashmap *h);
 /* -EEXIST if present. */
 int hashmap_put(Hashmap *h, const char *key, void *value);
 void *hashmap_get(const Hashmap *h, const char *key);
+/* Where key's value is kept, to change it in place; NULL if key is not there. */
+void **hashmap_get_ref(Hashmap *h, const char *key);
 void *hashmap_remove(Hashmap *h, const char *key);
 /* The same when match(value, userdata) holds (one look-up); else the entry stays and NULL. */
 void *hashmap_remove_if(Hashmap *h, const char *key, bool (*match)(const void *value, const void *userdata),

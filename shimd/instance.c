@@ -481,6 +481,7 @@ Instance *instance_free(Instance *i) {
                 return NULL;
         fail_everything(i, "mcp-lazy-shimd is shutting down");
         subscribe_reset(i, "mcp-lazy-shimd is shutting down");
+        i->held = hashmap_free(i->held);
         upcall_forget_instance(i->shim, i);
         for (Instance **p = &i->shim->instances; *p; p = &(*p)->next)
                 if (*p == i) {
@@ -772,16 +773,14 @@ static void reply_initialize(Instance *i, Client *c, const Message *m) {
 static bool unsubscribe_shared(Instance *i, Client *c, const Message *m) {
         _cleanup_json_ cJSON *r = NULL;
         const char *uri;
-        bool shared = false;
 
         if (!method_is(m->method, "resources/unsubscribe") || !message_json(m))
                 return false;
         uri = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m->params, "uri"));
         if (!uri)
                 return false;
-        for (Client *o = i->shim->clients; o && !shared; o = o->next)
-                shared = o != c && o->instance == i && client_subscribed(o, uri);
-        if (!shared)
+        /* One look-up: whether a session other than c holds it. */
+        if (subscribe_holders(i, uri) <= (size_t) client_subscribed(c, uri))
                 return false;
         (void) track_subscription(c, NULL, m);
         r = jsonrpc_result_new(message_id_json(m), cJSON_CreateObject());

@@ -223,6 +223,7 @@ static void roots_changed(Client *c) {
                         (void) instance_send(old, note);
                 return;
         }
+        subscribe_leave(c);
         instance_leave(old, c);
         c->instance = NULL;
         r = instance_get(c->shim, c, &c->instance);
@@ -233,9 +234,10 @@ static void roots_changed(Client *c) {
                             (unsigned long long) c->serial, shim_backend_name(c->shim));
                 old->n_clients++;
                 c->instance = old;
+                subscribe_join(c);
                 return;
         }
-        subscribe_leave(old, c);
+        subscribe_join(c);
         log_info("Connection %llu changed its roots; its next calls go to the backend for them.",
                  (unsigned long long) c->serial);
 }

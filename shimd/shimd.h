@@ -185,6 +185,9 @@ struct Instance {
         char *listen_uris;         /* what it asked for (printed array) */
         Hashmap *listen_honoured;  /* what its acknowledgement took (URIs, a set); NULL: not known */
         SubscribeWaiter *waiters;  /* resources/subscribe requests waiting for the acknowledgement */
+        /* URI (owned) -> how many of its sessions hold it ((uintptr_t) value): each URI of a session's
+         * subscriptions counts once at the session's instance (subscribe_track(), subscribe_leave()). */
+        Hashmap *held;
         int64_t restore_first, restore_last; /* a handshake-era backend's subscribes of subscribe_restore() */
 };
 
@@ -415,9 +418,15 @@ static inline bool subscribe_handle_response(Instance *i, int64_t id, const Mess
 /* c leaves i: what only it held goes (a 2026-07-28 backend's stream, or a handshake-era backend's own
  * subscriptions, unsubscribed there). */
 void subscribe_forget_client(Instance *i, Client *c);
-/* c moved from i to another instance (roots_changed()): its subscribes waiting at i are answered as
- * ended, and i lets go of what only c held. */
-void subscribe_leave(Instance *i, Client *c);
+/* c moves from its instance to another (roots_changed()): its subscribes waiting there are answered as
+ * ended, and the instance lets go of what only c held; c's subscriptions count nowhere until
+ * subscribe_join() at the instance it gets. */
+void subscribe_leave(Client *c);
+/* c's subscriptions count at its instance: a handshake-era process is asked for each URI none of its
+ * sessions held, a 2026-07-28 one's stream for what they hold now. */
+void subscribe_join(Client *c);
+/* How many sessions of i hold uri. */
+size_t subscribe_holders(const Instance *i, const char *uri);
 /* A session's resources/subscribe of uri at a handshake-era backend was cancelled, which may have taken
  * the URI from it: the backend need not heed the cancellation, so a URI no session holds now is
  * unsubscribed there, after it. */

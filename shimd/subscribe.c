@@ -31,6 +31,10 @@
 #ifndef SUBSCRIBE_URI_COMPARED
 #define SUBSCRIBE_URI_COMPARED() ((void) 0)
 #endif
+/* ... and the URIs it looks up in an instance's count of its sessions' (Instance.held). */
+#ifndef SUBSCRIBE_URI_HASHED
+#define SUBSCRIBE_URI_HASHED() ((void) 0)
+#endif
 
 /* A resources/subscribe answered once the stream that carries its URI is acknowledged. */
 struct SubscribeWaiter {
@@ -84,7 +88,10 @@ static bool array_has(const cJSON *a, const char *s) {
  * set has it already; hashed once, compared only with a URI of the same hash. Any value but NULL says
  * that the set has it. */
 static int uri_set_add(Hashmap *set, const char *uri) {
-        int r = hashmap_put(set, uri, set);
+        int r;
+
+        SUBSCRIBE_URI_HASHED();
+        r = hashmap_put(set, uri, set);
 
         return r == -EEXIST ? 0 : r < 0 ? r : 1;
 }
@@ -219,8 +226,43 @@ int subscribe_refresh(Instance *i, const Client *except) {
         return 0;
 }
 
+size_t subscribe_holders(const Instance *i, const char *uri) {
+        SUBSCRIBE_URI_HASHED();
+        return i && i->held ? (uintptr_t) hashmap_get(i->held, uri) : 0;
+}
+
+/* One more session of i holds uri. */
+static int held_add(Instance *i, const char *uri) {
+        void **v;
+
+        SUBSCRIBE_URI_HASHED();
+        if (!i->held && !(i->held = hashmap_new()))
+                return -ENOMEM;
+        v = hashmap_get_ref(i->held, uri);
+        if (v) {
+                *v = (void *) ((uintptr_t) *v + 1);
+                return 0;
+        }
+        return hashmap_put(i->held, uri, (void *) (uintptr_t) 1);
+}
+
+/* One session fewer of i holds uri: how many still do. */
+static size_t held_drop(Instance *i, const char *uri) {
+        void **v;
+
+        SUBSCRIBE_URI_HASHED();
+        v = i->held ? hashmap_get_ref(i->held, uri) : NULL;
+        if (!v)
+                return 0;
+        if ((uintptr_t) *v > 1)
+                return (uintptr_t) (*v = (void *) ((uintptr_t) *v - 1));
+        hashmap_remove(i->held, uri);
+        return 0;
+}
+
 /* 1: the URI was added (0: it was held already, or removed, or not held). -ENOBUFS past
- * SUBSCRIBE_MAX_PER_CLIENT URIs: the subscribe is refused, not dropped. */
+ * SUBSCRIBE_MAX_PER_CLIENT URIs: the subscribe is refused, not dropped. What c holds counts at its
+ * instance (i->held). */
 int subscribe_track(Client *c, const char *uri, bool sub) {
         int n = 0;
         const cJSON *it;
@@ -229,8 +271,11 @@ int subscribe_track(Client *c, const char *uri, bool sub) {
                 return -ENOMEM;
         cJSON_ArrayForEach (it, c->subscriptions) {
                 if (streq(it->valuestring, uri)) {
-                        if (!sub)
+                        if (!sub) {
+                                if (c->instance)
+                                        (void) held_drop(c->instance, uri);
                                 cJSON_DeleteItemFromArray(c->subscriptions, n);
+                        }
                         return 0;
                 }
                 n++;
@@ -239,8 +284,13 @@ int subscribe_track(Client *c, const char *uri, bool sub) {
                 return 0;
         if (n >= (int) SUBSCRIBE_MAX_PER_CLIENT)
                 return -ENOBUFS;
-        if (!cJSON_AddItemToArray(c->subscriptions, cJSON_CreateString(uri)))
+        if ((c->instance && held_add(c->instance, uri) < 0))
                 return -ENOMEM;
+        if (!cJSON_AddItemToArray(c->subscriptions, cJSON_CreateString(uri))) {
+                if (c->instance)
+                        (void) held_drop(c->instance, uri);
+                return -ENOMEM;
+        }
         return 1;
 }
 
@@ -586,40 +636,35 @@ bool subscribe_handle_response_internal(Instance *i, int64_t id, const Message *
         return true;
 }
 
-/* c leaves a handshake-era backend: each URI it held that no other session of the backend holds is
- * unsubscribed there (else the backend would watch it for nobody, for as long as it runs). A subscribe of
- * c's still in flight was sent before, so its URI is let go after it too. */
-static void legacy_release(Instance *i, const Client *c) {
-        _cleanup_(hashmap_freep) Hashmap *others = NULL;
+/* c's subscriptions count at i no longer: each URI no other session of i holds is unsubscribed at a
+ * handshake-era process of i (else it would watch it for nobody, for as long as it runs), unless send is
+ * false (i's process stops anyway). A subscribe of c's still in flight was sent before, so its URI is let
+ * go after it too. Costs c's own URIs, whatever the other sessions hold. */
+static void held_release(Instance *i, const Client *c, bool send) {
         const cJSON *it;
+        size_t unsent = 0;
 
-        if (i->state != INSTANCE_READY || cJSON_GetArraySize(c->subscriptions) == 0)
-                return;
-        others = hashmap_new_borrowed();
-        if (!others || union_add(i, c, others, NULL) < 0) {
-                log_oom();
-                return;
-        }
+        send = send && i->era == BACKEND_ERA_LEGACY && i->state == INSTANCE_READY;
         cJSON_ArrayForEach (it, c->subscriptions)
-                if (!uri_set_has(others, it->valuestring) &&
-                    send_uri_request(i, "resources/unsubscribe", it->valuestring) == -ENOMEM)
-                        log_oom();
+                if (held_drop(i, it->valuestring) == 0 && send &&
+                    (unsent > 0 || send_uri_request(i, "resources/unsubscribe", it->valuestring) == -ENOMEM))
+                        unsent++;
+        if (unsent > 0)
+                log_error("Out of memory: backend '%s' was not asked to unsubscribe from %zu resource URI%s that "
+                          "no session holds now.",
+                          shim_backend_name(i->shim), unsent, unsent == 1 ? "" : "s");
 }
 
 void subscribe_cancelled(Instance *i, const char *uri) {
-        if (i->era != BACKEND_ERA_LEGACY || i->state != INSTANCE_READY)
+        if (i->era != BACKEND_ERA_LEGACY || i->state != INSTANCE_READY || subscribe_holders(i, uri) > 0)
                 return;
-        for (const Client *c = i->shim->clients; c; c = c->next)
-                if (c->instance == i && array_has(c->subscriptions, uri))
-                        return;
         if (send_uri_request(i, "resources/unsubscribe", uri) == -ENOMEM)
                 log_oom();
 }
 
 /* c's subscribes waiting at i wait no longer: answered with text (and what each added untracked), or, with
- * no text (c is going), dropped. Then i lets go of what only c held: a handshake-era process unsubscribes
- * it, a 2026-07-28 one's stream asks for what the others hold. */
-static void drop_client(Instance *i, Client *c, const char *text) {
+ * no text (c is going), dropped. */
+static void drop_waiters(Instance *i, Client *c, const char *text) {
         for (SubscribeWaiter **w = &i->waiters; *w;) {
                 if ((*w)->client != c) {
                         w = &(*w)->next;
@@ -632,49 +677,83 @@ static void drop_client(Instance *i, Client *c, const char *text) {
                 }
                 *w = waiter_free(*w);
         }
-        if (i->era == BACKEND_ERA_LEGACY)
-                return legacy_release(i, c);
+}
+
+void subscribe_forget_client(Instance *i, Client *c) {
+        drop_waiters(i, c, NULL);
+        /* The last session of a backend of its own: the process stops, unasked. */
+        held_release(i, c, !(i->session_owned && i->n_clients <= 1));
+        c->subscriptions = (cJSON_Delete(c->subscriptions), NULL); /* counted nowhere now */
         if (subscribe_refresh(i, c) < 0)
                 log_oom();
 }
 
-void subscribe_forget_client(Instance *i, Client *c) {
-        drop_client(i, c, NULL);
-}
-
-void subscribe_leave(Instance *i, Client *c) {
+void subscribe_leave(Client *c) {
+        Instance *i = c->instance;
         char text[256];
 
         (void) snprintf(text, sizeof text,
                         "resources/subscribe ended: this connection changed its roots and moved to backend '%s' "
                         "for them; subscribe again",
                         shim_backend_name(i->shim));
-        drop_client(i, c, text);
+        drop_waiters(i, c, text);
+        held_release(i, c, true);
+        if (subscribe_refresh(i, c) < 0)
+                log_oom();
+}
+
+void subscribe_join(Client *c) {
+        Instance *i = c->instance;
+        bool send = i->era == BACKEND_ERA_LEGACY && i->state == INSTANCE_READY;
+        size_t unsent = 0;
+        cJSON *it, *next;
+
+        for (it = c->subscriptions ? c->subscriptions->child : NULL; it; it = next) {
+                next = it->next;
+                if (held_add(i, it->valuestring) < 0) {
+                        /* Not counted, so not held: no update of it reaches c. */
+                        cJSON_Delete(cJSON_DetachItemViaPointer(c->subscriptions, it));
+                        unsent++;
+                } else if (send && subscribe_holders(i, it->valuestring) == 1 &&
+                           send_uri_request(i, "resources/subscribe", it->valuestring) == -ENOMEM) {
+                        held_drop(i, it->valuestring);
+                        cJSON_Delete(cJSON_DetachItemViaPointer(c->subscriptions, it));
+                        unsent++;
+                }
+        }
+        if (unsent > 0)
+                log_error("Out of memory: connection %llu lost %zu of its resource subscriptions as it moved.",
+                          (unsigned long long) c->serial, unsent);
+        if (subscribe_refresh(i, NULL) < 0)
+                log_oom();
 }
 
 /* A new process of i is ready: what its sessions hold is asked of it (a 2026-07-28 backend's stream, a
  * handshake-era backend's resources/subscribe of each URI, whose answers subscribe_restored() reads). */
 void subscribe_restore(Instance *i) {
-        _cleanup_json_ cJSON *held = NULL;
-        const cJSON *it;
+        size_t state = 0, n = 0;
+        const char *uri;
+        void *count;
 
         if (i->era != BACKEND_ERA_LEGACY) {
                 if (subscribe_refresh(i, NULL) < 0)
                         log_oom();
                 return;
         }
-        held = union_new(i, NULL);
-        if (!held)
-                return (void) log_oom();
         i->restore_first = i->next_id;
-        cJSON_ArrayForEach (it, held)
-                if (send_uri_request(i, "resources/subscribe", it->valuestring) == -ENOMEM)
-                        log_oom();
+        while (i->held && hashmap_iterate(i->held, &state, &uri, &count)) {
+                if (send_uri_request(i, "resources/subscribe", uri) == -ENOMEM) {
+                        log_error("Out of memory: backend '%s' (pid %d) was not asked again for %zu of its sessions' "
+                                  "resource subscriptions.",
+                                  shim_backend_name(i->shim), (int) i->pid, hashmap_size(i->held) - n);
+                        break;
+                }
+                n++;
+        }
         i->restore_last = i->next_id - 1;
-        if (i->restore_last >= i->restore_first)
-                log_info("Backend '%s' (pid %d): its sessions' %d resource subscription%s made again.",
-                         shim_backend_name(i->shim), (int) i->pid, cJSON_GetArraySize(held),
-                         cJSON_GetArraySize(held) == 1 ? "" : "s");
+        if (n > 0)
+                log_info("Backend '%s' (pid %d): its sessions' %zu resource subscription%s made again.",
+                         shim_backend_name(i->shim), (int) i->pid, n, n == 1 ? "" : "s");
 }
 
 bool subscribe_restored(Instance *i, int64_t id, const Message *m) {

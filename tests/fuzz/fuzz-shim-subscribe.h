@@ -27,8 +27,13 @@ void fuzz_shim_uri_compared(void);
 cJSON *fuzz_shim_cJSON_GetArrayItem(const cJSON *array, int index);
 void fuzz_shim_cJSON_DeleteItemFromArray(cJSON *array, int which);
 
+/* Each URI hashed into a set or looked up in an instance's count of what its sessions hold: a session that
+ * leaves a handshake-era backend costs its own URIs, whatever the others hold (fuzz-shim.c). */
+void fuzz_shim_uri_hashed(void);
+
 #ifndef FUZZ_SHIM_HARNESS
 #define SUBSCRIBE_URI_COMPARED() fuzz_shim_uri_compared()
+#define SUBSCRIBE_URI_HASHED()   fuzz_shim_uri_hashed()
 
 #define calloc                 fuzz_shim_calloc
 #define strdup                 fuzz_shim_strdup

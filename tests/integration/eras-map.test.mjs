@@ -9,7 +9,7 @@ import { spawnSync } from "node:child_process";
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { INIT, MCP_LAZY, RawPeer, SERVER_SCRIPTS, SHIMD, SockPeer, TESTS, cleanupPeers, sleep, startShimOnSocket, waitFor } from "./lib/env.mjs";
+import { INIT, MCP_LAZY, RawPeer, SERVER_SCRIPTS, SHIMD, TESTS, cleanupPeers, rootedPeer, sleep, startShimOnSocket, waitFor } from "./lib/env.mjs";
 import { MODERN_SERVER, MREQ, connectV2, modernManifest, modernScript } from "./lib/eras.mjs";
 
 after(cleanupPeers);
@@ -518,20 +518,7 @@ tools:
 `);
   const shim = await startShimOnSocket(join(d, "s.sock"), m, "dual");
   try {
-    // A session whose roots/list answers are its current root; ask() returns the first other message.
-    const peer = (root) => {
-      const p = new SockPeer(shim.path);
-      p.root = root;
-      p.ask = async (msg) => {
-        if (msg) p.send(msg);
-        for (;;) {
-          const r = await p.next();
-          if (r.method !== "roots/list") return r;
-          p.send({ jsonrpc: "2.0", id: r.id, result: { roots: [{ uri: `file:///${p.root}` }] } });
-        }
-      };
-      return p;
-    };
+    const peer = (root) => rootedPeer(shim.path, root);
     const pids = () => [...shim.stderr().matchAll(/Started backend 'dual' as pid (\d+)/g)].map((x) => Number(x[1]));
     const ROOTS = INIT("2025-06-18", { roots: { listChanged: true } });
     // Two processes for two roots, both 2026-07-28: started at once, before the era is known.

@@ -8,7 +8,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { INIT, MCP_LAZY, RawPeer, SHIMD, SockPeer, TESTS, cleanupPeers, startShimOnSocket, sleep, waitFor } from "./lib/env.mjs";
+import { INIT, MCP_LAZY, RawPeer, SHIMD, SockPeer, TESTS, cleanupPeers, rootedPeer, startShimOnSocket, sleep, waitFor } from "./lib/env.mjs";
 import { onLines } from "./lib/lines.mjs";
 
 after(cleanupPeers);
@@ -275,6 +275,33 @@ describe("subscriptions at a pooled handshake-era backend follow its sessions", 
     assert.match(shim.stderr(), /its sessions' 2 resource subscriptions made again/);
     a.close();
     b.close();
+  });
+
+  test("a session whose roots change moves to the backend process for them: its subscriptions go with it, the old process lets go of them", async () => {
+    const rooted = async (root) => {
+      const p = rootedPeer(shim.path, root);
+      peers.push(p);
+      assert.ok((await p.ask(INIT("2025-06-18", { roots: { listChanged: true } }))).result, shim.stderr());
+      return p;
+    };
+    const heldBy = async (p, id) => JSON.parse(text(await p.ask(call(id, "subscribed"))));
+    const a = await rooted("move-r1"), c = await rooted("move-r1"), b = await rooted("move-r2");
+    assert.deepEqual((await a.ask(sub(1, "echo://moves"))).result, {});
+    assert.deepEqual(await heldBy(c, 1), ["echo://moves"]);
+    assert.deepEqual(await heldBy(b, 1), []);
+    const moved = () => (shim.stderr().match(/changed its roots; its next calls go to the backend for them/g) ?? []).length;
+    const before = moved();
+    a.root = "move-r2";
+    a.send({ jsonrpc: "2.0", method: "notifications/roots/list_changed" });
+    assert.deepEqual(await a.ask({ jsonrpc: "2.0", id: "p", method: "ping" }), { jsonrpc: "2.0", id: "p", result: {} });
+    assert.ok(await waitFor(() => moved() > before, 10000), shim.stderr());
+    assert.deepEqual(await heldBy(b, 2), ["echo://moves"], "the new process holds what the session brought");
+    assert.deepEqual(await heldBy(c, 2), [], "the old process let go of what only the session held");
+    const t = await a.ask(call(2, "touch", { uri: "echo://moves" }));
+    assert.equal(t.method, "notifications/resources/updated", JSON.stringify(t));
+    assert.equal((await a.ask()).id, 2);
+    a.close();
+    assert.ok(await waitFor(async () => (await heldBy(b, `h${Date.now()}`)).length === 0, 10000), "the session's leave let go of it at its new process");
   });
 
   test("a subscribe the session cancelled, which the backend granted all the same, is let go there", async () => {

@@ -290,6 +290,22 @@ export class SockPeer {
   }
 }
 
+// A session on a shim's socket that declares roots and answers each roots/list with its current root
+// (p.root): p.ask(msg) sends msg (if any) and resolves to the first other message.
+export function rootedPeer(path, root) {
+  const p = new SockPeer(path);
+  p.root = root;
+  p.ask = async (msg) => {
+    if (msg) p.send(msg);
+    for (;;) {
+      const r = await p.next();
+      if (r.method !== "roots/list") return r;
+      p.send({ jsonrpc: "2.0", id: r.id, result: { roots: [{ uri: `file:///${p.root}` }] } });
+    }
+  };
+  return p;
+}
+
 export const INIT = (version = "2025-06-18", capabilities = {}) => ({
   jsonrpc: "2.0",
   id: 0,
