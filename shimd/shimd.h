@@ -188,7 +188,14 @@ struct Instance {
         /* URI (owned) -> how many of its sessions hold it ((uintptr_t) value): each URI of a session's
          * subscriptions counts once at the session's instance (subscribe_track(), subscribe_leave()). */
         Hashmap *held;
-        int64_t restore_first, restore_last; /* a handshake-era backend's subscribes of subscribe_restore() */
+        /* A handshake-era backend's subscribes of subscribe_restore(): their ids, which of them were
+         * answered (a bit each; NULL: none waits), how many wait, how many were sent and refused, and the
+         * first refusal ("URI: its error", printable). */
+        int64_t restore_first, restore_last;
+        uint8_t *restore_answered;
+        size_t restore_pending, restore_sent, restore_refused;
+        char *restore_error;
+        uint64_t held_gen, restore_gen; /* changes of held's keys: now, and at the restore */
 };
 
 struct Client {

@@ -14,6 +14,7 @@
 #include "jsonrpc.h"
 #include "log.h"
 #include "macros.h"
+#include "printable.h"
 #include "shimd.h"
 
 /* fuzz-shim builds this file with lower limits (tests/fuzz/fuzz-shim-subscribe.h), which its inputs reach. */
@@ -243,6 +244,7 @@ static int held_add(Instance *i, const char *uri) {
                 *v = (void *) ((uintptr_t) *v + 1);
                 return 0;
         }
+        i->held_gen++;
         return hashmap_put(i->held, uri, (void *) (uintptr_t) 1);
 }
 
@@ -257,6 +259,7 @@ static size_t held_drop(Instance *i, const char *uri) {
         if ((uintptr_t) *v > 1)
                 return (uintptr_t) (*v = (void *) ((uintptr_t) *v - 1));
         hashmap_remove(i->held, uri);
+        i->held_gen++;
         return 0;
 }
 
@@ -730,6 +733,22 @@ void subscribe_join(Client *c) {
 
 /* A new process of i is ready: what its sessions hold is asked of it (a 2026-07-28 backend's stream, a
  * handshake-era backend's resources/subscribe of each URI, whose answers subscribe_restored() reads). */
+/* The restore's answers wait no longer (all came, or the process is gone): one line for what it refused. */
+static void restore_end(Instance *i) {
+        if (i->restore_refused > 0)
+                log_warning("Backend '%s' (pid %d): %zu of %zu resources/subscribe made again after the restart were "
+                            "refused; the first: %s. The sessions that hold those URIs get no updates of them until "
+                            "they subscribe again.",
+                            shim_backend_name(i->shim), (int) i->pid, i->restore_refused, i->restore_sent,
+                            i->restore_error ?: "(out of memory)");
+        free(i->restore_answered);
+        free(i->restore_error);
+        i->restore_answered = NULL;
+        i->restore_error = NULL;
+        i->restore_first = i->restore_last = 0;
+        i->restore_pending = i->restore_sent = i->restore_refused = 0;
+}
+
 void subscribe_restore(Instance *i) {
         size_t state = 0, n = 0;
         const char *uri;
@@ -740,7 +759,9 @@ void subscribe_restore(Instance *i) {
                         log_oom();
                 return;
         }
+        restore_end(i);
         i->restore_first = i->next_id;
+        i->restore_gen = i->held_gen;
         while (i->held && hashmap_iterate(i->held, &state, &uri, &count)) {
                 if (send_uri_request(i, "resources/subscribe", uri) == -ENOMEM) {
                         log_error("Out of memory: backend '%s' (pid %d) was not asked again for %zu of its sessions' "
@@ -750,25 +771,55 @@ void subscribe_restore(Instance *i) {
                 }
                 n++;
         }
+        if (n == 0)
+                return restore_end(i);
         i->restore_last = i->next_id - 1;
-        if (n > 0)
-                log_info("Backend '%s' (pid %d): its sessions' %zu resource subscription%s made again.",
-                         shim_backend_name(i->shim), (int) i->pid, n, n == 1 ? "" : "s");
+        i->restore_answered = calloc((n + 7) / 8, 1);
+        if (!i->restore_answered) {
+                log_oom();
+                return restore_end(i); /* their answers are unknown ones */
+        }
+        i->restore_pending = i->restore_sent = n;
+        log_info("Backend '%s' (pid %d): its sessions' %zu resource subscription%s made again.",
+                 shim_backend_name(i->shim), (int) i->pid, n, n == 1 ? "" : "s");
+}
+
+/* The URI of the restore's k-th request: the k-th key of held, if its keys have not changed since. */
+static const char *restore_uri(Instance *i, size_t k) {
+        size_t state = 0;
+        const char *uri;
+        void *count;
+
+        if (i->held_gen != i->restore_gen)
+                return NULL;
+        while (hashmap_iterate(i->held, &state, &uri, &count))
+                if (k-- == 0)
+                        return uri;
+        return NULL;
 }
 
 bool subscribe_restored(Instance *i, int64_t id, const Message *m) {
+        _cleanup_free_ char *uri = NULL, *text = NULL;
         const cJSON *error;
+        size_t k;
 
-        if (i->restore_last == 0 || id < i->restore_first || id > i->restore_last)
-                return false; /* none was sent (its ids count from INIT_REQUEST_ID + 1) */
-        if (!message_json(m))
-                return (void) log_oom(), true;
-        error = cJSON_GetObjectItemCaseSensitive(m->json, "error");
-        if (error)
-                log_warning("Backend '%s' refused a resources/subscribe made again after it restarted: %s. The "
-                            "sessions that hold that URI get no updates of it until they subscribe again.",
-                            shim_backend_name(i->shim),
-                            cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(error, "message")) ?: "no message");
+        if (!i->restore_answered || id < i->restore_first || id > i->restore_last)
+                return false; /* none waits (its ids count from INIT_REQUEST_ID + 1) */
+        k = (size_t) (id - i->restore_first);
+        if (i->restore_answered[k / 8] & (1U << (k % 8)))
+                return false; /* answered before: an unknown answer */
+        i->restore_answered[k / 8] |= 1U << (k % 8);
+        error = message_json(m) ? cJSON_GetObjectItemCaseSensitive(m->json, "error") : NULL;
+        if (error && i->restore_refused++ == 0) {
+                const char *u = restore_uri(i, k);
+                uri = text_printable(u ?: "(a URI no session holds now)", 200);
+                text = text_printable(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(error, "message")) ?: "no message",
+                                      200);
+                if (!uri || !text || asprintf(&i->restore_error, "%s: %s", uri, text) < 0)
+                        i->restore_error = NULL;
+        }
+        if (--i->restore_pending == 0)
+                restore_end(i);
         return true;
 }
 
@@ -780,6 +831,7 @@ bool subscribe_waiting(const Client *c) {
 }
 
 void subscribe_reset(Instance *i, const char *text) {
+        restore_end(i);
         fail_waiters(i, text);
         i->listen_id = i->listen_old = 0;
         i->listen_acked = false;

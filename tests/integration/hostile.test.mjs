@@ -323,9 +323,30 @@ describe("subscriptions at a pooled handshake-era backend follow its sessions", 
       const t = await a.request(call(3, "touch", { uri: "echo://refuse/x" }));
       assert.equal(t.id, 3, `no update from a backend that refused it: ${JSON.stringify(t)}`);
       assert.ok(
-        await waitFor(() => /Backend 'echo' refused a resources\/subscribe made again after it restarted: no subscriptions to echo:\/\/refuse\/x today/.test(shim.stderr()), 10000),
+        await waitFor(() => /Backend 'echo' \(pid \d+\): 1 of 1 resources\/subscribe made again after the restart were refused; the first: echo:\/\/refuse\/x: no subscriptions to echo:\/\/refuse\/x today/.test(shim.stderr()), 10000),
         shim.stderr(),
       );
+    } finally {
+      rmSync(join(dir, "refuse"), { force: true });
+      a.close();
+    }
+  });
+
+  test("several subscriptions the restarted backend refuses make one log line, its text printable (a newline in it forges no line)", async () => {
+    const a = await session();
+    const uris = ["echo://refuse/1", "echo://refuse/2", "echo://refuse/3\nmcp-lazy-shimd: forged line", "echo://kept"];
+    for (const [n, uri] of uris.entries()) assert.deepEqual((await a.request(sub(n + 1, uri))).result, {});
+    const lines = () => shim.stderr().split("\n").filter((l) => / resources\/subscribe made again after the restart were refused/.test(l));
+    const before = lines().length;
+    writeFileSync(join(dir, "refuse"), "");
+    try {
+      await a.request(call(10, "exit"));
+      assert.equal((await a.request(call(11, "touch", { uri: "echo://kept" }))).method, "notifications/resources/updated");
+      assert.ok(await waitFor(() => lines().length > before, 10000), shim.stderr());
+      const now = lines().slice(before);
+      assert.equal(now.length, 1, now.join("\n"));
+      assert.match(now[0], /: 3 of 4 resources\/subscribe made again after the restart were refused; the first: echo:\/\/refuse\//);
+      assert.doesNotMatch(shim.stderr(), /^mcp-lazy-shimd: forged line/m);
     } finally {
       rmSync(join(dir, "refuse"), { force: true });
       a.close();
