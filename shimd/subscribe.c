@@ -114,32 +114,25 @@ static bool uri_set_has(const Hashmap *set, const char *uri) {
         return set && hashmap_get(set, uri);
 }
 
-/* The URIs the sessions of i (but except) subscribed to go into seen (borrowed: the sessions' strings),
- * and each one new to it onto a too, if a. */
-static int union_add(Instance *i, const Client *except, Hashmap *seen, cJSON *a) {
-        const cJSON *it;
-        int r;
-
-        for (Client *c = i->shim->clients; c; c = c->next) {
-                if (c->instance != i || c == except)
-                        continue;
-                cJSON_ArrayForEach (it, c->subscriptions) {
-                        r = uri_set_add(seen, it->valuestring);
-                        if (r < 0 || (r > 0 && a && !cJSON_AddItemToArray(a, cJSON_CreateString(it->valuestring))))
-                                return -ENOMEM;
-                }
-        }
-        return 0;
-}
-
 /* The URIs the sessions of i (but except) subscribed to, each once, in the order the sessions and their
  * subscriptions come (the stream's request is compared as printed with the last one's). */
 static cJSON *union_new(Instance *i, const Client *except) {
         _cleanup_json_ cJSON *a = cJSON_CreateArray();
         _cleanup_(hashmap_freep) Hashmap *seen = hashmap_new_borrowed();
+        const cJSON *it;
+        int r;
 
-        if (!a || !seen || union_add(i, except, seen, a) < 0)
+        if (!a || !seen)
                 return NULL;
+        for (Client *c = i->shim->clients; c; c = c->next) {
+                if (c->instance != i || c == except)
+                        continue;
+                cJSON_ArrayForEach (it, c->subscriptions) {
+                        r = uri_set_add(seen, it->valuestring);
+                        if (r < 0 || (r > 0 && !cJSON_AddItemToArray(a, cJSON_CreateString(it->valuestring))))
+                                return NULL;
+                }
+        }
         return TAKE_PTR(a);
 }
 
