@@ -308,8 +308,10 @@ static int on_idle(sd_event_source *src, uint64_t usec, void *userdata) {
         return 0;
 }
 
-/* The definition changed RELOAD_WAIT_USEC ago, and calls have been in flight ever since: the shim
- * drains with them (they finish; the sessions are told, and new calls wait for the next shim). */
+/* The definition changed RELOAD_WAIT_USEC ago, and calls have been in flight ever since: said once. The
+ * shim does not drain with them in flight: one call that never ends would hold every other session's
+ * new calls in the socket's backlog (review 17 HIGH-1); it serves them on the old definition until a
+ * moment with none in flight. */
 static int on_reload_wait(sd_event_source *src, uint64_t usec, void *userdata) {
         Shim *s = userdata;
         unsigned n = shim_in_flight(s);
@@ -317,11 +319,9 @@ static int on_reload_wait(sd_event_source *src, uint64_t usec, void *userdata) {
         (void) src, (void) usec;
         if (s->draining)
                 return 0;
-        log_info("%u call%s still in flight since the definition changed: stopping once %s, new calls wait for "
-                 "the next start.",
-                 n, n == 1 ? "" : "s", n == 1 ? "it ends" : "they end");
-        begin_drain(s);
-        shim_update(s);
+        log_info("%u call%s in flight since the definition changed: the old definition serves until no call is in "
+                 "flight, then the shim stops.",
+                 n, n == 1 ? "" : "s");
         return 0;
 }
 

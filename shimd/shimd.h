@@ -30,8 +30,8 @@
 #define PEER_MAX_HELD         (256U * 1024U * 1024U) /* bytes of its requests held: queued, or kept while in flight */
 #define PEER_MAX_PARTIAL      (256U * 1024U * 1024U) /* bytes of unfinished lines, all connections */
 #define DRAIN_GRACE_USEC      (5ULL * 1000000ULL)
-/* A changed definition waits this long for a moment with nothing in flight, then drains anyway (the
- * calls in flight finish; new ones wait in the socket's backlog for the next shim). */
+/* A changed definition that found no moment with nothing in flight this long says so in the log (the old
+ * definition serves until there is one). */
 #define RELOAD_WAIT_USEC      (10ULL * 1000000ULL)
 /* The exit status of a shim that stopped for a changed definition and is to be started again at once
  * (lifecycle warm or resident): the unit's RestartForceExitStatus= and SuccessExitStatus= name it. */
@@ -253,7 +253,7 @@ struct Shim {
         Manifest *manifest;
         const char *manifest_path, *name; /* --manifest, and the backend's name: reload.c reads them again */
         FileWatch *watch;                 /* the manifest's */
-        sd_event_source *reload_source;   /* RELOAD_WAIT_USEC after the change: drain, whatever is in flight */
+        sd_event_source *reload_source;   /* RELOAD_WAIT_USEC after the change: says why it still runs */
         bool restart; /* exit with SHIM_EXIT_RESTART: the unit starts the shim again (warm, resident) */
         sd_event_source **listeners;
         size_t n_listeners;
@@ -466,7 +466,7 @@ void contract_summary(const Shim *s, char *buf, size_t size);
 /* main.c */
 void shim_update(Shim *s); /* re-evaluates idleness, status, and exit */
 /* The definition the shim runs is no longer the manifest's: it stops as soon as nothing is in flight
- * (RELOAD_WAIT_USEC at most), as an idle shim does; restart: exiting with SHIM_EXIT_RESTART. */
+ * (however long that takes: the log says so after RELOAD_WAIT_USEC), as an idle shim does; restart: exiting with SHIM_EXIT_RESTART. */
 void shim_reload(Shim *s, bool restart);
 
 /* reload.c */

@@ -70,14 +70,21 @@ test("a changed env and args: the call in flight finishes where it runs, the nex
     await waitFor(() => /Backend 'echo' changed in .*changed\.yaml \(command, env GEN\): stopping once no call is in flight/.test(shim.stderr())),
     shim.stderr(),
   );
-  // Calls in flight do not keep the change waiting for ever: after a while the sessions are told.
-  const notice = await a.next(30000);
-  assert.equal(notice.method, "notifications/mcp-lazy/draining", JSON.stringify(notice));
+  // A call that stays in flight does not hold other sessions back (review 17 HIGH-1; before, the shim
+  // drained with it after 10 s and a new session's connection waited for it in the backlog): they are
+  // served on the old definition, and the log says why it still runs.
+  assert.ok(await waitFor(() => /1 call in flight since the definition changed/.test(shim.stderr()), 30000), shim.stderr());
+  const c = await session(shim.path);
+  assert.deepEqual((await whoami(c, 1)).env.GEN, "one");
+  c.close();
   // The call in flight is not disturbed: our answer reaches the backend, its answer reaches us.
   a.send({ jsonrpc: "2.0", id: ask.id, result: { role: "assistant", content: { type: "text", text: "still here" }, model: "m" } });
   const answered = await a.next();
   assert.equal(answered.id, 2);
   assert.match(text(answered), /still here/);
+  // Nothing in flight now: the sessions are told, and the shim stops.
+  const notice = await a.next(30000);
+  assert.equal(notice.method, "notifications/mcp-lazy/draining", JSON.stringify(notice));
   a.close(); // as the frontend does on the notice
   assert.ok(await waitFor(() => shim.exits().length === 1), shim.stderr());
   assert.deepEqual(shim.exits(), [0]);
