@@ -134,15 +134,20 @@ static int load_file(const char *path, Manifest **ret, struct stat *ret_st, char
         size_t len = 0;
         int r = 0;
 
-        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        /* Not blocked by a FIFO put in its place (a running shim reads it again on a change: review 17). */
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
         if (fd < 0 || fstat(fd, &st) < 0)
                 r = -errno;
+        else if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode))
+                r = -ENOTSUP;
         else
                 r = read_fd(fd, &st, &text, &len);
         if (r < 0) {
                 errno = -r;
                 if (asprintf(ret_error, "%s: cannot read manifest: %s", path,
-                             r == -EFBIG ? "larger than 64 MiB" : strerror(-r)) < 0)
+                             r == -EFBIG     ? "larger than 64 MiB"
+                             : r == -ENOTSUP ? "not a regular file"
+                                             : strerror(-r)) < 0)
                         *ret_error = NULL;
                 return r;
         }

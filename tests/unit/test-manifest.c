@@ -1,6 +1,8 @@
 /* The manifest reader against fixtures: manifests/good-*.{yaml,json} must load and give the tools in
  * the matching .expected file; manifests/bad-* must fail with exactly the text of the matching .err. */
 #include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "macros.h"
 #include "manifest.h"
@@ -331,6 +333,25 @@ static void test_remote(void) {
         CHECK(b && b->remote.kind == REMOTE_VSOCK && b->remote.cid == 3 && b->remote.port == 5000);
 }
 
+/* A FIFO in the manifest's place is refused at once, never waited on (review 17: a running shim reads
+ * its manifest again on every change, in its loop). Before: open() blocked for a writer. */
+static void test_fifo(void) {
+        _cleanup_(manifest_freep) Manifest *m = NULL;
+        _cleanup_free_ char *err = NULL;
+        char path[64] = "/tmp/test-manifest-fifo-XXXXXX";
+
+        CHECK(mkdtemp(path) != NULL);
+        strcat(path, "/m.yaml");
+        CHECK(mkfifo(path, 0600) >= 0);
+        alarm(10); /* a hang fails */
+        CHECK(manifest_load_file(path, &m, &err) < 0);
+        alarm(0);
+        CHECK(err && strstr(err, "not a regular file"));
+        unlink(path);
+        *strrchr(path, '/') = 0;
+        rmdir(path);
+}
+
 int main(void) {
         DIR *d = opendir("manifests");
         struct dirent *de;
@@ -355,6 +376,7 @@ int main(void) {
                 closedir(d);
         CHECK(n >= 10);
         test_details();
+        test_fifo();
         test_remote();
         test_options();
         test_identity();
